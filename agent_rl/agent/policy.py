@@ -1,0 +1,54 @@
+"""The policy interface: given several conversations, produce each one's next assistant turn.
+
+Batched by design: the local transformers policy generates all turns of a batch at once
+(left padding), the HTTP policy sends them concurrently, the heuristic answers instantly.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: dict[str, Any]
+    id: str = ""
+
+
+@dataclass
+class PolicyTurn:
+    """One assistant turn. `parse_error` is set when the model's output held a malformed tool call."""
+
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    parse_error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def as_message(self) -> dict[str, Any]:
+        """The chat message (OpenAI / transformers layout) recorded in the episode."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.tool_calls
+            ]
+        return message
+
+
+class Policy(abc.ABC):
+    """Something that answers a conversation with the next assistant turn."""
+
+    version: str = "unknown"
+
+    @abc.abstractmethod
+    def act(
+        self,
+        conversations: list[list[dict[str, Any]]],
+        tools: list[dict[str, Any]],
+        max_new_tokens: int = 256,
+    ) -> list[PolicyTurn]:
+        """Next turn for each conversation, in order. Must not raise on odd conversations."""

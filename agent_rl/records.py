@@ -1,0 +1,109 @@
+"""The records every stage shares: emails, search hits, scenarios and episodes (DESIGN.md, Core records)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Category(StrEnum):
+    """Task categories; the quality gate wants at least five of them in a training set."""
+
+    DATE = "date"
+    AMOUNT = "amount"
+    PERSON = "person"
+    LOCATION = "location"
+    STATUS = "status"
+    UNANSWERABLE = "unanswerable"
+
+
+class Outcome(StrEnum):
+    CORRECT = "correct"
+    WRONG = "wrong"
+    IDK = "idk"
+    FORMAT_ERROR = "format_error"
+    RAN_OUT = "ran_out"
+
+
+class Split(StrEnum):
+    TRAIN = "train"
+    TEST = "test"
+
+
+class Email(BaseModel):
+    """One stored email; `inbox` is the address of the mailbox it belongs to."""
+
+    model_config = ConfigDict(frozen=True)
+
+    message_id: str
+    inbox: str
+    date: datetime | None = None
+    subject: str = ""
+    sender: str = ""
+    to: tuple[str, ...] = ()
+    cc: tuple[str, ...] = ()
+    bcc: tuple[str, ...] = ()
+    body: str = ""
+    folder: str = ""
+    file: str = ""
+
+
+class SearchHit(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    message_id: str
+    subject: str
+    sender: str
+    date: datetime | None
+    snippet: str
+
+
+class Scenario(BaseModel):
+    """A question about one inbox with its golden answer and the emails that support it."""
+
+    id: str
+    inbox_id: str
+    question: str
+    answer: str
+    source_ids: list[str] = Field(default_factory=list)
+    category: Category
+    split: Split
+    query_date: datetime
+    realism: float = 1.0
+
+    @property
+    def answerable(self) -> bool:
+        return self.category != Category.UNANSWERABLE
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Episode(BaseModel):
+    """One agent run as stored in the benchmark pool; inserts are idempotent on episode_id."""
+
+    episode_id: str = Field(default_factory=lambda: str(uuid.uuid4()))
+    created_at: datetime = Field(default_factory=utcnow)
+    tenant: str = "default"
+    inbox_id: str
+    task_category: Category | None = None
+    scenario_id: str | None = None
+    question: str
+    policy_version: str
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    final_answer: str | None = None
+    sources: list[str] = Field(default_factory=list)
+    outcome: Outcome
+    reward: float | None = None
+    reward_components: dict[str, float] = Field(default_factory=dict)
+    turns: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: float = 0.0
+    cost_usd: float = 0.0
+    feedback: str | None = None

@@ -1,0 +1,40 @@
+"""Where things live by default: everything under AGENT_RL_HOME (default `.data/`), overridable per URL."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def home() -> Path:
+    """The data directory (databases, models, artifacts); created on first use."""
+    path = Path(os.environ.get("AGENT_RL_HOME", ".data")).resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def inbox_url() -> str:
+    return os.environ.get("AGENT_RL_INBOX_URL") or f"sqlite:///{home() / 'inbox.db'}"
+
+
+def pool_url() -> str:
+    return os.environ.get("AGENT_RL_POOL_URL") or f"sqlite:///{home() / 'pool.db'}"
+
+
+def mlflow_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{home() / 'mlflow.db'}"
+
+
+def models_dir() -> Path:
+    path = home() / "models"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def sqlalchemy_url(url: str) -> str:
+    """Accept plain `postgresql://` URLs from users and pick the psycopg 3 driver."""
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://"):]
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+    return url
