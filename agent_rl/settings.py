@@ -38,3 +38,10 @@ def sqlalchemy_url(url: str) -> str:
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
     return url
+
+
+def artifact_dir(name: str, partition: str | None = None) -> Path:
+    """Where a pipeline stage keeps its outputs, one folder per stage and partition."""
+    path = home() / "artifacts" / name / (partition or "all")
+    path.mkdir(parents=True, exist_ok=True)
+    return path

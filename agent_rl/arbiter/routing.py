@@ -1,0 +1,99 @@
+"""Choose a policy version for a request from the routing weights: sticky per request key, random otherwise.
+
+The weights are read from the pool and cached for a short time, so the hot path does no database
+read; a change made through this arbiter is visible at once, one made elsewhere within `ttl_s`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import random
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from agent_rl.pool import PoolRepository, Routing
+
+
+@dataclass(frozen=True)
+class Split:
+    """Cumulative weights over versions in a fixed (sorted) order, so a point in [0, 1) maps to one version."""
+
+    versions: tuple[str, ...]
+    bounds: tuple[float, ...]
+    specs: Mapping[str, str]
+    weights: Mapping[str, float]
+    is_default: bool = False
+
+    @classmethod
+    def from_weights(cls, weights: Mapping[str, float], specs: Mapping[str, str], is_default: bool = False) -> Split:
+        live = sorted((v, w) for v, w in weights.items() if w > 0)
+        if not live:
+            raise ValueError("routing has no version with a weight above 0")
+        total = sum(w for _, w in live)
+        bounds, acc = [], 0.0
+        for _, w in live:
+            acc += w / total
+            bounds.append(acc)
+        bounds[-1] = 1.0  # guard against float rounding leaving a gap at the top
+        return cls(
+            versions=tuple(v for v, _ in live),
+            bounds=tuple(bounds),
+            specs={v: specs.get(v, v) for v in weights},
+            weights=dict(weights),
+            is_default=is_default,
+        )
+
+    def pick(self, point: float) -> str:
+        return self.versions[min(bisect.bisect_right(self.bounds, point), len(self.versions) - 1)]
+
+
+def key_point(request_key: str) -> float:
+    """A stable point in [0, 1) for a request key: the same key lands on the same version while weights hold."""
+    digest = hashlib.sha256(request_key.encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+class Router:
+    """Routes requests by the pool's routing table, falling back to `default_weights` while it is empty."""
+
+    def __init__(self, pool: PoolRepository, default_weights: Mapping[str, float], ttl_s: float = 1.0) -> None:
+        self._pool = pool
+        self._default = Split.from_weights(default_weights, {}, is_default=True)
+        self._ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._split: Split | None = None
+        self._loaded_at = 0.0
+        self._random = random.Random()
+
+    def current(self) -> Split:
+        now = time.monotonic()
+        split = self._split
+        if split is not None and now - self._loaded_at < self._ttl_s:
+            return split
+        with self._lock:
+            if self._split is None or time.monotonic() - self._loaded_at >= self._ttl_s:
+                self._install(self._pool.get_routing())
+            return self._split  # type: ignore[return-value]
+
+    def _install(self, routing: Routing) -> None:
+        if any(w > 0 for w in routing.weights.values()):
+            self._split = Split.from_weights(routing.weights, routing.specs)
+        else:
+            self._split = self._default
+        self._loaded_at = time.monotonic()
+
+    def refresh(self, routing: Routing | None = None) -> Split:
+        """Install `routing` (just written) or re-read the table now."""
+        with self._lock:
+            self._install(routing if routing is not None else self._pool.get_routing())
+            return self._split  # type: ignore[return-value]
+
+    def choose(self, request_key: str | None) -> tuple[str, str]:
+        """(policy version, its spec) for one request."""
+        split = self.current()
+        point = key_point(request_key) if request_key else self._random.random()
+        version = split.pick(point)
+        return version, split.specs.get(version, version)

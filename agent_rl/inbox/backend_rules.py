@@ -1,0 +1,69 @@
+"""Shared helpers of both store backends: keyword cleaning, duplicate keys, argument checks.
+
+Keywords are data, never query syntax: each backend turns the cleaned keyword into a quoted
+phrase, so operators like OR, NEAR, *, quotes or SQL fragments are searched as plain words.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from datetime import datetime, timezone
+from email.utils import parseaddr
+
+from agent_rl.inbox.store import MAX_RESULTS
+from agent_rl.records import Email
+
+# Word characters without "_": close to what SQLite's unicode61 tokenizer keeps as token characters.
+_WORD = re.compile(r"[^\W_]+")
+SNIPPET_WORDS = 24
+
+
+def clean_text(text: str) -> str:
+    """Text any database accepts: no NUL characters, no lone surrogates."""
+    text = text.replace("\x00", "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def keyword_terms(keyword: str) -> list[str]:
+    """The words of one keyword as the full-text index sees them; empty when it has none (e.g. "*")."""
+    return _WORD.findall(unicodedata.normalize("NFKC", clean_text(keyword)))
+
+
+def sender_key(sender: str) -> str:
+    """Case-insensitive address used for the sender filter; accepts "Name <addr>" too."""
+    _, address = parseaddr(clean_text(sender))
+    return (address or sender).strip().lower()
+
+
+def content_hash(email: Email) -> str:
+    """Duplicate key: the same inbox, sender, subject and body is the same email."""
+    parts = (email.inbox, email.sender.strip().lower(), email.subject, email.body)
+    return hashlib.sha256("\x1f".join(clean_text(p) for p in parts).encode("utf-8")).hexdigest()
+
+
+def check_max_results(max_results: int) -> int:
+    if isinstance(max_results, bool) or not isinstance(max_results, int):
+        raise ValueError(f"max_results must be an integer from 1 to {MAX_RESULTS}, got {max_results!r}")
+    if not 1 <= max_results <= MAX_RESULTS:
+        raise ValueError(f"max_results must be between 1 and {MAX_RESULTS}, got {max_results}")
+    return max_results
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """Filters given without a zone are taken as UTC, like stored dates without one."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+def leading_snippet(body: str) -> str:
+    """The start of the body, for hits found without keywords."""
+    words = body.split()
+    text = " ".join(words[:SNIPPET_WORDS])
+    return text + ("…" if len(words) > SNIPPET_WORDS else "")

@@ -1,0 +1,185 @@
+"""Typed settings for the two training stages: TRL's own knobs, with defaults that run on a 2-core CPU.
+
+`SFTSettings.gpu()` / `GRPOSettings.gpu()` are presets that differ only in configuration (bf16, vLLM,
+gradient checkpointing, bigger groups); the training code is the same.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+# LoRA on every linear projection of a Llama/Qwen2 block: the adapter is tiny next to the base matmuls,
+# and attention-only LoRA learned the tool-call format noticeably slower in our SFT runs.
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LoraSettings(BaseModel):
+    """PEFT LoRA adapter shape."""
+
+    model_config = ConfigDict(frozen=True)
+
+    r: PositiveInt = Field(16, description="adapter rank")
+    alpha: PositiveInt = Field(32, description="scaling numerator (lora_alpha)")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the adapter input; 0 skips the extra op")
+    target_modules: tuple[str, ...] = Field(DEFAULT_LORA_TARGETS, min_length=1, description="module names to adapt")
+
+
+class ComputeSettings(BaseModel):
+    """Where and in which precision training runs; CPU defaults (DESIGN: fp32, no checkpointing)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    use_cpu: bool = Field(True, description="train on CPU even if an accelerator is visible")
+    bf16: bool = Field(False, description="bf16 mixed precision; TRL turns it on by default, which is slow on CPU")
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations in backward; TRL's default, ~30% slower and pointless on CPU"
+    )
+    seed: int = Field(0, description="seed for data order, adapter init and sampling")
+    dataloader_num_workers: int = Field(0, ge=0)
+
+
+class SFTSettings(BaseModel):
+    """SFT warmup on teacher trajectories (TRL `SFTConfig` knobs plus our data handling)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    compute: ComputeSettings = Field(default_factory=ComputeSettings)
+    learning_rate: float = Field(2e-4, gt=0)
+    num_train_epochs: float = Field(1.0, gt=0)
+    max_steps: int = Field(25, description="optimizer steps; -1 trains num_train_epochs")
+    per_device_train_batch_size: PositiveInt = 4
+    gradient_accumulation_steps: PositiveInt = 1
+    warmup_ratio: float = Field(0.05, ge=0, lt=1)
+    lr_scheduler_type: str = "cosine"
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    max_length: PositiveInt = Field(
+        2048, description="longest tokenized row kept; longer rows are dropped with a reason, never truncated"
+    )
+    logging_steps: PositiveInt = 1
+    save_steps: PositiveInt = Field(10, description="checkpoint every N steps (resume point after a crash)")
+    save_total_limit: PositiveInt = Field(2, description="checkpoints kept in out_dir")
+    close_after_answer: bool = Field(
+        True,
+        description="append the 'Answer recorded.' tool result and an empty closing assistant turn after "
+        "return_final_answer, so the model learns to stop there (TRL's tool loop generates once more after it)",
+    )
+
+    @classmethod
+    def gpu(cls, **overrides) -> SFTSettings:
+        """Preset for one or more CUDA GPUs (accelerate launches several); only configuration differs."""
+        base = {
+            "compute": ComputeSettings(use_cpu=False, bf16=True, gradient_checkpointing=True),
+            "per_device_train_batch_size": 16,
+            "max_steps": 200,
+            "lora": LoraSettings(r=32, alpha=64),
+            "max_length": 4096,
+        }
+        return cls(**{**base, **overrides})
+
+
+class RewardWeights(BaseModel):
+    """Weight of each reward function (TRL `reward_weights`); the rubric's tiers written out as separate signals."""
+
+    model_config = ConfigDict(frozen=True)
+
+    correctness: float = Field(1.0, description="+1 correct, 0 'I don't know' / out of turns, -1 wrong")
+    partial: float = Field(0.3, description="found / read the right email (stays below 0.5 in total)")
+    sources: float = Field(0.2, description="cited the golden source emails (only when correct)")
+    turns: float = Field(0.1, description="fewer turns (only when correct)")
+    idk: float = Field(0.0, description="extra credit for 'I don't know' on unanswerable questions")
+    format: float = Field(1.0, description="-1 for a malformed / missing final answer")
+
+    def as_list(self, names: list[str]) -> list[float]:
+        return [getattr(self, name) for name in names]
+
+
+class PromptFilterSettings(BaseModel):
+    """Keep only prompts the model sometimes solves: groups with zero reward variance teach GRPO nothing."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mode: Literal["none", "solve_rates", "sampled"] = Field(
+        "sampled",
+        description="'solve_rates': use given per-scenario solve rates (e.g. from the SFT evaluation); "
+        "'sampled': a quick sampled pre-pass with the SFT model; 'none': keep every prompt",
+    )
+    samples_per_prompt: PositiveInt = Field(2, description="episodes per prompt in the sampled pre-pass")
+    min_rate: float = Field(0.0, ge=0, le=1, description="keep prompts solved more often than this ...")
+    max_rate: float = Field(1.0, ge=0, le=1, description="... and less often than this (strict bounds)")
+    max_candidates: PositiveInt = Field(48, description="prompts looked at by the pre-pass (bounds its cost)")
+    temperature: float = Field(1.0, gt=0)
+    keep_when_empty: bool = Field(
+        True, description="if no prompt passes, train on the unfiltered ones (reported) instead of failing"
+    )
+
+
+class GRPOSettings(BaseModel):
+    """Multi-turn GRPO with tool rollouts (TRL `GRPOConfig` knobs)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    lora: LoraSettings = Field(default_factory=LoraSettings, description="fresh adapter used only when beta > 0")
+    compute: ComputeSettings = Field(default_factory=ComputeSettings)
+    learning_rate: float = Field(2e-5, gt=0)
+    max_steps: PositiveInt = 10
+    num_generations: int = Field(4, ge=2, description="group size G")
+    per_device_train_batch_size: PositiveInt = Field(8, description="completions per step; a multiple of G")
+    gradient_accumulation_steps: PositiveInt = 1
+    num_iterations: PositiveInt = Field(1, description="optimizer passes per generated batch (mu)")
+    beta: float = Field(0.0, ge=0, description="KL coefficient; 0 loads no reference model")
+    epsilon: float = Field(0.2, gt=0)
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"] = "dapo"
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_completion_length: PositiveInt = Field(
+        1024, description="token budget of the whole multi-turn completion, tool results included"
+    )
+    max_tool_calling_iterations: PositiveInt = Field(4, description="turn budget: tool rounds per episode")
+    mask_truncated_completions: bool = False
+    warmup_ratio: float = Field(0.0, ge=0, lt=1)
+    lr_scheduler_type: str = "constant"
+    max_grad_norm: float = Field(1.0, gt=0)
+    logging_steps: PositiveInt = 1
+    save_steps: PositiveInt = 5
+    save_total_limit: PositiveInt = 2
+    use_vllm: bool = False
+    vllm_mode: Literal["colocate", "server"] = "colocate"
+    vllm_server_base_url: str | None = None
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
+    reward_weights: RewardWeights = Field(default_factory=RewardWeights)
+    prompt_filter: PromptFilterSettings = Field(default_factory=PromptFilterSettings)
+    rollouts_kept: PositiveInt = Field(256, description="most rollouts kept for the hacking detectors / MLflow")
+
+    @model_validator(mode="after")
+    def _group_fits_batch(self) -> GRPOSettings:
+        generation_batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        if generation_batch % self.num_generations:
+            raise ValueError(
+                f"per_device_train_batch_size x gradient_accumulation_steps ({generation_batch}) must be a multiple "
+                f"of num_generations ({self.num_generations})"
+            )
+        if self.vllm_mode == "server" and self.use_vllm and not self.vllm_server_base_url:
+            raise ValueError("vllm_mode='server' needs vllm_server_base_url (e.g. http://vllm:8000)")
+        return self
+
+    @classmethod
+    def gpu(cls, **overrides) -> GRPOSettings:
+        """Preset for CUDA GPUs with vLLM colocated generation; only configuration differs."""
+        base = {
+            "compute": ComputeSettings(use_cpu=False, bf16=True, gradient_checkpointing=True),
+            "use_vllm": True,
+            "vllm_mode": "colocate",
+            "num_generations": 8,
+            "per_device_train_batch_size": 32,
+            "max_steps": 200,
+            "beta": 0.0,
+            "max_completion_length": 4096,
+            "max_tool_calling_iterations": 8,
+            "prompt_filter": PromptFilterSettings(samples_per_prompt=4, max_candidates=1024),
+        }
+        return cls(**{**base, **overrides})

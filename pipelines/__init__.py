@@ -1,0 +1,1 @@
+"""Dagster wiring only: the code location, jobs, schedules and sensors."""

@@ -1,0 +1,1 @@
+"""Dagster ConfigurableResources: thin typed handles on the library's stores, registry and compute."""

@@ -1,0 +1,35 @@
+"""Where emails and episodes live: the inbox store and the benchmark pool, by URL (SQLite default)."""
+
+from __future__ import annotations
+
+from dagster import ConfigurableResource
+from pydantic import Field
+
+from agent_rl import settings
+from agent_rl.inbox.store import InboxStore, open_inbox_store
+
+
+class InboxStoreResource(ConfigurableResource):
+    """The email store; empty URL means AGENT_RL_INBOX_URL or SQLite under AGENT_RL_HOME."""
+
+    url: str = Field(default="", description="sqlite:///PATH or postgresql://HOST/DB; empty for the default")
+
+    def resolved_url(self) -> str:
+        return self.url or settings.inbox_url()
+
+    def open(self) -> InboxStore:
+        return open_inbox_store(self.resolved_url())
+
+
+class PoolResource(ConfigurableResource):
+    """The benchmark pool (episodes, routing, quarantine); empty URL means AGENT_RL_POOL_URL or SQLite."""
+
+    url: str = Field(default="", description="sqlite:///PATH or postgresql://HOST/DB; empty for the default")
+
+    def resolved_url(self) -> str:
+        return self.url or settings.pool_url()
+
+    def open(self):
+        from agent_rl.pool.repository import PoolRepository
+
+        return PoolRepository(self.resolved_url())
