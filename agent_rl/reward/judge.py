@@ -55,6 +55,7 @@ _IDK_PATTERNS = [
     r"\b(?:insufficient|not enough) (?:information|info|data|context)\b",
     r"\bnot (?:in|found in) (?:the|my|your|this) (?:inbox|emails?|mailbox)\b",
     r"\bnothing (?:about|on|regarding|in the)\b",
+    r"\bnone of the (?:emails|messages)\b",
 ]
 _IDK_RE = re.compile("|".join(f"(?:{p})" for p in _IDK_PATTERNS), re.IGNORECASE)
 _IDK_WHOLE = {"unknown", "n/a", "na", "none", "idk", "no answer", "not known", "unsure", "?"}
@@ -109,7 +110,7 @@ _TIME_24 = re.compile(r"(?<![\d:])([01]?\d|2[0-3]):([0-5]\d)(?![\d:])")
 _TIME_WORDS = re.compile(r"\b(noon|midday|midnight)\b")
 _AMOUNT = re.compile(
     r"(?<![\w#/.-])(?P<cur>\$|us\$|usd\s?)?\s?(?P<num>\d{1,3}(?:,\d{3})+|\d+)(?P<frac>\.\d+)?"
-    r"(?:(?P<glued>k|mm|m|bn|b)\b|\s?(?P<word>thousand|million|mil|billion)\b)?"
+    r"(?:\s?(?P<glued>k|mm|m|bn|b)\b|\s?(?P<word>thousand|million|mil|billion)\b)?"
     r"(?P<tail>\s?(?:usd|dollars|bucks))?(?![\w])"
 )
 _MULT = {"k": 1e3, "thousand": 1e3, "m": 1e6, "mm": 1e6, "mil": 1e6, "million": 1e6, "b": 1e9, "bn": 1e9, "billion": 1e9}
@@ -228,12 +229,9 @@ def _tokens(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+(?:'[a-z]+)?", _fold(text))
 
 
-_STOPWORDS = set("a an the of to in on at for and or is was are were be been it its this that with by from as i you your my we our".split())
-
-
-def _phrase_positions(words: list[str], phrase: list[str]) -> list[int]:
-    n = len(phrase)
-    return [i for i in range(len(words) - n + 1) if words[i : i + n] == phrase]
+_STOPWORDS = set(
+    "a an the of to in on at for and or is was are were be been it its this that with by from as i you your my we our".split()
+)
 
 
 def _contains_phrase(answer: str, phrase: list[str]) -> bool:
@@ -261,14 +259,14 @@ def _as_name(golden: str) -> list[str] | None:
 
 
 def _name_in(answer: str, name: list[str]) -> bool:
-    words = _tokens(answer)
-    first, last = name[0], name[-1]
-    for i, w in enumerate(words):
-        # "John Smith" or "John Q Smith" (one middle token allowed)
-        if w == first and (words[i + 1 : i + 2] == [last] or words[i + 2 : i + 3] == [last]):
-            return True
-    # "Smith, John"
-    return bool(re.search(rf"\b{re.escape(last)}\s*,\s*{re.escape(first)}\b", _fold(answer)))
+    """"John Smith", "John Q. Smith" (one middle token) or "Smith, John", not negated in its clause."""
+    folded = _fold(answer)
+    first, last = re.escape(name[0]), re.escape(name[-1])
+    patterns = (
+        rf"(?<![a-z0-9]){first}[^a-z0-9']+(?:[a-z0-9]+[^a-z0-9']+)?{last}(?![a-z0-9])",
+        rf"(?<![a-z0-9]){last}\s*,\s*{first}(?![a-z0-9])",
+    )
+    return any(not _negated(folded, m.start()) for p in patterns for m in re.finditer(p, folded))
 
 
 def _values_mismatch(kind: str, golden: list, answer: list, same, show) -> str | None:

@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
+from agent_rl.reward.rubric import RubricWeights
+
 # LoRA on every linear projection of a Llama/Qwen2 block: the adapter is tiny next to the base matmuls,
 # and attention-only LoRA learned the tool-call format noticeably slower in our SFT runs.
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -82,16 +84,15 @@ class SFTSettings(BaseModel):
 
 
 class RewardWeights(BaseModel):
-    """Weight of each reward function (TRL `reward_weights`); the rubric's tiers written out as separate signals."""
+    """TRL `reward_weights`, one per reward function (train/rewards.py); 1.0 everywhere = the rubric's total."""
 
     model_config = ConfigDict(frozen=True)
 
-    correctness: float = Field(1.0, description="+1 correct, 0 'I don't know' / out of turns, -1 wrong")
-    partial: float = Field(0.3, description="found / read the right email (stays below 0.5 in total)")
-    sources: float = Field(0.2, description="cited the golden source emails (only when correct)")
-    turns: float = Field(0.1, description="fewer turns (only when correct)")
-    idk: float = Field(0.0, description="extra credit for 'I don't know' on unanswerable questions")
-    format: float = Field(1.0, description="-1 for a malformed / missing final answer")
+    outcome: float = Field(1.0, description="correctness tiers: correct > I don't know / ran out > wrong")
+    format: float = Field(1.0, description="format-error penalties")
+    sources: float = Field(1.0, description="right sources, source precision, cited a gold email")
+    turns: float = Field(1.0, description="turn efficiency of correct answers (fewer turns)")
+    partial: float = Field(1.0, description="partial credit: found / read a gold email")
 
     def as_list(self, names: list[str]) -> list[float]:
         return [getattr(self, name) for name in names]
@@ -152,6 +153,7 @@ class GRPOSettings(BaseModel):
     vllm_server_base_url: str | None = None
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
     reward_weights: RewardWeights = Field(default_factory=RewardWeights)
+    rubric: RubricWeights = Field(default_factory=RubricWeights, description="the rubric's tier values")
     prompt_filter: PromptFilterSettings = Field(default_factory=PromptFilterSettings)
     rollouts_kept: PositiveInt = Field(256, description="most rollouts kept for the hacking detectors / MLflow")
 

@@ -1,0 +1,143 @@
+"""The rollout controller: starts an A/B test when a challenger is registered and applies the decisions.
+
+Its state (a RolloutState) is saved with every routing change in the pool's routing history,
+so the sensors that call it keep no state of their own and a restarted Dagster daemon, or a
+second deployment, resumes the same test. Every decision is recorded three times: the routing
+history (with its statistics), MLflow version tags, and the caller's log.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from agent_rl import registry
+from agent_rl.ab.outcomes import arm_stats_from_episodes
+from agent_rl.ab.rollout import Decision, RolloutConfig, RolloutState, apply_decision, decide
+from agent_rl.ab.stats import ArmStats
+from agent_rl.pool.repository import PoolRepository
+
+BASE_VERSION = "base"  # the prompted base model serves as champion until one is registered
+STATE_KEY = "rollout_state"
+
+
+def version_id(registry_version: str) -> str:
+    """Routing/pool name of a registry version: `v3` (its spec is `mlflow:v3`)."""
+    return f"v{registry_version}"
+
+
+def version_spec(version: str) -> str:
+    return "base" if version == BASE_VERSION else f"mlflow:{version}"
+
+
+class RolloutController:
+    def __init__(
+        self,
+        pool: PoolRepository,
+        config: RolloutConfig | None = None,
+        tracking_uri: str | None = None,
+        model_name: str = registry.MODEL_NAME,
+        log: Callable[[str], Any] = logging.getLogger(__name__).info,
+    ) -> None:
+        self.pool = pool
+        self.config = config or RolloutConfig()
+        self.tracking_uri = tracking_uri
+        self.model_name = model_name
+        self.log = log
+
+    # -- state ------------------------------------------------------------------------------
+
+    def current_state(self) -> RolloutState | None:
+        """The latest rollout state recorded in the routing history, if any."""
+        for change in reversed(self.pool.routing_history()):
+            if change.stats and STATE_KEY in change.stats:
+                return RolloutState.model_validate(change.stats[STATE_KEY])
+        return None
+
+    def _alias(self, alias: str) -> registry.RegisteredVersion | None:
+        try:
+            return registry.get_version(alias, name=self.model_name, tracking_uri=self.tracking_uri)
+        except LookupError:
+            return None
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def start_if_new_challenger(self, now: datetime | None = None) -> RolloutState | None:
+        """Route 10% to a newly registered `challenger`; None when there is nothing new to test."""
+        found = self._alias("challenger")
+        if found is None:
+            return None
+        challenger = version_id(found.version)
+        state = self.current_state()
+        if state is not None and state.challenger == challenger:
+            return None  # already under test, promoted or rolled back
+        if state is not None and not state.finished:
+            self.log(f"challenger {challenger} waits: the test of {state.challenger} is still running")
+            return None
+        champion_found = self._alias("champion")
+        champion = version_id(champion_found.version) if champion_found else BASE_VERSION
+        new = RolloutState.start(champion, challenger, self.config, now=now)
+        weights = new.weights()
+        self.pool.set_routing(
+            weights,
+            specs={v: version_spec(v) for v in weights},
+            reason=f"A/B test started: {challenger} at {new.step_share:.0%} against {champion}",
+            actor="challenger_sensor",
+            stats={STATE_KEY: new.model_dump(mode="json")},
+        )
+        registry.tag_version(found.version, {"rollout": "testing", "rollout.step": f"{new.step_share:.2f}"},
+                             name=self.model_name, tracking_uri=self.tracking_uri)
+        self.log(f"A/B test started: {weights}")
+        return new
+
+    def evaluate(self, now: datetime | None = None) -> Decision | None:
+        """Decide on the running test from the pool's outcomes since it began; None when none runs."""
+        state = self.current_state()
+        if state is None or state.finished:
+            return None
+        episodes = [
+            episode
+            for page in self.pool.iter_export(start=state.test_started_at)
+            for episode in page.episodes
+            if episode.policy_version in (state.champion, state.challenger)
+        ]
+        stats = arm_stats_from_episodes(episodes, since=state.test_started_at)
+        decision = decide(
+            state, stats.get(state.champion, ArmStats(0, 0)), stats.get(state.challenger, ArmStats(0, 0)),
+            self.config, now=now,
+        )
+        if decision.action == "hold":
+            return decision
+        new_state = apply_decision(state, decision)
+        self.pool.set_routing(
+            decision.new_weights,
+            specs={v: version_spec(v) for v in decision.new_weights},
+            reason=f"{decision.action}: {decision.reason}",
+            actor="rollout_sensor",
+            stats={STATE_KEY: new_state.model_dump(mode="json"), "decision": decision.stats},
+        )
+        self._record_in_registry(state, decision)
+        self.log(f"rollout {decision.action} ({decision.cause}): {decision.reason}")
+        return decision
+
+    def _record_in_registry(self, state: RolloutState, decision: Decision) -> None:
+        challenger = state.challenger.removeprefix("v")
+        tags = {"rollout": decision.action, "rollout.cause": str(decision.cause), "rollout.reason": decision.reason[:500]}
+        test = decision.stats.get("test") if isinstance(decision.stats, dict) else None
+        if isinstance(test, dict):
+            tags.update({f"rollout.{k}": test[k] for k in ("p_value", "lift", "n") if k in test})
+        if decision.action == "promote":
+            tags["rollout"] = "promoted"
+            if state.champion != BASE_VERSION:
+                registry.set_alias("previous_champion", state.champion.removeprefix("v"),
+                                   name=self.model_name, tracking_uri=self.tracking_uri)
+            registry.set_alias("champion", challenger, name=self.model_name, tracking_uri=self.tracking_uri)
+            registry.delete_alias("challenger", name=self.model_name, tracking_uri=self.tracking_uri)
+        elif decision.action == "rollback":
+            tags["rollout"] = "rolled_back"
+            registry.delete_alias("challenger", name=self.model_name, tracking_uri=self.tracking_uri)
+        else:
+            tags["rollout.step"] = f"{decision.new_weights.get(state.challenger, 0):.2f}"
+        registry.tag_version(challenger, tags, name=self.model_name, tracking_uri=self.tracking_uri)

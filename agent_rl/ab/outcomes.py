@@ -1,0 +1,115 @@
+"""Turn benchmark-pool rows into per-version A/B counts (success, hallucination, error, latency).
+
+Scoring rules, in order:
+- error: outcome `format_error` or `ran_out` (the agent produced no usable answer). Errors are
+  never successes, whatever the feedback says.
+- success: the user's feedback verdict when it is a recognizable one (live traffic has no golden
+  answer, so a human verdict is the best ground truth), else outcome == "correct".
+- hallucination: a confident wrong answer: outcome "wrong" without a positive verdict, or outcome
+  "correct" overruled by a negative verdict. "I don't know" is never a hallucination.
+Feedback text that is not a verdict (a free comment) is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from agent_rl.ab.stats import ArmStats
+from agent_rl.records import Episode
+
+POSITIVE_VERDICTS = frozenset({"correct", "right", "good", "up", "thumbs_up", "+1", "positive", "yes", "true", "1"})
+NEGATIVE_VERDICTS = frozenset({"wrong", "incorrect", "bad", "down", "thumbs_down", "-1", "negative", "no", "false", "0"})
+ERROR_OUTCOMES = frozenset({"format_error", "ran_out"})
+KNOWN_OUTCOMES = frozenset({"correct", "wrong", "idk"}) | ERROR_OUTCOMES
+
+
+def feedback_verdict(feedback: Any) -> bool | None:
+    """True / False for a recognizable verdict, None for no feedback or a free comment.
+    Accepts plain words ("correct", "thumbs_down", "+1"), booleans, or JSON like {"verdict": "wrong"}."""
+    if feedback is None:
+        return None
+    if isinstance(feedback, bool):
+        return feedback
+    if isinstance(feedback, Mapping):
+        for key in ("verdict", "correct", "rating", "label"):
+            if key in feedback:
+                return feedback_verdict(feedback[key])
+        return None
+    if isinstance(feedback, (int, float)):
+        return feedback > 0
+    text = str(feedback).strip()
+    if text.startswith("{"):
+        try:
+            return feedback_verdict(json.loads(text))
+        except json.JSONDecodeError:
+            return None
+    word = text.lower().replace(" ", "_").replace("-", "_") if text not in {"+1", "-1"} else text
+    if word in POSITIVE_VERDICTS:
+        return True
+    if word in NEGATIVE_VERDICTS:
+        return False
+    return None
+
+
+def _as_utc(value: Any, row_index: int) -> datetime:
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError as exc:
+            raise ValueError(f"episode row {row_index}: created_at {value!r} is not an ISO datetime") from exc
+    if not isinstance(value, datetime):
+        raise ValueError(f"episode row {row_index}: created_at must be a datetime, got {type(value).__name__}")
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+def arm_stats_from_episodes(
+    episodes: Iterable[Mapping[str, Any] | Episode], since: datetime | None = None
+) -> dict[str, ArmStats]:
+    """Counts per policy_version over pool rows created at or after `since` (naive = UTC).
+
+    Rows are dicts (or mappings, e.g. SQLAlchemy row mappings) with policy_version, outcome,
+    latency_ms, created_at and feedback, or `Episode` records as the pool's export returns
+    them; other keys are ignored."""
+    since_utc = _as_utc(since, -1) if since is not None else None
+    tallies: dict[str, dict[str, Any]] = {}
+    for index, item in enumerate(episodes):
+        row = item.model_dump() if isinstance(item, Episode) else item
+        for key in ("policy_version", "outcome", "created_at"):
+            if key not in row or row[key] is None:
+                raise ValueError(f"episode row {index}: missing {key!r}")
+        if since_utc is not None and _as_utc(row["created_at"], index) < since_utc:
+            continue
+        outcome = str(getattr(row["outcome"], "value", row["outcome"]))
+        if outcome not in KNOWN_OUTCOMES:
+            raise ValueError(
+                f"episode row {index}: unknown outcome {outcome!r}; expected one of {sorted(KNOWN_OUTCOMES)}"
+            )
+        tally = tallies.setdefault(
+            str(row["policy_version"]), {"successes": 0, "trials": 0, "hallucinations": 0, "errors": 0, "lat": []}
+        )
+        tally["trials"] += 1
+        latency = row.get("latency_ms")
+        if latency is not None:
+            tally["lat"].append(float(latency))
+        if outcome in ERROR_OUTCOMES:
+            tally["errors"] += 1
+            continue
+        verdict = feedback_verdict(row.get("feedback"))
+        success = (outcome == "correct") if verdict is None else verdict
+        if success:
+            tally["successes"] += 1
+        elif outcome in {"correct", "wrong"}:
+            tally["hallucinations"] += 1
+    return {
+        version: ArmStats(
+            successes=t["successes"],
+            trials=t["trials"],
+            hallucinations=t["hallucinations"],
+            errors=t["errors"],
+            latencies_ms=tuple(t["lat"]),
+        )
+        for version, t in tallies.items()
+    }

@@ -1,0 +1,479 @@
+"""A rule-based policy that uses the tools sensibly: search, read the best hits, answer.
+
+It stands in for a strong prompted model as the teacher (with the scenarios as an oracle its
+trajectories become SFT data) and for load tests (it answers instantly). Configured error
+rates inject wrong answers, "I don't know", malformed tool calls and wasted turns, drawn
+deterministically per (seed, question) so runs are reproducible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
+from agent_rl.inbox.store import InboxStore
+from agent_rl.records import Category, Scenario
+from agent_rl.reward.judge import DeterministicJudge, is_idk
+
+IDK = "I don't know"
+
+STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has have
+    having he her here hers herself him himself his how i if in into is it its itself just me more most my
+    myself no nor not now of off on once only or other our ours out over own same she should so some such
+    than that the their theirs them then there these they this those through to too under until up very
+    was we were what when where which while who whom whose why will with would you your yours yourself
+    email emails mail inbox message sent send say said tell told get got know new many much time day date
+    going go let us also please thanks thank regarding re fw fwd subject what's who's where's when's how's
+    i'm we're supposed need needs""".split()
+)
+_WORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9'&.-]*[A-Za-z0-9]|[0-9][0-9,.]*")
+
+
+class HeuristicConfig(BaseModel):
+    """Error rates (each a share of episodes), the seed, and the optional oracle."""
+
+    model_config = ConfigDict(frozen=True)
+
+    wrong_rate: float = Field(0.0, ge=0, le=1, description="share of episodes answered with a wrong answer")
+    idk_rate: float = Field(0.0, ge=0, le=1, description="share of episodes answered \"I don't know\"")
+    malformed_rate: float = Field(0.0, ge=0, le=1, description="share of episodes with a malformed tool call")
+    extra_turn_rate: float = Field(0.0, ge=0, le=1, description="share of episodes that waste one turn")
+    seed: int = 0
+    scenarios: list[Scenario] = Field(default_factory=list, description="oracle: golden answers by question text")
+    max_searches: int = Field(4, ge=1, description="searches before giving up")
+    max_reads: int = Field(3, ge=1, description="emails read before giving up")
+    version: str = "heuristic-v1"
+
+    @model_validator(mode="after")
+    def _rates_fit(self) -> HeuristicConfig:
+        total = self.wrong_rate + self.idk_rate + self.malformed_rate
+        if total > 1:
+            raise ValueError(f"wrong_rate + idk_rate + malformed_rate = {total} must not exceed 1")
+        return self
+
+
+@dataclass
+class _Plan:
+    """The injected errors of one episode, drawn from (seed, question)."""
+
+    mistake: str | None  # "wrong" | "idk" | "malformed" | None
+    extra_turn: bool
+    malformed_turn: int
+
+
+@dataclass
+class _State:
+    """What the conversation so far tells: the question, searches made, hits seen, emails read."""
+
+    question: str = ""
+    system: str = ""
+    turn: int = 0
+    searches: list[dict[str, Any]] = field(default_factory=list)
+    hits: list[str] = field(default_factory=list)
+    hit_text: dict[str, str] = field(default_factory=dict)
+    hit_date: dict[str, str] = field(default_factory=dict)
+    reads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    read_order: list[str] = field(default_factory=list)
+    repeated_search: bool = False
+
+
+def content_words(text: str) -> list[str]:
+    """Distinct non-stop words of `text`, in order."""
+    words = []
+    for word in _WORD_RE.findall(text):
+        token = word.strip(".,'").lower()
+        if len(token) > 1 and token not in STOP_WORDS and token not in words:
+            words.append(token)
+    return words
+
+
+def _proper_phrases(question: str) -> list[str]:
+    """Runs of capitalized words ("Timber Ridge", "Trident Electrical Supply"): the most distinctive keywords."""
+    phrases, run = [], []
+    for index, word in enumerate(re.findall(r"[A-Za-z0-9][A-Za-z0-9'&-]*", question)):
+        token = re.sub(r"'s$", "", word)
+        proper = (token[:1].isupper() or token[:1].isdigit()) and token.lower() not in STOP_WORDS and index > 0
+        if proper:
+            run.append(token)
+        elif run:
+            phrases.append(" ".join(run))
+            run = []
+    if run:
+        phrases.append(" ".join(run))
+    return list(dict.fromkeys(phrases))
+
+
+def _question_queries(question: str) -> list[dict[str, Any]]:
+    """Searches from the question alone: its names together, each name, a name with a topic word, topic words."""
+    phrases = _proper_phrases(question)
+    in_phrases = {w.lower() for p in phrases for w in p.split()}
+    topic = sorted((w for w in content_words(question) if w not in in_phrases), key=len, reverse=True)
+    queries = []
+    if phrases:
+        queries.append(phrases[:3])
+    if len(phrases) > 1:
+        queries += [[p] for p in phrases[:3]]
+    if phrases and topic:
+        queries.append([phrases[0], topic[0]])
+    if len(topic) >= 2:
+        queries.append(topic[:2])
+    queries += [[w] for w in topic[:1]]
+    return [{"keywords": q} for q in queries]
+
+
+class HeuristicPolicy(Policy):
+    """Reads each conversation and picks the next tool call by rules; never raises."""
+
+    def __init__(self, config: HeuristicConfig | None = None, store: InboxStore | None = None) -> None:
+        self.config = config or HeuristicConfig()
+        self.version = self.config.version
+        # With the store the oracle can pick keywords from the gold email itself.
+        self._store = store
+        self._scenarios: dict[str, list[Scenario]] = {}
+        for scenario in self.config.scenarios:
+            self._scenarios.setdefault(scenario.question.strip(), []).append(scenario)
+        self._judge = DeterministicJudge()
+        self._queries: dict[str, list[dict[str, Any]]] = {}
+
+    def act(
+        self, conversations: list[list[dict[str, Any]]], tools: list[dict[str, Any]], max_new_tokens: int = 256
+    ) -> list[PolicyTurn]:
+        schema_chars = len(json.dumps(tools)) if tools else 0
+        return [self._act_one(conversation, schema_chars) for conversation in conversations]
+
+    # -- one turn ----------------------------------------------------------------------------
+
+    def _act_one(self, conversation: list[dict[str, Any]], schema_chars: int) -> PolicyTurn:
+        try:
+            state = _read_state(conversation)
+            turn = self._decide(state)
+        except Exception:  # an odd conversation gets an honest give-up, not an exception
+            state = _State()
+            turn = _call(0, "return_final_answer", {"answer": IDK, "sources": []})
+        prompt_chars = schema_chars + sum(len(str(m.get("content") or "")) + len(json.dumps(m.get("tool_calls", ""))) for m in conversation)
+        completion_chars = len(turn.content) + sum(len(json.dumps(c.arguments)) + len(c.name) + 20 for c in turn.tool_calls)
+        # About four characters per token: close enough for cost accounting in load tests.
+        turn.prompt_tokens = prompt_chars // 4 + 1
+        turn.completion_tokens = completion_chars // 4 + 1
+        return turn
+
+    def _plan(self, question: str) -> _Plan:
+        digest = hashlib.sha256(f"{self.config.seed}\x00{question}".encode()).digest()
+        rng = random.Random(int.from_bytes(digest[:8], "big"))
+        draw, extra, malformed_turn = rng.random(), rng.random(), rng.randrange(3)
+        c = self.config
+        mistake = None
+        if draw < c.malformed_rate:
+            mistake = "malformed"
+        elif draw < c.malformed_rate + c.wrong_rate:
+            mistake = "wrong"
+        elif draw < c.malformed_rate + c.wrong_rate + c.idk_rate:
+            mistake = "idk"
+        return _Plan(mistake, extra < c.extra_turn_rate, malformed_turn)
+
+    def _decide(self, state: _State) -> PolicyTurn:
+        plan = self._plan(state.question)
+        scenario = self._scenario_for(state)
+        queries = self._search_plan(state.question, scenario)
+
+        step = self._oracle_step(state, scenario, queries) if scenario else self._reading_step(state, queries)
+        if step is None and plan.extra_turn and not state.repeated_search and state.searches:
+            step = _call(state.turn, "search_emails", dict(state.searches[0]))
+        # The malformed call replaces a chosen turn, or the answer if the episode ends sooner.
+        if plan.mistake == "malformed" and (step is None or state.turn >= plan.malformed_turn):
+            return _malformed(queries[0])
+        return step or self._answer(state, scenario, plan)
+
+    def _scenario_for(self, state: _State) -> Scenario | None:
+        candidates = self._scenarios.get(state.question.strip())
+        if not candidates:
+            return None
+        # The same question may be asked of several inboxes: the system prompt names this one.
+        return next((s for s in candidates if s.inbox_id in state.system), candidates[0])
+
+    def _oracle_step(self, state: _State, scenario: Scenario, queries: list[dict[str, Any]]) -> PolicyTurn | None:
+        """Search until a gold email shows up, read the gold emails seen; None when ready to answer."""
+        gold = scenario.source_ids if scenario.answerable else []
+        unread_gold = [h for h in state.hits if h in gold and h not in state.reads]
+        if unread_gold:
+            return _call(state.turn, "read_email", {"message_id": unread_gold[0]})
+        if not state.searches:
+            return _call(state.turn, "search_emails", queries[0])
+        if not gold or set(gold) <= set(state.reads):
+            return None
+        if len(state.searches) < min(len(queries), self.config.max_searches):
+            return _call(state.turn, "search_emails", queries[len(state.searches)])
+        return None
+
+    def _reading_step(self, state: _State, queries: list[dict[str, Any]]) -> PolicyTurn | None:
+        """Search, read the likeliest hits until a relevant email yields an answer; None when ready to answer."""
+        if state.read_order and _answer_from(state.question, state.reads[state.read_order[-1]]):
+            return None
+        unread = [h for h in state.hits if h not in state.reads]
+        if unread and len(state.reads) < self.config.max_reads:
+            # The most relevant hit first, the newest among equals: a later email may correct an earlier one.
+            best = max(unread, key=lambda h: (_relevance(state.question, state.hit_text.get(h, "")), state.hit_date.get(h, "")))
+            if _relevance(state.question, state.hit_text.get(best, "")) > 0 or len(state.searches) >= len(queries):
+                return _call(state.turn, "read_email", {"message_id": best})
+        if len(state.searches) < min(len(queries), self.config.max_searches):
+            return _call(state.turn, "search_emails", queries[len(state.searches)])
+        return None
+
+    def _answer(self, state: _State, scenario: Scenario | None, plan: _Plan) -> PolicyTurn:
+        answer, sources = IDK, []
+        if scenario is not None:
+            if scenario.answerable:
+                answer = scenario.answer
+                gold = scenario.source_ids
+                sources = [g for g in gold if g in state.reads] or [g for g in gold if g in state.hits] or list(gold)
+        else:
+            for message_id in reversed(state.read_order):
+                found = _answer_from(state.question, state.reads[message_id])
+                if found:
+                    answer, sources = found, [message_id]
+                    break
+        if plan.mistake == "idk":
+            answer, sources = IDK, []
+        elif plan.mistake == "wrong":
+            answer = self._wrong_answer(state, scenario, answer)
+            sources = sources or state.read_order[:1]
+        return _call(state.turn, "return_final_answer", {"answer": answer, "sources": sources})
+
+    def _wrong_answer(self, state: _State, scenario: Scenario | None, right: str) -> str:
+        """A plausible answer that the judge rejects (checked against the golden when it is known)."""
+        candidates = []
+        if right and not is_idk(right):
+            shifted = re.sub(r"\d+", lambda m: str(int(m.group()) % 9 + 2) if len(m.group()) < 3 else str(int(m.group()) + 7), right)
+            if shifted != right:
+                candidates.append(shifted)
+        candidates += ["Next Tuesday at 4 pm", "$12,345", "Robert Fallon", "In Chicago", "It was cancelled"]
+        golden = (scenario.answer if scenario and scenario.answerable else IDK) if scenario else right
+        for candidate in candidates:
+            if not self._judge.judge(state.question, golden, candidate).correct:
+                return candidate
+        return "Nobody"
+
+    # -- search queries -----------------------------------------------------------------------
+
+    def _search_plan(self, question: str, scenario: Scenario | None) -> list[dict[str, Any]]:
+        key = question.strip() + ("\x00oracle" if scenario else "")
+        if key not in self._queries:
+            queries = self._oracle_queries(question, scenario) if scenario else []
+            queries += _question_queries(question)
+            unique: list[dict[str, Any]] = []
+            for query in queries:
+                if query not in unique:
+                    unique.append(query)
+            if len(self._queries) > 100_000:  # bounded memory in long load tests
+                self._queries.clear()
+            self._queries[key] = unique or [{"keywords": [question.split()[0] if question.split() else "email"]}]
+        return self._queries[key]
+
+    def _oracle_queries(self, question: str, scenario: Scenario) -> list[dict[str, Any]]:
+        """Keywords that find the gold email: question words it contains, then its subject words, then by sender."""
+        if self._store is None or not scenario.answerable or not scenario.source_ids:
+            return []
+        try:
+            email = self._store.read(scenario.inbox_id, scenario.source_ids[0])
+        except Exception:
+            email = None
+        if email is None:
+            return []
+        in_email = set(content_words(f"{email.subject} {email.body}"))
+        shared = [p for p in _proper_phrases(question) if p.lower() in f"{email.subject} {email.body}".lower()]
+        shared += sorted((w for w in content_words(question) if w in in_email), key=len, reverse=True)
+        subject = [w for w in content_words(email.subject) if not w[:1].isdigit()]
+        queries = []
+        if shared:
+            queries.append({"keywords": shared[:2]})
+        if subject:
+            queries.append({"keywords": subject[:3]})
+        if shared and email.sender:
+            queries.append({"keywords": shared[:1], "sender": email.sender})
+        return queries
+
+
+def _call(turn: int, name: str, arguments: dict[str, Any]) -> PolicyTurn:
+    return PolicyTurn(content="", tool_calls=[ToolCall(name=name, arguments=arguments, id=f"call_{turn}")])
+
+
+def _malformed(query: dict[str, Any]) -> PolicyTurn:
+    # What a small model emits when it stops mid-call: the runner must see a format error.
+    text = '<tool_call>\n{"name": "search_emails", "arguments": ' + json.dumps(query)[:-2]
+    return PolicyTurn(content=text, parse_error="unterminated JSON in <tool_call>")
+
+
+def _read_state(conversation: list[dict[str, Any]]) -> _State:
+    state = _State()
+    for message in conversation:
+        role = message.get("role")
+        if role == "system" and not state.system:
+            state.system = str(message.get("content") or "")
+        elif role == "user" and not state.question:
+            state.question = str(message.get("content") or "")
+        elif role == "assistant":
+            state.turn += 1
+            for call in message.get("tool_calls") or []:
+                function = call.get("function", {})
+                if function.get("name") == "search_emails":
+                    arguments = function.get("arguments")
+                    if arguments in state.searches:
+                        state.repeated_search = True
+                    state.searches.append(arguments)
+        elif role == "tool":
+            _read_tool_result(state, message)
+    return state
+
+
+def _read_tool_result(state: _State, message: dict[str, Any]) -> None:
+    try:
+        result = json.loads(message.get("content") or "")
+    except (TypeError, ValueError):
+        return
+    if message.get("name") == "search_emails" and isinstance(result, list):
+        for hit in result:
+            if isinstance(hit, dict) and isinstance(hit.get("id"), str) and hit["id"] not in state.hits:
+                state.hits.append(hit["id"])
+                state.hit_text[hit["id"]] = f"{hit.get('subject', '')} {hit.get('snippet', '')}"
+                state.hit_date[hit["id"]] = str(hit.get("date") or "")
+    elif message.get("name") == "read_email" and isinstance(result, dict) and "body" in result:
+        message_id = str(result.get("id"))
+        if message_id not in state.reads:
+            state.read_order.append(message_id)
+        state.reads[message_id] = result
+
+
+# -- answer extraction (no oracle) ---------------------------------------------------------------
+
+_MONTH = r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sept?(?:ember)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)"
+_WEEKDAY = r"(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day"
+_DATE_RE = re.compile(
+    rf"\b(?:{_WEEKDAY},?\s+)?(?:{_MONTH}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?"
+    rf"|\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?"
+    rf"|\d{{4}}-\d{{2}}-\d{{2}}|\d{{1,2}}/\d{{1,2}}(?:/\d{{2,4}})?)\b"
+)
+_TIME_RE = re.compile(r"\b\d{1,2}(?::\d{2})?\s*(?:[ap]\.?m\.?)(?!\w)|\b(?:noon|midnight)\b", re.IGNORECASE)
+_AMOUNT_RE = re.compile(
+    r"(?:\$|USD\s?)\s?\d[\d,]*(?:\.\d+)?(?:\s?(?:million|billion|thousand|[kKmM]{1,2}|bn)\b)?"
+    r"|\b\d[\d,]*(?:\.\d+)?\s?(?:million|billion|thousand)?\s?(?:dollars|USD)\b"
+)
+_COUNT_RE = re.compile(r"\b\d[\d,]*(?:\.\d+)?\b")
+_NOT_NAMES = set(
+    "The This That These Those Please Thanks Thank Dear Hi Hello Best Regards From Subject Sent Re Fw Fwd "
+    "Monday Tuesday Wednesday Thursday Friday Saturday Sunday January February March April May June July "
+    "August September October November December Inc Corp LLC Enron I We You He She It They Our Let Effective "
+    "Update Hey Good Morning Afternoon Regards Cheers Update Heads FYI Note Attached Final Scratch".split()
+)
+_NAME_RE = re.compile(r"\b([A-Z][a-z]+(?:\s+[A-Z]\.)?\s+[A-Z][a-z]+(?:-[A-Z][a-z]+)?)\b")
+_PLACE_RE = re.compile(r"\b(?:in|at|to|from|near|picked|chose|chosen|selected)\s+(?:the\s+)?((?:[A-Z][A-Za-z]+|\d+[A-Z])(?:\s+(?:[A-Z][A-Za-z]+|\d+[A-Z])){0,3})")
+_STATUS_RE = re.compile(
+    r"\b(?:(?:not|never)\s+(?:been\s+|yet\s+(?:been\s+)?)?)?"
+    r"(?:approved|rejected|declined|denied|on hold|postponed|completed|finished|cancell?ed|pending|signed off)\b",
+    re.IGNORECASE,
+)
+
+
+def question_category(question: str) -> Category | None:
+    """The kind of answer the question asks for, from its wording; None when the rules cannot tell."""
+    q = question.lower()
+    if re.search(r"\bhow (?:much|many)\b|\bcost|\bprice|\bamount|\bbudget|\bfee\b|\bpaid\b|\bpay\b|\$", q):
+        return Category.AMOUNT
+    if re.search(r"\bwhen\b|what (?:date|day|time)|which (?:date|day)|\bdeadline\b|\bdue\b", q):
+        return Category.DATE
+    if re.search(r"\bwho\b|\bwhom\b|\bwhose\b|which person|name of", q):
+        return Category.PERSON
+    if re.search(r"\bwhere\b|which (?:city|office|room|building|hotel|venue)|what (?:city|room|location|venue)", q):
+        return Category.LOCATION
+    if re.search(r"\bstatus\b|\bapproved?\b|\brejected\b|\bdecisions?\b|\bdecided?\b|\bon hold\b|\bcancel|what happened", q):
+        return Category.STATUS
+    return None
+
+
+def _own_text(body: str) -> str:
+    """The email's own words: quoted replies ("> ...") and the signature after "--" are left out."""
+    lines = []
+    for line in body.splitlines():
+        if line.strip() in ("--", "-- "):
+            break
+        if not line.lstrip().startswith(">"):
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip()]
+
+
+def _relevance(question: str, text: str) -> float:
+    """How surely `text` is about what the question asks: its names must all appear, then shared topic words."""
+    text = text.lower()
+    phrases = _proper_phrases(question)
+    if phrases and not all(p.lower() in text for p in phrases):
+        return 0.0
+    words = set(content_words(text))
+    shared = sum(w in words for w in content_words(question))
+    return (1.0 if phrases else 0.0) + shared / 100 if (phrases or shared >= 2) else 0.0
+
+
+def _answer_from(question: str, email: dict[str, Any]) -> str | None:
+    """An answer from `email` if it is about the question's subject, else None."""
+    if _relevance(question, f"{email.get('subject', '')} {email.get('body', '')}") <= 0:
+        return None
+    return _extract_answer(question, email)
+
+
+def _extract_answer(question: str, email: dict[str, Any]) -> str | None:
+    """An answer span of the question's type from the email's sentences most like the question, else None."""
+    category = question_category(question)
+    if category is None:
+        return None
+    asked = set(content_words(question))
+    sentences = _sentences(f"{email.get('subject', '')}.\n{_own_text(str(email.get('body', '')))}")
+    # Stable sort: among equally relevant sentences the earlier (newer, in a reply) wins.
+    for sentence in sorted(sentences, key=lambda s: -len(asked & set(content_words(s)))):
+        found = _span(category, sentence, question)
+        if found:
+            return found
+    return None
+
+
+def _span(category: Category, sentence: str, question: str) -> str | None:
+    if category == Category.DATE:
+        values = [m.group().strip() for m in _DATE_RE.finditer(sentence)][:1]
+        values += [m.group().strip() for m in _TIME_RE.finditer(sentence)][:1]
+        return " at ".join(values) or None
+    if category == Category.AMOUNT:
+        money = _AMOUNT_RE.search(sentence)
+        if money:
+            return money.group().strip()
+        if "how many" in question.lower():
+            count = _COUNT_RE.search(_DATE_RE.sub(" ", sentence))
+            return count.group() if count else None
+        return None
+    if category == Category.PERSON:
+        for match in _NAME_RE.finditer(sentence):
+            name = match.group(1)
+            first = name.split()[0]
+            asked = question.lower()
+            if first not in _NOT_NAMES and not any(part.lower() in asked for part in name.split()):
+                return name
+        return None
+    if category == Category.LOCATION:
+        for match in _PLACE_RE.finditer(sentence):
+            place = match.group(1)
+            if place.split()[0] not in _NOT_NAMES and place.lower() not in question.lower():
+                return place
+        return None
+    if category == Category.STATUS:
+        match = _STATUS_RE.search(sentence)
+        return match.group().strip() if match else None
+    return None

@@ -1,0 +1,173 @@
+"""A policy that runs a causal LM in-process with transformers: several conversations are rendered with the
+chat template and generated in one left-padded batch, then parsed into tool calls (fp32 on CPU by default)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
+
+from agent_rl.agent.chat_format import parse_completion, render_prompt
+from agent_rl.agent.policy import Policy, PolicyTurn
+
+
+class LocalPolicyConfig(BaseModel):
+    """How to load and sample a local model."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str = Field(description="checkpoint directory, or a spec for resolve_model: 'base', 'smollm2', 'tiny'")
+    adapter: str | None = Field(None, description="PEFT adapter directory applied (and merged) on top of `model`")
+    temperature: NonNegativeFloat = Field(0.0, description="0 means greedy decoding")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling mass when temperature > 0")
+    seed: int | None = Field(None, description="makes sampled generations reproducible across runs")
+    batch_size: PositiveInt = Field(8, description="conversations generated together in one forward batch")
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
+        "float32", description="'auto' picks bfloat16 on CUDA and float32 on CPU")
+    version: str | None = Field(None, description="recorded on episodes; defaults to the model/adapter names")
+
+
+class LocalPolicy(Policy):
+    """Batched transformers generation behind the Policy interface."""
+
+    def __init__(self, model: str | Path, adapter: str | Path | None = None, **options: Any) -> None:
+        self.config = LocalPolicyConfig(model=str(model), adapter=None if adapter is None else str(adapter), **options)
+        self.model, self.tokenizer, path = _load(self.config)
+        self.version = self.config.version or _default_version(path, self.config.adapter)
+        self._setup_generation()
+
+    @classmethod
+    def from_config(cls, config: LocalPolicyConfig) -> LocalPolicy:
+        return cls(**config.model_dump())
+
+    @classmethod
+    def from_model(cls, model: Any, tokenizer: Any, version: str = "in-memory", **options: Any) -> LocalPolicy:
+        """Wrap an already loaded model (e.g. the one being trained) without reloading it."""
+        policy = cls.__new__(cls)
+        policy.config = LocalPolicyConfig(model="<in-memory>", version=version, **options)
+        policy.model, policy.tokenizer, policy.version = model, tokenizer, version
+        policy._setup_generation()
+        return policy
+
+    def _setup_generation(self) -> None:
+        tokenizer = self.tokenizer
+        tokenizer.padding_side = "left"  # generation continues from the right edge of every row
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        stop = {tokenizer.eos_token_id}
+        im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+            stop.add(im_end)
+        self.stop_token_ids = sorted(i for i in stop if i is not None)
+        self.context_length = int(getattr(self.model.config, "max_position_embeddings", 0) or 0) or None
+        self._calls = 0
+        # One generation at a time: the arbiter calls act() from several threads, and the seed stream is global.
+        self._lock = threading.Lock()
+
+    def act(
+        self,
+        conversations: list[list[dict[str, Any]]],
+        tools: list[dict[str, Any]],
+        max_new_tokens: int = 256,
+    ) -> list[PolicyTurn]:
+        turns: list[PolicyTurn | None] = [None] * len(conversations)
+        prompts: dict[int, list[int]] = {}
+        for index, messages in enumerate(conversations):
+            try:
+                text = render_prompt(self.tokenizer, messages, tools)
+            except Exception as exc:  # a conversation the template cannot render is that turn's format error
+                turns[index] = PolicyTurn(parse_error=f"could not render the conversation: {exc}")
+                continue
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            if self.context_length and len(ids) + max_new_tokens > self.context_length:
+                turns[index] = PolicyTurn(
+                    parse_error=f"prompt of {len(ids)} tokens + {max_new_tokens} new tokens exceeds the "
+                                f"context length {self.context_length}", prompt_tokens=len(ids))
+                continue
+            prompts[index] = ids
+        # Similar lengths together: less padding, same outputs (greedy results do not depend on the batch).
+        order = sorted(prompts, key=lambda i: len(prompts[i]))
+        size = self.config.batch_size
+        for start in range(0, len(order), size):
+            chunk = order[start:start + size]
+            for index, turn in zip(chunk, self._generate([prompts[i] for i in chunk], max_new_tokens)):
+                turns[index] = turn
+        return [t if t is not None else PolicyTurn(parse_error="no output") for t in turns]
+
+    def _generate(self, prompts: list[list[int]], max_new_tokens: int) -> list[PolicyTurn]:
+        with self._lock:
+            return self._generate_locked(prompts, max_new_tokens)
+
+    def _generate_locked(self, prompts: list[list[int]], max_new_tokens: int) -> list[PolicyTurn]:
+        import torch
+
+        batch = self.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt")
+        batch = {k: v.to(self.model.device) for k, v in batch.items()}
+        sampling: dict[str, Any] = {"do_sample": False}
+        if self.config.temperature > 0:
+            sampling = {"do_sample": True, "temperature": self.config.temperature, "top_p": self.config.top_p,
+                        "top_k": 0}
+            if self.config.seed is not None:
+                # A different but reproducible stream per call: same seed, same sequence of episodes.
+                torch.manual_seed(self.config.seed + self._calls)
+        self._calls += 1
+        with torch.inference_mode():
+            output = self.model.generate(
+                **batch,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=self.stop_token_ids,
+                pad_token_id=self.tokenizer.pad_token_id,
+                **sampling,
+            )
+        width = batch["input_ids"].shape[1]
+        turns = []
+        for prompt, row in zip(prompts, output[:, width:].tolist()):
+            completion = _until_stop(row, self.stop_token_ids)
+            text = self.tokenizer.decode(completion, skip_special_tokens=False)
+            turn = parse_completion(text)
+            turn.prompt_tokens = len(prompt)
+            # The stop token is generated and billed like any other token.
+            turn.completion_tokens = len(completion) + (1 if len(completion) < len(row) else 0)
+            turns.append(turn)
+        return turns
+
+
+def _until_stop(row: list[int], stop_ids: list[int]) -> list[int]:
+    for position, token in enumerate(row):
+        if token in stop_ids:
+            return row[:position]
+    return row
+
+
+def _default_version(model_path: Path, adapter: str | None) -> str:
+    return f"{model_path.name}+{Path(adapter).name}" if adapter else model_path.name
+
+
+def _load(config: LocalPolicyConfig) -> tuple[Any, Any, Path]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agent_rl.agent.models import resolve_model
+
+    path = resolve_model(config.model)
+    device = config.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype_name = config.dtype
+    if dtype_name == "auto":
+        dtype_name = "bfloat16" if device == "cuda" else "float32"
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype_name))
+    if config.adapter:
+        from peft import PeftModel
+
+        adapter = Path(config.adapter)
+        if not (adapter / "adapter_config.json").is_file():
+            raise ValueError(f"adapter {config.adapter!r} is not a PEFT adapter directory (no adapter_config.json)")
+        # Merged for inference: one matmul per layer instead of base + low-rank path.
+        model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    model.to(device).eval()
+    return model, tokenizer, path

@@ -1,0 +1,309 @@
+"""The arbiter's HTTP API (FastAPI): answer questions with the routed policy, log every episode, take feedback.
+
+Every error is JSON `{"error": ..., "detail": ...}`; bad requests are 4xx and logged (without
+bodies or credentials), a pool that cannot be written is 503. Each response carries a
+`Server-Timing` header (`total` and `episode` milliseconds) so the routing and logging overhead
+can be measured from outside.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import time
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agent_rl.arbiter.config import ArbiterConfig
+from agent_rl.arbiter.policies import PolicyLoadError
+from agent_rl.arbiter.service import ArbiterService, PoolUnavailable, ScenarioMismatch, UnknownInbox, UnknownScenario
+from agent_rl.pool import UnknownEpisodeError
+
+log = logging.getLogger("agent_rl.arbiter")
+
+__all__ = ["ArbiterConfig", "create_app"]
+
+
+# -- request and response bodies ----------------------------------------------------------------
+
+
+def _no_lone_surrogates(value: str | None) -> str | None:
+    # JSON escapes like "\ud800" decode to strings no database can store: refuse them up front.
+    if value is not None:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError("contains invalid unicode (a lone surrogate escape)") from exc
+    return value
+
+
+class AskRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    inbox: str = Field(min_length=1, max_length=320, description="address of the mailbox to answer from")
+    question: str = Field(min_length=1, max_length=4000)
+    scenario_id: str | None = Field(None, min_length=1, max_length=200, description="judge against this scenario")
+    request_key: str | None = Field(None, min_length=1, max_length=200, description="same key, same policy version")
+
+    _check_unicode = field_validator("inbox", "question", "scenario_id", "request_key")(_no_lone_surrogates)
+
+
+class AskResponse(BaseModel):
+    answer: str | None
+    sources: list[str]
+    episode_id: str
+    policy_version: str
+    outcome: str
+    reward: float | None
+
+
+class FeedbackRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    episode_id: str = Field(min_length=1, max_length=64)
+    verdict: str = Field(min_length=1, max_length=2000, description="e.g. 'up', 'down' or a short comment")
+
+    _check_unicode = field_validator("episode_id", "verdict")(_no_lone_surrogates)
+
+
+class RoutingUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    weights: dict[str, float]
+    specs: dict[str, str] | None = None
+    reason: str = Field(min_length=1, max_length=2000)
+    actor: str = Field("admin", min_length=1, max_length=200)
+    stats: dict[str, Any] | None = None
+
+
+class RoutingView(BaseModel):
+    weights: dict[str, float]
+    specs: dict[str, str]
+    default: bool
+    updated_at: datetime | None = None
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+class ApiError(StarletteHTTPException):
+    """An HTTP error with a short `error` and a longer `detail`."""
+
+    def __init__(self, status: int, error: str, detail: Any = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(status_code=status, detail=detail, headers=headers)
+        self.error = error
+
+
+def _error_response(request: Request, status: int, error: str, detail: Any, headers: dict[str, str] | None = None) -> JSONResponse:
+    level = logging.ERROR if status >= 500 else logging.WARNING
+    # Only method, path and the message: bodies may hold personal data, headers hold the token.
+    log.log(level, "%s %s -> %d %s: %s", request.method, request.url.path, status, error, detail)
+    return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
+
+
+def _validation_detail(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # The input values are left out on purpose (they can be huge or personal).
+    return [{"loc": [str(p) for p in e.get("loc", ())], "msg": e.get("msg", "")} for e in errors]
+
+
+async def _on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = list(exc.errors())
+    content_type = request.headers.get("content-type", "")
+    if "json" not in content_type and any(tuple(e.get("loc", ())) == ("body",) for e in errors):
+        return _error_response(request, 415, "unsupported media type", "send the body as JSON with 'Content-Type: application/json'")
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return _error_response(request, 400, "malformed JSON", "the request body is not valid JSON")
+    return _error_response(request, 422, "invalid request", _validation_detail(errors))
+
+
+async def _on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if isinstance(exc, ApiError):
+        return _error_response(request, exc.status_code, exc.error, exc.detail, exc.headers)
+    if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+        # FastAPI's wording for a body that is not even text (e.g. invalid UTF-8).
+        return _error_response(request, 400, "malformed JSON", "the request body is not valid UTF-8 JSON")
+    error = {404: "not found", 405: "method not allowed"}.get(exc.status_code, "request refused")
+    return _error_response(request, exc.status_code, error, exc.detail, getattr(exc, "headers", None))
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return JSONResponse(
+        {"error": "internal error", "detail": f"{type(exc).__name__}; see the arbiter log"}, status_code=500
+    )
+
+
+class RequestGuard:
+    """Pure ASGI middleware: refuses bodies over the limit (413) and adds the Server-Timing header."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        state = scope.setdefault("state", {})
+        limit = self.max_body_bytes
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                if not value.isdigit() or int(value) > limit:
+                    await self._refuse(scope, send, f"the request body is over {limit} bytes")
+                    return
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:  # chunked bodies have no Content-Length to check up front
+                    raise ApiError(413, "request body too large", f"the request body is over {limit} bytes")
+            return message
+
+        async def timed_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                total_ms = (time.perf_counter() - started) * 1000
+                timing = f"total;dur={total_ms:.3f}"
+                if "episode_ms" in state:
+                    timing += f", episode;dur={state['episode_ms']:.3f}"
+                message.setdefault("headers", [])
+                message["headers"] = list(message["headers"]) + [(b"server-timing", timing.encode())]
+            await send(message)
+
+        await self.app(scope, limited_receive, timed_send)
+
+    async def _refuse(self, scope: Scope, send: Send, detail: str) -> None:
+        log.warning("%s %s -> 413 request body too large: %s", scope.get("method"), scope.get("path"), detail)
+        response = JSONResponse({"error": "request body too large", "detail": detail}, status_code=413)
+        await response(scope, _drain, send)
+
+
+async def _drain() -> Message:
+    return {"type": "http.disconnect"}
+
+
+# -- the app ------------------------------------------------------------------------------------
+
+
+def _require_admin(request: Request, token_env: str) -> None:
+    expected = os.environ.get(token_env)
+    if not expected:
+        raise ApiError(403, "routing changes are disabled", f"no admin token is configured: set {token_env} on the arbiter")
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        raise ApiError(401, "authentication required", "send 'Authorization: Bearer <admin token>'", {"WWW-Authenticate": "Bearer"})
+    if not hmac.compare_digest(given.strip().encode(), expected.encode()):
+        raise ApiError(403, "forbidden", "the admin token is wrong")
+
+
+def create_app(config: ArbiterConfig | None = None) -> FastAPI:
+    """The arbiter as an ASGI app; its pool, inbox connections and episode threads live for the app's lifespan."""
+    config = config or ArbiterConfig()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        service = ArbiterService(config)
+        app.state.service = service
+        log.info("arbiter ready: pool %s, routing %s", service.pool.engine.url.render_as_string(hide_password=True),
+                 dict(service.router.current().weights))
+        try:
+            yield
+        finally:
+            service.close()  # waits for running batches: every answered episode is committed
+
+    app = FastAPI(title="agent-rl arbiter", lifespan=lifespan)
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, _on_http_error)
+    app.add_exception_handler(Exception, _on_unexpected)
+    app.add_middleware(RequestGuard, max_body_bytes=config.max_body_bytes)
+
+    def service_of(request: Request) -> ArbiterService:
+        return request.app.state.service
+
+    @app.get("/healthz")
+    async def healthz(request: Request) -> dict[str, Any]:
+        service = service_of(request)
+        return {"status": "ok", "policies_loaded": service.policies.loaded(), "episodes_written": service.episodes_written}
+
+    @app.post("/v1/ask", response_model=AskResponse)
+    async def ask(body: AskRequest, request: Request) -> AskResponse:
+        service = service_of(request)
+        try:
+            served = await service.ask(body.inbox, body.question, body.scenario_id, body.request_key)
+        except UnknownInbox as exc:
+            raise ApiError(404, "unknown inbox", str(exc)) from exc
+        except UnknownScenario as exc:
+            raise ApiError(404, "unknown scenario", str(exc)) from exc
+        except ScenarioMismatch as exc:
+            raise ApiError(422, "scenario does not match inbox", str(exc)) from exc
+        except PolicyLoadError as exc:
+            raise ApiError(503, "policy unavailable", str(exc)) from exc
+        except PoolUnavailable as exc:
+            raise ApiError(503, "benchmark pool unavailable", str(exc)) from exc
+        request.state.episode_ms = served.episode_seconds * 1000
+        episode = served.episode
+        return AskResponse(
+            answer=episode.final_answer,
+            sources=episode.sources,
+            episode_id=episode.episode_id,
+            policy_version=episode.policy_version,
+            outcome=str(episode.outcome),
+            reward=episode.reward,
+        )
+
+    @app.post("/v1/feedback")
+    async def feedback(body: FeedbackRequest, request: Request) -> dict[str, str]:
+        try:
+            await service_of(request).feedback(body.episode_id, body.verdict)
+        except UnknownEpisodeError as exc:
+            raise ApiError(404, "unknown episode", str(exc)) from exc
+        except ValueError as exc:
+            raise ApiError(422, "invalid feedback", str(exc)) from exc
+        except Exception as exc:
+            raise ApiError(503, "benchmark pool unavailable", f"{type(exc).__name__} while recording feedback") from exc
+        return {"episode_id": body.episode_id, "feedback": body.verdict.strip()}
+
+    @app.get("/v1/routing", response_model=RoutingView)
+    async def get_routing(request: Request) -> RoutingView:
+        try:
+            routing, is_default = await service_of(request).routing()
+        except Exception as exc:
+            raise ApiError(503, "benchmark pool unavailable", f"{type(exc).__name__} while reading routing") from exc
+        return RoutingView(weights=routing.weights, specs=routing.specs, default=is_default)
+
+    @app.put("/v1/routing", response_model=RoutingView)
+    async def put_routing(request: Request) -> RoutingView:
+        # Authenticate before even parsing the body: strangers learn nothing about its format.
+        _require_admin(request, config.admin_token_env)
+        raw = await request.body()
+        try:
+            update = RoutingUpdate.model_validate_json(raw)
+        except ValidationError as exc:
+            if any(e.get("type") == "json_invalid" for e in exc.errors()):
+                raise ApiError(400, "malformed JSON", "the request body is not valid JSON") from exc
+            raise ApiError(422, "invalid routing", _validation_detail(exc.errors())) from exc
+        try:
+            routing = await service_of(request).set_routing(
+                update.weights, update.specs, update.reason, update.actor, update.stats
+            )
+        except PolicyLoadError as exc:
+            raise ApiError(422, "policy cannot be loaded", str(exc)) from exc
+        except ValueError as exc:
+            raise ApiError(422, "invalid routing", str(exc)) from exc
+        log.info("routing changed by %s (%s): %s", update.actor, update.reason, routing.weights)
+        return RoutingView(weights=routing.weights, specs=routing.specs, default=False, updated_at=routing.updated_at)
+
+    return app

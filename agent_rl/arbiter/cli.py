@@ -1,0 +1,105 @@
+"""`agent-rl arbiter serve` and `agent-rl traffic replay`: thin commands over the arbiter library."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+app = typer.Typer(help="The traffic-splitting arbiter (HTTP).", no_args_is_help=True)
+traffic_app = typer.Typer(help="Send scenarios as traffic through a running arbiter.", no_args_is_help=True)
+
+
+@app.callback()
+def _arbiter() -> None:
+    """Serve the arbiter."""  # a callback keeps `serve` a sub-command even though it is the only one
+
+
+@traffic_app.callback()
+def _traffic() -> None:
+    """Replay traffic."""
+
+
+@app.command("serve")
+def serve_command(
+    host: Annotated[str, typer.Option(help="Interface to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port")] = 8700,
+    pool_url: Annotated[Optional[str], typer.Option("--pool-url", help="Benchmark pool; default AGENT_RL_POOL_URL or AGENT_RL_HOME/pool.db")] = None,
+    inbox_url: Annotated[Optional[str], typer.Option("--inbox-url", help="Inbox store; default AGENT_RL_INBOX_URL or AGENT_RL_HOME/inbox.db")] = None,
+    scenarios: Annotated[Optional[Path], typer.Option(help="Scenarios JSONL for judging requests that name a scenario_id")] = None,
+    default_routing: Annotated[Optional[str], typer.Option("--default-routing", help='Weights while the routing table is empty, JSON, e.g. \'{"heuristic": 1}\'')] = None,
+    batch_window_ms: Annotated[float, typer.Option(help="Wait this long to batch requests of one policy")] = 0.0,
+    log_level: Annotated[str, typer.Option(help="uvicorn/arbiter log level")] = "info",
+    access_log: Annotated[bool, typer.Option("--access-log/--no-access-log", help="Log every request line")] = False,
+) -> None:
+    """Serve POST /v1/ask, POST /v1/feedback, GET|PUT /v1/routing and GET /healthz."""
+    from pydantic import ValidationError
+
+    from agent_rl.arbiter.config import ArbiterConfig
+    from agent_rl.arbiter.server import serve
+
+    options: dict = {"pool_url": pool_url, "inbox_url": inbox_url, "scenarios_path": scenarios, "batch_window_ms": batch_window_ms}
+    if default_routing:
+        try:
+            options["default_routing"] = json.loads(default_routing)
+        except json.JSONDecodeError as exc:
+            raise typer.BadParameter(f"not valid JSON: {exc}", param_hint="--default-routing") from exc
+    try:
+        config = ArbiterConfig(**options)
+    except ValidationError as exc:
+        typer.echo(f"error: invalid arbiter configuration: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    serve(config, host=host, port=port, log_level=log_level, access_log=access_log)
+
+
+@traffic_app.command("replay")
+def replay_command(
+    url: Annotated[str, typer.Option(help="Base URL of the arbiter, e.g. http://127.0.0.1:8700")],
+    split: Annotated[Optional[str], typer.Option(help="Only scenarios of this split: train or test")] = None,
+    n: Annotated[Optional[int], typer.Option(help="Number of requests (cycles through the scenarios); default one per scenario")] = None,
+    concurrency: Annotated[int, typer.Option(help="Requests in flight at once")] = 16,
+    scenarios: Annotated[Optional[Path], typer.Option(help="Scenarios JSONL; default AGENT_RL_HOME/scenarios.jsonl")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only the summary as JSON")] = False,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar")] = True,
+) -> None:
+    """Send scenarios to a running arbiter and print a summary (sent, ok, errors by status, per-version counts)."""
+    from tqdm import tqdm
+
+    from agent_rl.arbiter.replay import replay, select_scenarios
+    from agent_rl.arbiter.service import default_scenarios_path
+    from agent_rl.records import Split
+    from agent_rl.scenarios import load_scenarios
+
+    if split is not None and split not in {s.value for s in Split}:
+        raise typer.BadParameter(f"{split!r}: choose train or test", param_hint="--split")
+    path = scenarios or default_scenarios_path()
+    if not path.exists():
+        typer.echo(f"error: scenarios file {path} does not exist (give --scenarios FILE)", err=True)
+        raise typer.Exit(2)
+    try:
+        chosen = select_scenarios(load_scenarios(path), split, n)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+    bar = tqdm(total=len(chosen), unit="req", disable=not progress or as_json)
+    summary = asyncio.run(replay(url, chosen, concurrency=concurrency, on_done=lambda ok: bar.update(1)))
+    bar.close()
+    report = summary.as_dict()
+    if as_json:
+        typer.echo(json.dumps(report))
+    else:
+        typer.echo(
+            f"sent {report['sent']}, ok {report['ok']} in {report['elapsed_s']} s ({report['requests_per_s']} req/s)"
+        )
+        typer.echo(f"per version: {report['per_version']}")
+        typer.echo(f"outcomes: {report['outcomes']}")
+        if report["errors_by_status"]:
+            typer.echo(f"errors by status: {report['errors_by_status']}")
+    if summary.ok < summary.sent:
+        raise typer.Exit(1)

@@ -1,0 +1,41 @@
+"""Typed configuration of the arbiter service, with defaults that run on a laptop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
+
+from agent_rl.agent.runner import RunnerConfig
+
+
+class ArbiterConfig(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    pool_url: str | None = Field(None, description="benchmark pool; default AGENT_RL_POOL_URL or SQLite under AGENT_RL_HOME")
+    inbox_url: str | None = Field(None, description="inbox store; default AGENT_RL_INBOX_URL or SQLite under AGENT_RL_HOME")
+    admin_token_env: str = Field(
+        "AGENT_RL_ADMIN_TOKEN", description="environment variable holding the bearer token for routing changes"
+    )
+    runner: RunnerConfig = Field(default_factory=RunnerConfig)
+    default_routing: dict[str, float] = Field(
+        default_factory=lambda: {"heuristic": 1.0},
+        description="weights used while the pool's routing table is empty (version names double as specs)",
+    )
+    scenarios_path: Path | None = Field(
+        None, description="JSONL of Scenario records; requests naming a scenario_id are judged against it"
+    )
+    batch_window_ms: float = Field(
+        0.0, ge=0, le=1000, description="how long to wait for more requests of the same version before running a batch"
+    )
+    max_batch: PositiveInt = Field(16, description="most episodes run together in one runner call (and committed in one transaction)")
+    episode_workers: PositiveInt = Field(4, description="threads that run episodes (each has its own inbox connection)")
+    routing_ttl_s: float = Field(1.0, ge=0, description="how long routing read from the pool is reused")
+    max_body_bytes: PositiveInt = Field(64 * 1024, description="larger request bodies are refused with 413")
+
+    @field_validator("default_routing")
+    @classmethod
+    def _some_traffic(cls, weights: dict[str, float]) -> dict[str, float]:
+        if not weights or any(w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
+            raise ValueError("default_routing needs weights >= 0 with a positive sum, e.g. {'heuristic': 1.0}")
+        return weights

@@ -1,0 +1,122 @@
+"""Replay scenarios as traffic through a running arbiter, with bounded concurrency, and summarize what came back.
+
+This is how the benchmark pool fills up without real users: each scenario becomes one
+`POST /v1/ask` (with its scenario_id, so the episode is judged), cycling through the scenarios
+when more requests than scenarios are asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from agent_rl.records import Scenario, Split
+
+
+@dataclass
+class ReplaySummary:
+    sent: int = 0
+    ok: int = 0
+    errors_by_status: dict[str, int] = field(default_factory=dict)  # "503", or "connect" for transport errors
+    per_version: dict[str, int] = field(default_factory=dict)
+    outcomes: dict[str, int] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    answered: list[tuple[str, str]] = field(default_factory=list, repr=False)  # (episode_id, policy_version)
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.sent / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "sent": self.sent,
+            "ok": self.ok,
+            "errors_by_status": self.errors_by_status,
+            "per_version": self.per_version,
+            "outcomes": self.outcomes,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "requests_per_s": round(self.requests_per_s, 1),
+        }
+
+
+def select_scenarios(scenarios: Sequence[Scenario], split: Split | str | None, n: int | None) -> list[Scenario]:
+    """The scenarios of `split` (all when None), repeated in order until there are `n` of them."""
+    chosen = [s for s in scenarios if split is None or s.split == Split(split)]
+    if not chosen:
+        raise ValueError(f"no scenarios{f' in split {split!r}' if split else ''} to replay")
+    if n is None:
+        return chosen
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    return [chosen[i % len(chosen)] for i in range(n)]
+
+
+async def replay(
+    url: str,
+    scenarios: Sequence[Scenario],
+    concurrency: int = 16,
+    timeout_s: float = 120.0,
+    on_done: Callable[[bool], None] | None = None,
+    key_prefix: str = "replay",
+) -> ReplaySummary:
+    """Send one request per scenario (in order) with at most `concurrency` in flight; never raises on HTTP errors."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    summary = ReplaySummary()
+    statuses: Counter[str] = Counter()
+    versions: Counter[str] = Counter()
+    outcomes: Counter[str] = Counter()
+    next_index = 0
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+
+    async with httpx.AsyncClient(base_url=url.rstrip("/"), timeout=timeout_s, limits=limits) as client:
+
+        async def send(i: int, scenario: Scenario) -> None:
+            body = {
+                "inbox": scenario.inbox_id,
+                "question": scenario.question,
+                "scenario_id": scenario.id,
+                # A distinct key per request spreads requests over the split like independent users.
+                "request_key": f"{key_prefix}-{i}",
+            }
+            ok = False
+            try:
+                response = await client.post("/v1/ask", json=body)
+            except httpx.HTTPError as exc:
+                statuses[type(exc).__name__] += 1
+            else:
+                if response.status_code == 200:
+                    data = response.json()
+                    versions[data["policy_version"]] += 1
+                    outcomes[data["outcome"]] += 1
+                    summary.answered.append((data["episode_id"], data["policy_version"]))
+                    ok = True
+                else:
+                    statuses[str(response.status_code)] += 1
+            summary.sent += 1
+            summary.ok += ok
+            if on_done is not None:
+                on_done(ok)
+
+        # A fixed set of workers pulling the next index: bounded concurrency without one task per request.
+        async def worker() -> None:
+            nonlocal next_index
+            while next_index < len(scenarios):
+                i = next_index
+                next_index += 1
+                await send(i, scenarios[i])
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, max(1, len(scenarios))))))
+        summary.elapsed_s = time.perf_counter() - started
+
+    summary.errors_by_status = dict(statuses)
+    summary.per_version = dict(versions)
+    summary.outcomes = dict(outcomes)
+    return summary

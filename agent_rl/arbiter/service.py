@@ -1,0 +1,217 @@
+"""The arbiter's work behind the HTTP layer: route a question, run the episode, log it to the pool.
+
+Everything blocking (runner, inbox reads, pool reads and writes) runs on threads, so the event
+loop only parses requests and hands work around.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent_rl import settings
+from agent_rl.agent.runner import EpisodeTask, run_episodes
+from agent_rl.agent.tools import tool_schemas
+from agent_rl.arbiter.batching import EpisodeBatcher
+from agent_rl.arbiter.config import ArbiterConfig
+from agent_rl.arbiter.policies import PolicyCache, PolicyLoadError
+from agent_rl.arbiter.routing import Router
+from agent_rl.inbox.store import InboxStore, open_inbox_store
+from agent_rl.pool import PoolRepository, Routing
+from agent_rl.pool.repository import normalize_weights
+from agent_rl.records import Episode, Scenario
+from agent_rl.reward.judge import DeterministicJudge
+from agent_rl.scenarios import load_scenarios
+
+log = logging.getLogger(__name__)
+
+INBOX_REFRESH_S = 2.0
+
+
+class PoolUnavailable(RuntimeError):
+    """The episode could not be written to the benchmark pool."""
+
+
+class UnknownInbox(LookupError):
+    pass
+
+
+class UnknownScenario(LookupError):
+    pass
+
+
+class ScenarioMismatch(ValueError):
+    pass
+
+
+def default_scenarios_path() -> Path:
+    """Where the demo writes its scenarios; the arbiter and `traffic replay` read it when no file is given."""
+    return settings.home() / "scenarios.jsonl"
+
+
+def read_scenarios(path: Path | str) -> dict[str, Scenario]:
+    """Scenarios by id from a JSONL file of Scenario records (a bad line is an error naming its number)."""
+    return {scenario.id: scenario for scenario in load_scenarios(path)}
+
+
+@dataclass
+class Served:
+    episode: Episode
+    episode_seconds: float
+
+
+class ArbiterService:
+    def __init__(self, config: ArbiterConfig) -> None:
+        self.config = config
+        self.pool = PoolRepository(config.pool_url)
+        self.inbox_url = config.inbox_url or settings.inbox_url()
+        self.router = Router(self.pool, config.default_routing, ttl_s=config.routing_ttl_s)
+        self.policies = PolicyCache()
+        scenarios_path = config.scenarios_path or default_scenarios_path()
+        self.scenarios = read_scenarios(scenarios_path) if scenarios_path.exists() or config.scenarios_path else {}
+        self.judge = DeterministicJudge()
+        self.executor = ThreadPoolExecutor(config.episode_workers, thread_name_prefix="episode")
+        self.batcher = EpisodeBatcher(
+            self._run_batch,
+            self.executor,
+            window_s=config.batch_window_ms / 1000,
+            max_batch=config.max_batch,
+            max_concurrent=config.episode_workers,
+        )
+        self._local = threading.local()
+        self._stats_lock = threading.Lock()
+        self.episodes_written = 0
+        self._stores: list[InboxStore] = []
+        self._stores_lock = threading.Lock()
+        self._inboxes: frozenset[str] = frozenset()
+        self._inboxes_at = float("-inf")
+        self._refresh_inboxes()
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Load the routed policies and the tool schemas now, so the first requests don't pay for imports."""
+        tool_schemas()  # builds schemas through transformers: seconds on first use
+        for version in self.router.current().versions:
+            spec = self.router.current().specs.get(version, version)
+            try:
+                self.policies.get(spec)
+            except PolicyLoadError as exc:  # keep serving; requests routed there get a clear 503
+                log.error("policy version %s cannot be loaded: %s", version, exc)
+
+    # -- blocking helpers (run on executor threads) -------------------------------------------
+
+    def _store(self) -> InboxStore:
+        """This thread's inbox connection: backends keep one connection each, so threads don't queue on it."""
+        store = getattr(self._local, "store", None)
+        if store is None:
+            store = open_inbox_store(self.inbox_url)
+            self._local.store = store
+            with self._stores_lock:
+                self._stores.append(store)
+        return store
+
+    def _refresh_inboxes(self) -> None:
+        self._inboxes = frozenset(self._store().inboxes())
+        self._inboxes_at = time.monotonic()
+
+    def _run_batch(self, spec: str, tasks: list[EpisodeTask]) -> tuple[list[Episode], float]:
+        """Play a batch and commit its episodes in one transaction, on the same thread.
+
+        Writing here (instead of handing episodes to a writer thread) saves a thread hand-off per
+        request, which on 2 busy cores costs more than the write; batches grow with load, so
+        commits are shared by many requests exactly when it matters. Answers are only sent after
+        this commit, so an answered episode is never lost.
+        """
+        policy = self.policies.get(spec)
+        started = time.perf_counter()
+        episodes = run_episodes(policy, tasks, self._store(), self.config.runner, self.judge)
+        played = time.perf_counter() - started
+        try:
+            self.pool.insert_episodes(episodes)
+        except Exception as exc:
+            log.error("pool write of %d episodes failed: %s: %s", len(episodes), type(exc).__name__, exc)
+            raise PoolUnavailable(f"the benchmark pool could not store the episode: {type(exc).__name__}") from exc
+        with self._stats_lock:
+            self.episodes_written += len(episodes)
+        return episodes, played
+
+    # -- async API used by the HTTP layer ------------------------------------------------------
+
+    async def _blocking(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    async def check_inbox(self, inbox: str) -> None:
+        if inbox in self._inboxes:
+            return
+        # A mailbox ingested after start-up becomes servable, but unknown names don't hit the DB each time.
+        if time.monotonic() - self._inboxes_at >= INBOX_REFRESH_S:
+            await self._blocking(self._refresh_inboxes)
+        if inbox not in self._inboxes:
+            raise UnknownInbox(f"inbox {inbox!r} is not in the inbox store")
+
+    def scenario(self, scenario_id: str | None, inbox: str) -> Scenario | None:
+        if scenario_id is None:
+            return None
+        scenario = self.scenarios.get(scenario_id)
+        if scenario is None:
+            raise UnknownScenario(f"scenario {scenario_id!r} is not known to this arbiter")
+        if scenario.inbox_id != inbox:
+            raise ScenarioMismatch(f"scenario {scenario_id!r} belongs to inbox {scenario.inbox_id!r}, not {inbox!r}")
+        return scenario
+
+    async def ask(self, inbox: str, question: str, scenario_id: str | None, request_key: str | None) -> Served:
+        await self.check_inbox(inbox)
+        scenario = self.scenario(scenario_id, inbox)
+        version, spec = self.router.choose(request_key)
+        if not self.policies.is_loaded(spec):
+            await self._blocking(self.policies.get, spec)  # load once, off the loop; errors name the spec
+        task = EpisodeTask(inbox=inbox, question=question, scenario=scenario, policy_version=version)
+        episode, seconds = await self.batcher.submit(spec, task)
+        return Served(episode=episode, episode_seconds=seconds)
+
+    async def feedback(self, episode_id: str, verdict: str) -> None:
+        await self._blocking(self.pool.record_feedback, episode_id, verdict)
+
+    async def routing(self) -> tuple[Routing, bool]:
+        """The routing in force and whether it is the configured default (the table is empty)."""
+        split = await self._blocking(self.router.refresh)
+        return Routing(weights=dict(split.weights), specs=dict(split.specs), updated_at=None), split.is_default
+
+    async def set_routing(
+        self,
+        weights: Mapping[str, float],
+        specs: Mapping[str, str] | None,
+        reason: str,
+        actor: str,
+        stats: Mapping[str, Any] | None,
+    ) -> Routing:
+        normalize_weights(weights)  # bad weights are reported as such, before any policy is loaded
+        current = await self._blocking(self.pool.get_routing)
+        # Refuse a split that would send traffic to a policy that cannot be loaded.
+        for version, weight in weights.items():
+            if isinstance(weight, (int, float)) and weight > 0:
+                spec = (specs or {}).get(version) or current.specs.get(version) or version
+                try:
+                    await self._blocking(self.policies.get, spec)
+                except PolicyLoadError as exc:
+                    raise PolicyLoadError(f"policy version {version!r}: {exc}") from exc
+        routing = await self._blocking(lambda: self.pool.set_routing(weights, specs, reason, actor, stats))
+        self.router.refresh(routing)
+        self.policies.retain(routing.specs[v] for v, w in routing.weights.items() if w > 0)
+        return routing
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)  # running batches finish and commit before the pool closes
+        with self._stores_lock:
+            for store in self._stores:
+                store.close()
+            self._stores.clear()
+        self.pool.close()
+

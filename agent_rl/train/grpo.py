@@ -1,0 +1,361 @@
+"""Multi-turn GRPO: TRL `GRPOTrainer` continues from the SFT adapter, with tool rollouts in the inbox environment.
+
+TRL 1.16 runs the rollouts itself (`environment_factory`): it generates, parses `<tool_call>` blocks,
+calls the environment's tool methods, appends the results and generates again, up to
+`max_tool_calling_iterations` rounds; tool-result tokens get `tool_mask = 0` and stay out of the loss.
+The rubric is split into reward functions (train/rewards.py) weighed with `reward_weights`.
+`AgentGRPOTrainer` adds only bookkeeping: it keeps the rollouts (for the reward-hacking detectors and
+MLflow), counts zero-variance groups and logs episode metrics (turns, outcomes, tool failures).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import Counter, deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent_rl.agent.tools import TOOL_NAMES
+from agent_rl.reward.rubric import score
+from agent_rl.train.config import GRPOSettings
+from agent_rl.train.environment import InboxEnvironment
+from agent_rl.train.prompt_filter import FilterReport, filter_prompts
+from agent_rl.train.rewards import REWARD_GROUPS, grouped, make_reward_funcs
+from agent_rl.train.sft import ADAPTER_DIR, MANIFEST, last_checkpoint, load_model, lora_config, read_jsonl, write_manifest
+from agent_rl.train.tracking import MetricsCallback, Tracker, file_sha256
+
+log = logging.getLogger(__name__)
+
+ROLLOUTS_FILE = "rollouts.jsonl"
+
+
+@dataclass
+class GRPOResult:
+    adapter_dir: Path
+    steps: int
+    losses: list[float]
+    reward_means: list[float]
+    groups: int  # groups of num_generations rollouts of one prompt
+    zero_variance_groups: int  # of those, groups whose rollouts all got the same reward
+    rollouts_path: Path
+    rollouts: int
+    tool_calls: int
+    tool_failures: int
+    outcomes: dict[str, int]
+    filter: dict[str, Any]
+    seconds: float
+    resumed_from: str | None
+    mlflow_run_id: str | None
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def zero_variance_fraction(self) -> float:
+        return self.zero_variance_groups / self.groups if self.groups else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("history")
+        data["adapter_dir"], data["rollouts_path"] = str(self.adapter_dir), str(self.rollouts_path)
+        data["zero_variance_fraction"] = self.zero_variance_fraction
+        return data
+
+
+def _trainer_class():
+    """Defined lazily so importing this module does not import TRL (slow; not needed by the detectors)."""
+    import torch
+    from trl import GRPOTrainer
+
+    class AgentGRPOTrainer(GRPOTrainer):
+        """GRPOTrainer plus rollout bookkeeping; generation, tool loop, masking and loss are TRL's."""
+
+        def __init__(self, *args, group_weights: list[float], rubric, rollouts_kept: int = 256, **kwargs):
+            super().__init__(*args, **kwargs)
+            # TRL lists environment methods alphabetically; serving (and SFT) show the tools in TOOL_NAMES order.
+            # Same schemas, same order => the GRPO prompt is token-identical to the one the model sees in production.
+            for name, tools in self._env_tools.items():
+                self._env_tools[name] = sorted(tools, key=lambda t: TOOL_NAMES.index(t.__name__)
+                                               if t.__name__ in TOOL_NAMES else len(TOOL_NAMES))
+            self.tools = sorted(self.tools, key=lambda t: TOOL_NAMES.index(t.__name__)
+                                if t.__name__ in TOOL_NAMES else len(TOOL_NAMES))
+            self.group_weights = group_weights
+            self.rubric = rubric
+            self.rollouts: deque[dict[str, Any]] = deque(maxlen=rollouts_kept)
+            self.groups = 0
+            self.zero_variance_groups = 0
+            self.tool_calls = 0
+            self.tool_failures = 0
+            self.outcomes: Counter[str] = Counter()
+            self.last_batch: dict[str, Any] = {}  # masks of the latest generated batch (tests inspect them)
+
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            mode = "train" if self.model.training else "eval"
+            completions = list(self._logs["completion"])[-len(inputs):]
+            totals = []
+            turns = []
+            for index, (env, completion) in enumerate(zip(self.environments, completions, strict=True)):
+                obs = env.observe(completion)
+                reward = score(obs.rubric, self.rubric)
+                groups = grouped(reward)
+                total = sum(w * groups[g] for w, g in zip(self.group_weights, REWARD_GROUPS))
+                totals.append(total)
+                turns.append(obs.turns)
+                self.tool_calls += obs.tool_calls
+                self.tool_failures += obs.tool_failures
+                self.outcomes[obs.outcome.value] += 1
+                self.rollouts.append(_rollout_record(env, obs, total, reward.components, self.state.global_step,
+                                                     index // self.num_generations))
+            group_size = self.num_generations
+            batch_groups = [totals[i: i + group_size] for i in range(0, len(totals), group_size)]
+            zero = sum(1 for g in batch_groups if max(g) - min(g) < 1e-6)
+            self.groups += len(batch_groups)
+            self.zero_variance_groups += zero
+            metrics = self._metrics[mode]
+            metrics["episode/turns"].append(sum(turns) / len(turns))
+            for outcome in ("correct", "wrong", "idk", "format_error", "ran_out"):
+                share = sum(1 for r in list(self.rollouts)[-len(totals):] if r["outcome"] == outcome) / len(totals)
+                metrics[f"episode/{outcome}_rate"].append(share)
+            metrics["zero_variance_groups"].append(float(zero))
+            self.last_batch = {
+                "completion_mask": output["completion_mask"].detach().cpu(),
+                "tool_mask": output["tool_mask"].detach().cpu() if "tool_mask" in output else None,
+                "completion_ids": output["completion_ids"].detach().cpu(),
+            }
+            return output
+
+    del torch
+    return AgentGRPOTrainer
+
+
+def _rollout_record(env: InboxEnvironment, obs, total: float, components: dict[str, float], step: int,
+                    group: int) -> dict[str, Any]:
+    return {
+        "step": step,
+        "group": group,
+        "scenario_id": env.row.get("scenario_id"),
+        "question": obs.question,
+        "golden_answer": env.row.get("answer"),
+        "final_answer": obs.trace.final_answer,
+        "sources": list(obs.trace.sources),
+        "reads": list(obs.trace.reads),
+        "outcome": obs.outcome.value,
+        "format_error": obs.format_error.value if obs.format_error else None,
+        "reward": total,
+        "reward_components": components,
+        "turns": obs.turns,
+        "tool_calls": obs.tool_calls,
+        "tool_failures": obs.tool_failures,
+        "messages": json.loads(json.dumps(obs.messages, default=str)),
+    }
+
+
+def _grpo_config(settings: GRPOSettings, out_dir: Path, group_names: list[str]):
+    from trl import GRPOConfig
+
+    compute = settings.compute
+    vllm: dict[str, Any] = {}
+    if settings.use_vllm:
+        vllm = {"use_vllm": True, "vllm_mode": settings.vllm_mode,
+                "vllm_gpu_memory_utilization": settings.vllm_gpu_memory_utilization}
+        if settings.vllm_server_base_url:
+            vllm["vllm_server_base_url"] = settings.vllm_server_base_url
+    return GRPOConfig(
+        output_dir=str(out_dir),
+        learning_rate=settings.learning_rate,
+        max_steps=settings.max_steps,
+        per_device_train_batch_size=settings.per_device_train_batch_size,
+        gradient_accumulation_steps=settings.gradient_accumulation_steps,
+        num_generations=settings.num_generations,
+        num_iterations=settings.num_iterations,
+        beta=settings.beta,
+        epsilon=settings.epsilon,
+        loss_type=settings.loss_type,
+        scale_rewards=settings.scale_rewards,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_completion_length=settings.max_completion_length,
+        max_tool_calling_iterations=settings.max_tool_calling_iterations,
+        mask_truncated_completions=settings.mask_truncated_completions,
+        reward_weights=settings.reward_weights.as_list(group_names),
+        warmup_steps=settings.warmup_ratio,
+        lr_scheduler_type=settings.lr_scheduler_type,
+        max_grad_norm=settings.max_grad_norm,
+        logging_steps=settings.logging_steps,
+        save_strategy="steps",
+        save_steps=settings.save_steps,
+        save_total_limit=settings.save_total_limit,
+        seed=compute.seed,
+        use_cpu=compute.use_cpu,
+        bf16=compute.bf16,
+        gradient_checkpointing=compute.gradient_checkpointing,
+        dataloader_num_workers=compute.dataloader_num_workers,
+        report_to="none",
+        disable_tqdm=True,
+        log_completions=False,
+        **vllm,
+    )
+
+
+def load_policy_for_grpo(model_path: str | Path, sft_adapter: str | Path | None, settings: GRPOSettings):
+    """(model, peft_config, adapter stack). beta == 0: keep training the SFT adapter itself. beta > 0: merge SFT
+    into the base and train a fresh adapter, so TRL's reference (adapter disabled) is the SFT policy."""
+    from peft import PeftModel
+
+    model = load_model(model_path, settings.compute.bf16)
+    if sft_adapter is None:
+        return model, lora_config(settings.lora), []
+    sft_adapter = Path(sft_adapter)
+    if not (sft_adapter / "adapter_config.json").is_file():
+        raise ValueError(f"sft_adapter {sft_adapter} is not a PEFT adapter directory (no adapter_config.json)")
+    if settings.beta == 0:
+        return PeftModel.from_pretrained(model, str(sft_adapter), is_trainable=True), None, []
+    merged = PeftModel.from_pretrained(model, str(sft_adapter)).merge_and_unload()
+    return merged, lora_config(settings.lora), [sft_adapter]
+
+
+def train_grpo(
+    model_path: str | Path,
+    sft_adapter: str | Path | None,
+    grpo_rows_jsonl: str | Path,
+    inbox_store_url: str,
+    out_dir: str | Path,
+    settings: GRPOSettings | None = None,
+    tracker: Tracker | None = None,
+    solve_rates: dict[str, float] | None = None,
+) -> GRPOResult:
+    """GRPO on the rows of `grpo_rows_jsonl` against the inbox store; the adapter lands in out_dir/adapter and the
+    rollouts in out_dir/rollouts.jsonl (input of the reward-hacking detectors)."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is marked experimental
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from agent_rl.inbox.store import open_inbox_store
+
+    settings = settings or GRPOSettings()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = read_jsonl(grpo_rows_jsonl)
+    for index, row in enumerate(rows):
+        missing = [k for k in ("prompt", "inbox", "answer", "category") if k not in row]
+        if missing:
+            raise ValueError(f"GRPO row {index} ({row.get('scenario_id', '?')}): missing field(s) {', '.join(missing)}")
+    if not rows:
+        raise ValueError(f"{grpo_rows_jsonl} holds no GRPO rows")
+
+    store = open_inbox_store(inbox_store_url)
+    max_turns = settings.max_tool_calling_iterations + 1  # tool rounds + the answer's closing turn
+    resume = last_checkpoint(out_dir)
+    if resume:
+        # The filter already ran for this out_dir: reuse its choice so the resumed data order is the same.
+        kept_path = out_dir / "grpo_prompts.jsonl"
+        kept = read_jsonl(kept_path) if kept_path.exists() else rows
+        report = FilterReport("resumed", len(rows), len(kept))
+    else:
+        kept, report = filter_prompts(rows, settings.prompt_filter, solve_rates=solve_rates, model_path=model_path,
+                                      adapter=sft_adapter, store=store, max_turns=max_turns, seed=settings.compute.seed)
+        with (out_dir / "grpo_prompts.jsonl").open("w", encoding="utf-8") as handle:
+            for row in kept:
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    prompts_per_step = settings.per_device_train_batch_size * settings.gradient_accumulation_steps // settings.num_generations
+    while len(kept) < prompts_per_step:  # TRL needs a full generation batch of distinct slots
+        kept = kept + kept[: prompts_per_step - len(kept)]
+    # Plain columns only (strings, lists of strings): the datasets schema stays exact, no nulls creep in.
+    dataset = Dataset.from_list([{**row, "source_ids": [str(s) for s in row.get("source_ids") or []],
+                                  "query_date": str(row.get("query_date") or "")} for row in kept])
+
+    tokenizer_dir = sft_adapter if sft_adapter and (Path(sft_adapter) / "tokenizer_config.json").exists() else model_path
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), padding_side="left")
+    model, peft_config, stack = load_policy_for_grpo(model_path, sft_adapter, settings)
+    group_names = list(REWARD_GROUPS)
+
+    stage = None
+    if tracker is not None:
+        stage = tracker.start_stage(
+            "grpo",
+            params={"model_path": str(model_path), "sft_adapter": str(sft_adapter), "inbox_store": _redact(inbox_store_url),
+                    "settings": settings.model_dump(mode="json"), "rows": len(rows), "prompts_kept": len(kept),
+                    "prompt_filter": report.as_dict()},
+            dataset_hashes={"grpo_rows": file_sha256(grpo_rows_jsonl)},
+        )
+    callback = MetricsCallback(stage)
+    trainer_cls = _trainer_class()
+    trainer = trainer_cls(
+        model=model,
+        reward_funcs=make_reward_funcs(settings.rubric),
+        args=_grpo_config(settings, out_dir, group_names),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        environment_factory=lambda: InboxEnvironment(store, max_turns=max_turns),
+        callbacks=[callback],
+        group_weights=settings.reward_weights.as_list(group_names),
+        rubric=settings.rubric,
+        rollouts_kept=settings.rollouts_kept,
+    )
+    started = time.perf_counter()
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    except BaseException:
+        if stage is not None:
+            stage.finish("FAILED")
+        store.close()
+        raise
+    seconds = time.perf_counter() - started
+
+    adapter_dir = out_dir / ADAPTER_DIR
+    trainer.model.save_pretrained(str(adapter_dir))
+    tokenizer.save_pretrained(str(adapter_dir))
+    write_manifest(adapter_dir, model_path, [*stack, adapter_dir])
+    rollouts = list(trainer.rollouts)
+    rollouts_path = out_dir / ROLLOUTS_FILE
+    with rollouts_path.open("w", encoding="utf-8") as handle:
+        for rollout in rollouts:
+            handle.write(json.dumps(rollout, ensure_ascii=False, default=str) + "\n")
+
+    result = GRPOResult(
+        adapter_dir=adapter_dir,
+        steps=trainer.state.global_step,
+        losses=[h["loss"] for h in callback.history if "loss" in h],
+        reward_means=[h["reward"] for h in callback.history if "reward" in h],
+        groups=trainer.groups,
+        zero_variance_groups=trainer.zero_variance_groups,
+        rollouts_path=rollouts_path,
+        rollouts=len(rollouts),
+        tool_calls=trainer.tool_calls,
+        tool_failures=trainer.tool_failures,
+        outcomes=dict(trainer.outcomes),
+        filter=report.as_dict(),
+        seconds=seconds,
+        resumed_from=Path(resume).name if resume else None,
+        mlflow_run_id=stage.run_id if stage else None,
+        history=callback.history,
+    )
+    if result.zero_variance_groups:
+        log.info("GRPO: %d of %d groups had zero reward variance (no learning signal)",
+                 result.zero_variance_groups, result.groups)
+    if stage is not None:
+        stage.log_metrics({"zero_variance_groups_total": result.zero_variance_groups, "groups_total": result.groups,
+                           "zero_variance_fraction_total": result.zero_variance_fraction}, step=result.steps)
+        stage.log_curves(["reward", "reward_std", *[f"rewards/reward_{g}/mean" for g in group_names],
+                          "episode/turns", "frac_reward_zero_std", "loss"])
+        stage.log_json(rollouts[-32:], "rollouts_sample.json")
+        stage.log_json(result.summary(), "grpo_summary.json")
+        stage.set_tags({"adapter_dir": adapter_dir})
+        stage.finish()
+    store.close()
+    return result
+
+
+def _redact(url: str) -> str:
+    """Store URLs may carry a password; MLflow params are readable by everyone with UI access."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
+
+
+__all__ = ["GRPOResult", "train_grpo", "MANIFEST"]

@@ -1,0 +1,111 @@
+"""Choose GRPO prompts the model sometimes solves: a group whose rollouts all score the same has zero advantage
+and teaches nothing (DESIGN: most groups had zero variance).
+
+Solve rates come either from outside (e.g. the SFT evaluation, by scenario id) or from a quick sampled
+pre-pass of the SFT model through the real episode runner.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent_rl.records import Outcome, Scenario, Split
+from agent_rl.train.config import PromptFilterSettings
+from agent_rl.train.environment import parse_query_date
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FilterReport:
+    mode: str
+    candidates: int
+    kept: int
+    solve_rates: dict[str, float] = field(default_factory=dict)
+    fallback: bool = False  # nothing passed and keep_when_empty kept the unfiltered prompts
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "candidates": self.candidates, "kept": self.kept, "fallback": self.fallback,
+                "seconds": round(self.seconds, 2),
+                "solve_rate_histogram": _histogram(self.solve_rates)}
+
+
+def _histogram(rates: dict[str, float]) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for rate in rates.values():
+        counts[f"{rate:.2f}"] += 1
+    return dict(sorted(counts.items()))
+
+
+def row_question(row: dict[str, Any]) -> str:
+    users = [m.get("content", "") for m in row.get("prompt") or [] if m.get("role") == "user"]
+    if not users:
+        raise ValueError(f"GRPO row {row.get('scenario_id', '?')!r}: prompt has no user message")
+    return str(users[-1])
+
+
+def row_scenario(row: dict[str, Any]) -> Scenario:
+    """The scenario a GRPO row was made from (for the episode runner)."""
+    return Scenario(
+        id=str(row.get("scenario_id") or ""), inbox_id=str(row["inbox"]), question=row_question(row),
+        answer=str(row["answer"]), source_ids=[str(s) for s in row.get("source_ids") or []],
+        category=row["category"], split=Split.TRAIN,
+        query_date=parse_query_date(row.get("query_date")) or parse_query_date("1970-01-01"),
+    )
+
+
+def select_by_rates(rows: list[dict[str, Any]], rates: dict[str, float], settings: PromptFilterSettings) -> list[dict[str, Any]]:
+    """Rows whose solve rate lies strictly between min_rate and max_rate; rows without a rate are left out."""
+    return [row for row in rows if (rate := rates.get(str(row.get("scenario_id")))) is not None
+            and settings.min_rate < rate < settings.max_rate]
+
+
+def sampled_solve_rates(model_path: str | Path, adapter: str | Path | None, rows: list[dict[str, Any]], store,
+                        settings: PromptFilterSettings, max_turns: int, max_new_tokens: int = 256,
+                        seed: int = 0) -> dict[str, float]:
+    """Play every row `samples_per_prompt` times with the sampled SFT model; share of correct episodes per row."""
+    from agent_rl.agent.local_policy import LocalPolicy
+    from agent_rl.agent.runner import EpisodeTask, RunnerConfig, run_episodes
+
+    policy = LocalPolicy(model_path, adapter=adapter, temperature=settings.temperature, seed=seed, batch_size=16)
+    tasks = [EpisodeTask.from_scenario(row_scenario(row)) for row in rows for _ in range(settings.samples_per_prompt)]
+    config = RunnerConfig(max_turns=max_turns, max_new_tokens=max_new_tokens, batch_size=16, timeout_s=3600)
+    episodes = run_episodes(policy, tasks, store, config)
+    correct: dict[str, list[bool]] = defaultdict(list)
+    for task, episode in zip(tasks, episodes):
+        correct[task.scenario.id].append(episode.outcome == Outcome.CORRECT)
+    return {sid: sum(flags) / len(flags) for sid, flags in correct.items()}
+
+
+def filter_prompts(rows: list[dict[str, Any]], settings: PromptFilterSettings, *,
+                   solve_rates: dict[str, float] | None = None, model_path: str | Path | None = None,
+                   adapter: str | Path | None = None, store=None, max_turns: int = 5,
+                   seed: int = 0) -> tuple[list[dict[str, Any]], FilterReport]:
+    """The rows to train on and what the filter did."""
+    import time
+
+    started = time.perf_counter()
+    if settings.mode == "none":
+        return rows, FilterReport("none", len(rows), len(rows))
+    candidates = rows[: settings.max_candidates]
+    if settings.mode == "solve_rates":
+        if solve_rates is None:
+            raise ValueError("prompt filter mode 'solve_rates' needs solve_rates (scenario id -> share solved)")
+        rates = dict(solve_rates)
+    else:
+        if model_path is None or store is None:
+            raise ValueError("prompt filter mode 'sampled' needs the model and the inbox store")
+        rates = sampled_solve_rates(model_path, adapter, candidates, store, settings, max_turns, seed=seed)
+    kept = select_by_rates(candidates, rates, settings)
+    report = FilterReport(settings.mode, len(candidates), len(kept), rates)
+    if not kept and settings.keep_when_empty:
+        log.warning("prompt filter: no prompt has a solve rate in (%s, %s); training on all %d candidates",
+                    settings.min_rate, settings.max_rate, len(candidates))
+        kept, report.fallback, report.kept = candidates, True, len(candidates)
+    report.seconds = time.perf_counter() - started
+    return kept, report

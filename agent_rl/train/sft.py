@@ -1,0 +1,349 @@
+"""SFT warmup: TRL `SFTTrainer` + a PEFT LoRA adapter on teacher trajectories, loss on assistant tokens only.
+
+We tokenize the conversations ourselves and hand TRL `input_ids` + `labels` (tool results, user and
+system turns set to -100): TRL's `assistant_only_loss` path swaps in a `{% generation %}` training
+template and re-renders every row, and its CPU defaults (bf16 autocast, gradient checkpointing) are
+what made it slow here. No row is ever truncated: rows longer than `max_length` are dropped with a
+reason and counted. Checkpoints go to `out_dir`; a re-run resumes from the last one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent_rl.train.config import SFTSettings
+from agent_rl.train.environment import ANSWER_ACK
+from agent_rl.train.tracking import MetricsCallback, Tracker, file_sha256
+
+log = logging.getLogger(__name__)
+
+ADAPTER_DIR = "adapter"
+MANIFEST = "agent_rl_adapter.json"  # base model + adapter stack; what loaders read
+
+
+@dataclass
+class DroppedRow:
+    index: int
+    reason: str
+    tokens: int = 0
+
+
+@dataclass
+class TokenizedRows:
+    input_ids: list[list[int]] = field(default_factory=list)
+    labels: list[list[int]] = field(default_factory=list)
+    dropped: list[DroppedRow] = field(default_factory=list)
+    longest: int = 0
+
+    @property
+    def trained_tokens(self) -> int:
+        return sum(sum(1 for label in row if label != -100) for row in self.labels)
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(len(row) for row in self.input_ids)
+
+
+@dataclass
+class SFTResult:
+    adapter_dir: Path
+    steps: int
+    train_loss: float | None
+    losses: list[float]
+    rows_used: int
+    dropped: list[DroppedRow]
+    trained_tokens_per_epoch: int
+    tokens_seen: int
+    seconds: float
+    tokens_per_second: float
+    resumed_from: str | None
+    mlflow_run_id: str | None
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def cut_rows(self) -> int:
+        """Rows that did not fit max_length (dropped, never truncated)."""
+        return sum(1 for row in self.dropped if row.reason.startswith("too long"))
+
+    def summary(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["adapter_dir"] = str(self.adapter_dir)
+        data["cut_rows"] = self.cut_rows
+        data.pop("history")
+        return data
+
+
+# -- data -------------------------------------------------------------------------------------------
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"dataset file {path} does not exist")
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{number}: not a JSON object ({exc})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+            rows.append(row)
+    return rows
+
+
+def normalize_messages(messages: Any, where: str) -> list[dict[str, Any]]:
+    """Plain-Python messages with tool-call arguments as dicts (the template renders them with `tojson`)."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(f"{where}: 'messages' must be a non-empty list of chat messages")
+    out = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant", "tool"):
+            raise ValueError(f"{where}: messages[{i}] needs a role of system/user/assistant/tool")
+        message = {k: v for k, v in message.items() if v is not None}  # nulls from schema merging render as 'None'
+        message["content"] = "" if message.get("content") is None else str(message["content"])
+        calls = []
+        for call in message.get("tool_calls") or []:
+            function = dict(call.get("function", call))
+            arguments = function.get("arguments", {})
+            if isinstance(arguments, str):
+                try:
+                    arguments = json.loads(arguments) if arguments.strip() else {}
+                except ValueError:
+                    raise ValueError(f"{where}: messages[{i}] has tool-call arguments that are not JSON") from None
+            calls.append({"type": "function", "function": {"name": function.get("name"), "arguments": arguments}})
+        if calls:
+            message["tool_calls"] = calls
+        else:
+            message.pop("tool_calls", None)
+        out.append(message)
+    return out
+
+
+def with_closing_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """After a final answer, add the tool's acknowledgement and an empty assistant turn: the model learns to stop
+    (in GRPO, TRL runs the answer tool and lets the model speak once more)."""
+    def answers(message: dict[str, Any]) -> bool:
+        return message["role"] == "assistant" and any(
+            c["function"]["name"] == "return_final_answer" for c in message.get("tool_calls") or [])
+
+    closing = {"role": "assistant", "content": ""}
+    if answers(messages[-1]):
+        return [*messages, {"role": "tool", "name": "return_final_answer", "content": ANSWER_ACK}, closing]
+    # Episodes recorded by the runner already hold the tool's acknowledgement.
+    if len(messages) >= 2 and messages[-1]["role"] == "tool" and answers(messages[-2]):
+        return [*messages, closing]
+    return messages
+
+
+def assistant_char_spans(tokenizer, messages: list[dict[str, Any]], tools: list[dict] | None) -> tuple[str, list[tuple[int, int]]]:
+    """The rendered conversation and the character spans the model generates (each assistant turn, through its
+    end-of-turn token). Fails loudly if the template is not prefix-preserving (training would not match serving)."""
+    render = lambda msgs, gen=False: tokenizer.apply_chat_template(  # noqa: E731
+        msgs, tools=tools, tokenize=False, add_generation_prompt=gen
+    )
+    text = render(messages)
+    eos = tokenizer.eos_token
+    spans = []
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant" or i == 0:
+            continue
+        before, through = render(messages[:i], True), render(messages[: i + 1])
+        if not (text.startswith(before) and text.startswith(through) and through.startswith(before)):
+            raise ValueError("the chat template renders a conversation prefix differently from the whole "
+                             "conversation; training would not match generation")
+        end = through.rfind(eos)
+        end = end + len(eos) if end >= len(before) else len(through)
+        spans.append((len(before), end))
+    return text, spans
+
+
+def tokenize_conversation(tokenizer, messages: list[dict[str, Any]], tools: list[dict] | None) -> tuple[list[int], list[int]]:
+    """input_ids and labels (-100 outside assistant turns) for one conversation."""
+    text, spans = assistant_char_spans(tokenizer, messages, tools)
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    labels = []
+    for token, (start, _end) in zip(encoded["input_ids"], encoded["offset_mapping"]):
+        inside = any(a <= start < b for a, b in spans)
+        labels.append(token if inside else -100)
+    return list(encoded["input_ids"]), labels
+
+
+def tokenize_rows(tokenizer, rows: list[dict[str, Any]], max_length: int, close_after_answer: bool = True) -> TokenizedRows:
+    out = TokenizedRows()
+    for index, row in enumerate(rows):
+        where = f"SFT row {index}"
+        messages = normalize_messages(row.get("messages"), where)
+        tools = row.get("tools")
+        if isinstance(tools, str):
+            tools = json.loads(tools)
+        if close_after_answer:
+            messages = with_closing_turn(messages)
+        input_ids, labels = tokenize_conversation(tokenizer, messages, tools or None)
+        out.longest = max(out.longest, len(input_ids))
+        if all(label == -100 for label in labels):
+            out.dropped.append(DroppedRow(index, "no assistant turn to learn from", len(input_ids)))
+        elif len(input_ids) > max_length:
+            out.dropped.append(DroppedRow(
+                index, f"too long: {len(input_ids)} tokens > max_length {max_length}; truncating would cut a "
+                       "tool call or the answer", len(input_ids)))
+        else:
+            out.input_ids.append(input_ids)
+            out.labels.append(labels)
+    return out
+
+
+# -- training ---------------------------------------------------------------------------------------
+
+
+def lora_config(lora, task_type: str = "CAUSAL_LM"):
+    from peft import LoraConfig
+
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                      target_modules=list(lora.target_modules), task_type=task_type, bias="none")
+
+
+def load_model(model_path: str | Path, bf16: bool = False):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.bfloat16 if bf16 else torch.float32)
+
+
+def last_checkpoint(out_dir: Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(out_dir)) if out_dir.is_dir() else None
+
+
+def write_manifest(adapter_dir: Path, base_model: str | Path, stack: list[str | Path]) -> None:
+    """Base model and the adapters to apply in order (the last is this directory) - what loaders read."""
+    manifest = {"base_model": str(base_model), "adapters": [str(p) for p in stack]}
+    (adapter_dir / MANIFEST).write_text(json.dumps(manifest, indent=1))
+
+
+def train_sft(
+    model_path: str | Path,
+    rows_jsonl: str | Path,
+    out_dir: str | Path,
+    settings: SFTSettings | None = None,
+    tracker: Tracker | None = None,
+) -> SFTResult:
+    """Train a LoRA adapter on `rows_jsonl` ({"messages", "tools"} per line); the adapter lands in out_dir/adapter."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    settings = settings or SFTSettings()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    if not tokenizer.chat_template:
+        raise ValueError(f"model {model_path} has no chat template; tool calls cannot be rendered")
+    rows = read_jsonl(rows_jsonl)
+    data = tokenize_rows(tokenizer, rows, settings.max_length, settings.close_after_answer)
+    for dropped in data.dropped:
+        log.warning("SFT row %d dropped: %s", dropped.index, dropped.reason)
+    if not data.input_ids:
+        raise ValueError(f"no usable SFT rows in {rows_jsonl}: {len(rows)} read, all dropped "
+                         f"({'; '.join(sorted({d.reason.split(':')[0] for d in data.dropped}))})")
+    dataset = Dataset.from_dict({"input_ids": data.input_ids, "labels": data.labels})
+
+    torch.manual_seed(settings.compute.seed)
+    model = load_model(model_path, settings.compute.bf16)
+    compute = settings.compute
+    config = SFTConfig(
+        output_dir=str(out_dir),
+        max_length=settings.max_length,
+        learning_rate=settings.learning_rate,
+        num_train_epochs=settings.num_train_epochs,
+        max_steps=settings.max_steps,
+        per_device_train_batch_size=settings.per_device_train_batch_size,
+        gradient_accumulation_steps=settings.gradient_accumulation_steps,
+        warmup_steps=settings.warmup_ratio,  # transformers 5: a float < 1 is a ratio of the steps
+        lr_scheduler_type=settings.lr_scheduler_type,
+        weight_decay=settings.weight_decay,
+        max_grad_norm=settings.max_grad_norm,
+        logging_steps=settings.logging_steps,
+        save_strategy="steps",
+        save_steps=settings.save_steps,
+        save_total_limit=settings.save_total_limit,
+        seed=compute.seed,
+        use_cpu=compute.use_cpu,
+        bf16=compute.bf16,
+        gradient_checkpointing=compute.gradient_checkpointing,
+        dataloader_num_workers=compute.dataloader_num_workers,
+        report_to="none",
+        disable_tqdm=True,
+        dataset_num_proc=None,
+    )
+    stage = None
+    if tracker is not None:
+        stage = tracker.start_stage(
+            "sft",
+            params={"model_path": str(model_path), "settings": settings.model_dump(mode="json"),
+                    "rows": len(rows), "rows_used": len(data.input_ids), "rows_dropped": len(data.dropped),
+                    "longest_row_tokens": data.longest, "trained_tokens_per_epoch": data.trained_tokens},
+            dataset_hashes={"sft_rows": file_sha256(rows_jsonl)},
+        )
+    callback = MetricsCallback(stage)
+    trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
+                         peft_config=lora_config(settings.lora), callbacks=[callback])
+    resume = last_checkpoint(out_dir)
+    if resume:
+        log.info("resuming SFT from %s", resume)
+    started = time.perf_counter()
+    try:
+        output = trainer.train(resume_from_checkpoint=resume)
+    except BaseException:
+        if stage is not None:
+            stage.finish("FAILED")
+        raise
+    seconds = time.perf_counter() - started
+
+    adapter_dir = out_dir / ADAPTER_DIR
+    trainer.model.save_pretrained(str(adapter_dir))
+    tokenizer.save_pretrained(str(adapter_dir))
+    write_manifest(adapter_dir, model_path, [adapter_dir])
+
+    losses = [h["loss"] for h in callback.history if "loss" in h]
+    tokens_seen = int(max((h.get("num_tokens", 0) for h in callback.history), default=0))
+    # Tokens this process pushed through the model (padding excluded; a resumed run counts only its own steps).
+    tokens_this_run = int(getattr(trainer, "_total_train_tokens", 0))
+    result = SFTResult(
+        adapter_dir=adapter_dir,
+        steps=trainer.state.global_step,
+        train_loss=float(output.training_loss) if output.training_loss is not None else None,
+        losses=losses,
+        rows_used=len(data.input_ids),
+        dropped=data.dropped,
+        trained_tokens_per_epoch=data.trained_tokens,
+        tokens_seen=tokens_seen,
+        seconds=seconds,
+        tokens_per_second=tokens_this_run / seconds if seconds > 0 else 0.0,
+        resumed_from=Path(resume).name if resume else None,
+        mlflow_run_id=stage.run_id if stage else None,
+        history=callback.history,
+    )
+    if stage is not None:
+        stage.log_metrics({"tokens_per_second": result.tokens_per_second, "cut_rows": result.cut_rows,
+                           "rows_dropped": len(data.dropped)}, step=result.steps)
+        stage.log_curves(["loss", "mean_token_accuracy", "learning_rate"], name="loss_curve.png")
+        stage.log_json([asdict(d) for d in data.dropped], "dropped_rows.json")
+        stage.log_json(_sample_conversations(rows, 5), "sample_rows.json")
+        stage.set_tags({"adapter_dir": adapter_dir})
+        stage.finish()
+    return result
+
+
+def _sample_conversations(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    return [{"messages": row.get("messages")} for row in rows[:n]]

@@ -1,0 +1,97 @@
+"""Rollout throughput of LocalPolicy: tokens/s generating 8 conversations' next turns in one batch vs one at a
+time (same model, prompts and greedy decoding). Default model: the prepared SmolLM2-135M-Instruct (built from
+the wheel's GGUF if missing); `--model tiny` for a quick run. Run with OMP_NUM_THREADS=1. Last line: JSON report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from agent_rl.agent.local_policy import LocalPolicy  # noqa: E402
+
+TARGET_SPEEDUP = 4.0
+SYSTEM = "You answer questions about the user's inbox. Search, read the right email, then answer with sources."
+TOOLS = [
+    {"type": "function", "function": {"name": "search_emails", "description": "Search the inbox by keywords",
+                                      "parameters": {"type": "object", "properties": {
+                                          "keywords": {"type": "array", "items": {"type": "string"}}},
+                                          "required": ["keywords"]}}},
+    {"type": "function", "function": {"name": "read_email", "description": "Read one email by id",
+                                      "parameters": {"type": "object", "properties": {
+                                          "message_id": {"type": "string"}}, "required": ["message_id"]}}},
+]
+QUESTIONS = [
+    "When is the quarterly budget review meeting?",
+    "How much was the invoice from the pipeline contractor?",
+    "Who approved the Houston office move?",
+    "Where will the trading offsite take place?",
+    "Was the California power contract signed or cancelled?",
+    "What time is the conference call with Vince on Thursday?",
+    "Which bank handled the Dabhol loan?",
+    "When did Sally send the revised schedule?",
+]
+
+
+def conversations(n: int) -> list[list[dict]]:
+    return [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}]
+            for i in range(n)]
+
+
+def tokens_per_second(policy: LocalPolicy, batches: list[list[list[dict]]], max_new_tokens: int):
+    """Completion tokens per wall-clock second, and per CPU second of this process (which other jobs on a shared
+    machine disturb much less), with the turns for comparison."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    turns = [turn for batch in batches for turn in policy.act(batch, TOOLS, max_new_tokens=max_new_tokens)]
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    tokens = sum(t.completion_tokens for t in turns)
+    return tokens / wall, tokens / cpu, turns
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", default="base", help="'base' (SmolLM2, prepared if missing), 'tiny' or a path")
+    parser.add_argument("--conversations", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    args = parser.parse_args()
+
+    load_started = time.perf_counter()
+    policy = LocalPolicy(args.model, batch_size=args.conversations)
+    load_s = time.perf_counter() - load_started
+    convs = conversations(args.conversations)
+    policy.act(convs[:1], TOOLS, max_new_tokens=4)  # warm-up: first-call allocations are not throughput
+
+    single_rate, single_cpu_rate, single = tokens_per_second(policy, [[c] for c in convs], args.max_new_tokens)
+    batched_rate, batched_cpu_rate, batched = tokens_per_second(policy, [convs], args.max_new_tokens)
+    speedup = batched_rate / single_rate if single_rate else 0.0
+    report = {
+        "bench": "rollout",
+        "model": policy.version,
+        "conversations": args.conversations,
+        "max_new_tokens": args.max_new_tokens,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "load_s": round(load_s, 1),
+        "completion_tokens": sum(t.completion_tokens for t in batched),
+        "tokens_per_s_one_at_a_time": round(single_rate, 1),
+        "tokens_per_s_batched": round(batched_rate, 1),
+        "speedup": round(speedup, 2),
+        "tokens_per_cpu_s_one_at_a_time": round(single_cpu_rate, 1),
+        "tokens_per_cpu_s_batched": round(batched_cpu_rate, 1),
+        "speedup_cpu_time": round(batched_cpu_rate / single_cpu_rate, 2) if single_cpu_rate else 0.0,
+        "load_average_1m": round(os.getloadavg()[0], 1),
+        "greedy_outputs_identical": [t.as_message() for t in single] == [t.as_message() for t in batched],
+        "target": f"batched >= {TARGET_SPEEDUP:g}x one-at-a-time",
+        "meets_target": speedup >= TARGET_SPEEDUP,
+    }
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

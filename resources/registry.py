@@ -1,0 +1,18 @@
+"""The MLflow tracking server and model registry, as a typed resource (dagster-mlflow is a legacy resource
+that pins pandas<3, so we wrap our own)."""
+
+from __future__ import annotations
+
+from dagster import ConfigurableResource
+from pydantic import Field
+
+from agent_rl import settings
+
+
+class MlflowResource(ConfigurableResource):
+    tracking_uri: str = Field(default="", description="empty: MLFLOW_TRACKING_URI or sqlite under AGENT_RL_HOME")
+    experiment: str = Field(default="agent-rl")
+    model_name: str = Field(default="agent-rl-email", description="registered model name")
+
+    def uri(self) -> str:
+        return self.tracking_uri or settings.mlflow_uri()

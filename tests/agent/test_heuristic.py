@@ -1,0 +1,169 @@
+"""The heuristic policy on real SQLite inboxes: the oracle teacher is right with the right sources, injected
+error rates show up as configured, the reader answers from emails, and nothing makes it raise."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import datetime, timezone
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent_rl.agent.heuristic import HeuristicConfig, HeuristicPolicy, question_category
+from agent_rl.agent.policy import PolicyTurn
+from agent_rl.agent.runner import EpisodeTask, RunnerConfig, run_episodes
+from agent_rl.agent.tools import tool_schemas
+from agent_rl.inbox.demo_corpus import build_demo_corpus
+from agent_rl.inbox.store import open_inbox_store
+from agent_rl.records import Category, Email, Outcome, Scenario, Split
+from agent_rl.scenarios import generate_scenarios
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """Four demo inboxes with their scenarios (~190), in a real SQLite store shared by this module."""
+    store = open_inbox_store(f"sqlite:///{tmp_path_factory.mktemp('demo') / 'inbox.db'}")
+    corpus = build_demo_corpus(store, seed=3, n_inboxes=4, n_emails=1600)
+    scenarios = generate_scenarios(corpus, seed=3)
+    yield store, scenarios
+    store.close()
+
+
+def play(policy, scenarios, store, **config):
+    return run_episodes(policy, [EpisodeTask.from_scenario(s) for s in scenarios], store, RunnerConfig(batch_size=64, **config))
+
+
+def test_oracle_without_errors_answers_correctly_citing_the_gold_emails(demo):
+    store, scenarios = demo
+    policy = HeuristicPolicy(HeuristicConfig(scenarios=scenarios), store=store)
+    episodes = play(policy, scenarios, store)
+    assert Counter(e.outcome for e in episodes) == {Outcome.CORRECT: len(scenarios)}
+    for episode, scenario in zip(episodes, scenarios):
+        assert set(episode.sources) == set(scenario.source_ids)
+        # Legit tool use: it read every email it cites, found through search, never guessed ids.
+        read_ids = [m["tool_calls"][0]["function"]["arguments"]["message_id"] for m in episode.messages
+                    if m["role"] == "assistant" and m["tool_calls"][0]["function"]["name"] == "read_email"]
+        assert set(episode.sources) <= set(read_ids)
+        assert episode.turns <= 6
+    assert {s.category for s in scenarios} == set(Category)
+
+
+def test_oracle_without_the_store_still_answers_from_the_scenarios(demo):
+    store, scenarios = demo
+    sample = scenarios[::8]
+    episodes = play(HeuristicPolicy(HeuristicConfig(scenarios=sample)), sample, store)
+    assert all(e.outcome == Outcome.CORRECT for e in episodes)
+
+
+def test_configured_error_rates_show_up_in_the_outcomes(demo):
+    store, scenarios = demo
+    answerable = [s for s in scenarios if s.answerable]
+    config = HeuristicConfig(scenarios=scenarios, wrong_rate=0.2, idk_rate=0.15, malformed_rate=0.1,
+                             extra_turn_rate=0.3, seed=11)
+    episodes = play(HeuristicPolicy(config, store=store), answerable, store)
+    n = len(episodes)
+    rates = {outcome: count / n for outcome, count in Counter(e.outcome for e in episodes).items()}
+    assert n >= 150
+    assert rates[Outcome.WRONG] == pytest.approx(0.2, abs=0.08)
+    assert rates[Outcome.IDK] == pytest.approx(0.15, abs=0.08)
+    assert rates[Outcome.FORMAT_ERROR] == pytest.approx(0.1, abs=0.07)
+    assert rates[Outcome.CORRECT] == pytest.approx(0.55, abs=0.1)
+    assert all("format_error.unparsable_tool_call" in e.reward_components for e in episodes if e.outcome == Outcome.FORMAT_ERROR)
+
+    def repeated_search(episode) -> bool:
+        searches = [json.dumps(m["tool_calls"][0]["function"]["arguments"], sort_keys=True) for m in episode.messages
+                    if m["role"] == "assistant" and m.get("tool_calls") and m["tool_calls"][0]["function"]["name"] == "search_emails"]
+        return len(searches) != len(set(searches))
+
+    finished = [e for e in episodes if e.outcome != Outcome.FORMAT_ERROR]
+    assert sum(map(repeated_search, finished)) / len(finished) == pytest.approx(0.3, abs=0.1)
+
+
+def test_runs_are_deterministic_per_seed_and_question(demo):
+    store, scenarios = demo
+    sample = scenarios[:40]
+    config = HeuristicConfig(scenarios=scenarios, wrong_rate=0.3, idk_rate=0.2, malformed_rate=0.2, extra_turn_rate=0.5, seed=5)
+    first = play(HeuristicPolicy(config, store=store), sample, store)
+    again = play(HeuristicPolicy(config, store=store), list(reversed(sample)), store)[::-1]
+    assert [e.messages for e in first] == [e.messages for e in again]
+    other_seed = play(HeuristicPolicy(config.model_copy(update={"seed": 6}), store=store), sample, store)
+    assert [e.outcome for e in first] != [e.outcome for e in other_seed]
+
+
+def test_wrong_answers_are_plausible_but_judged_wrong(demo):
+    store, scenarios = demo
+    answerable = [s for s in scenarios if s.answerable][:30]
+    episodes = play(HeuristicPolicy(HeuristicConfig(scenarios=scenarios, wrong_rate=1.0), store=store), answerable, store)
+    assert all(e.outcome == Outcome.WRONG for e in episodes)
+    assert all(e.final_answer and e.final_answer != s.answer for e, s in zip(episodes, answerable))
+
+
+# -- the reader: no oracle ---------------------------------------------------------------------
+
+INBOX = "kim@example.com"
+DAY = datetime(2002, 1, 1, tzinfo=timezone.utc)
+EMAILS = [
+    ("<r1@x>", "Quarterly review", "The Westfield quarterly review is on March 14, 2001 at 10:00 AM in the boardroom."),
+    ("<r2@x>", "Westfield invoice", "Invoice for the Westfield retrofit: the total due is $18,250.00, net 30."),
+    ("<r3@x>", "Westfield retrofit lead", "Effective Monday, Dana Whitfield will lead the Westfield retrofit."),
+    ("<r4@x>", "Westfield offsite", "We picked Denver for the Westfield offsite. Hotel details to follow."),
+    ("<r5@x>", "Westfield capex request", "Update on the Westfield capex request: it was approved by the committee."),
+]
+QUESTIONS = [
+    ("When is the Westfield quarterly review?", "March 14, 2001 at 10:00 AM", "<r1@x>", Category.DATE),
+    ("How much do we owe for the Westfield retrofit invoice?", "$18,250.00", "<r2@x>", Category.AMOUNT),
+    ("Who will lead the Westfield retrofit?", "Dana Whitfield", "<r3@x>", Category.PERSON),
+    ("Where is the Westfield offsite?", "Denver", "<r4@x>", Category.LOCATION),
+    ("What did the committee decide on the Westfield capex request?", "Approved", "<r5@x>", Category.STATUS),
+    ("Where is the Lakeside holiday party?", "I don't know", None, Category.UNANSWERABLE),
+]
+
+
+@pytest.fixture
+def small_store(sqlite_url):
+    store = open_inbox_store(sqlite_url)
+    store.add_emails(Email(message_id=mid, inbox=INBOX, date=datetime(2001, 3, 1, i, tzinfo=timezone.utc), subject=subject,
+                           sender="pat@example.com", to=(INBOX,), body=body) for i, (mid, subject, body) in enumerate(EMAILS))
+    yield store
+    store.close()
+
+
+def test_reader_extracts_answers_by_question_type_and_cites_the_email(small_store):
+    scenarios = [Scenario(id=f"q{i}", inbox_id=INBOX, question=q, answer=a, source_ids=[src] if src else [],
+                          category=c, split=Split.TEST, query_date=DAY) for i, (q, a, src, c) in enumerate(QUESTIONS)]
+    episodes = play(HeuristicPolicy(), scenarios, small_store)
+    for episode, scenario in zip(episodes, scenarios):
+        assert episode.outcome == Outcome.CORRECT, (scenario.question, episode.final_answer)
+        assert episode.sources == scenario.source_ids
+
+
+def test_question_categories_from_wording():
+    assert question_category("When is the meeting?") == Category.DATE
+    assert question_category("How much was the invoice?") == Category.AMOUNT
+    assert question_category("Who's the lead now?") == Category.PERSON
+    assert question_category("Which city is the offsite in?") == Category.LOCATION
+    assert question_category("Did the request get approved?") == Category.STATUS
+    assert question_category("Tell me a joke") is None
+
+
+# -- robustness --------------------------------------------------------------------------------
+
+message = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant", "tool", "other"])},
+    optional={
+        "content": st.none() | st.text(max_size=40) | st.just('[{"id": 3}]') | st.just('{"body": 1}'),
+        "name": st.sampled_from(["search_emails", "read_email", "x"]),
+        "tool_calls": st.none() | st.lists(st.dictionaries(st.sampled_from(["function", "id"]), st.none() | st.text(max_size=5)), max_size=2),
+    },
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(conversations=st.lists(st.lists(message, max_size=6), max_size=4), rate=st.floats(0, 0.3))
+def test_odd_conversations_never_make_it_raise(conversations, rate):
+    policy = HeuristicPolicy(HeuristicConfig(wrong_rate=rate, idk_rate=rate, malformed_rate=rate, extra_turn_rate=rate))
+    turns = policy.act(conversations, tool_schemas())
+    assert len(turns) == len(conversations)
+    assert all(isinstance(t, PolicyTurn) and (t.tool_calls or t.parse_error) for t in turns)

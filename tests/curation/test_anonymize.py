@@ -1,0 +1,132 @@
+import json
+import socket
+
+import pytest
+
+from agent_rl.curation.anonymize import (
+    Anonymizer,
+    AnonymizerConfig,
+    build_directory,
+    episode_texts,
+    scan_for_leaks,
+)
+from agent_rl.curation.surrogates import Surrogates, luhn_valid
+from agent_rl.records import Category, Email
+
+
+@pytest.fixture(scope="module")
+def directory(demo_env):
+    return build_directory(demo_env.emails)
+
+
+@pytest.fixture(scope="module")
+def anonymized(demo_env, directory):
+    anonymizer = Anonymizer(AnonymizerConfig(key="test-key"), directory)
+    emails, scenarios = anonymizer.anonymize_environment(demo_env.emails, demo_env.scenarios)
+    episodes = anonymizer.anonymize_episodes(demo_env.episodes)
+    return anonymizer, emails, scenarios, episodes
+
+
+def test_directory_derives_first_and_last_names_from_headers():
+    d = build_directory([Email(message_id="m", inbox="sherry.ortiz@x.com", sender='"Ortiz, Sherry" <s.o@x.com>',
+                               to=("vince.kaminski@x.com", "ops@x.com"))])
+    assert {"sherry", "vince"} <= d.first_names and {"ortiz", "kaminski"} <= d.last_names
+    assert {"sherry.ortiz@x.com", "vince.kaminski@x.com", "ops@x.com", "s.o@x.com"} <= d.addresses
+    assert "Sherry Ortiz" in d.full_names
+
+
+def test_names_map_consistently_and_stay_realistic():
+    d = build_directory([Email(message_id="m", inbox="sherry.ortiz@x.com")])
+    a = Anonymizer(AnonymizerConfig(key="k1"), d)
+    full, first, last, address = a.anonymize_texts(["Sherry Ortiz", "Sherry", "Ms. Ortiz", "sherry.ortiz@x.com"])
+    new_first, new_last = full.split()
+    assert first == new_first and last == f"Ms. {new_last}"
+    assert address == f"{new_first.lower()}.{new_last.lower()}@x.com"
+    assert {new_first, new_last}.isdisjoint({"Sherry", "Ortiz"})
+    other_key = Anonymizer(AnonymizerConfig(key="k2"), d).anonymize_text("Sherry Ortiz")
+    assert other_key != full
+
+
+def test_contact_details_get_surrogates_of_the_same_kind():
+    a = Anonymizer(AnonymizerConfig(key="k"))
+    text = "Card 4111 1111 1111 1111, call (713) 853-4567, budget $1,250,000 on 2024-03-05, host 192.168.10.7."
+    out = a.anonymize_text(text)
+    assert "4111 1111 1111 1111" not in out and "853-4567" not in out and "192.168.10.7" not in out
+    card = out.split("Card ")[1].split(",")[0]
+    assert luhn_valid(card) and len(card) == 19 and card[0] == "4"
+    phone = out.split("call ")[1].split(",")[0]
+    assert phone[0] == "(" and phone[4:6] == ") " and phone[9] == "-" and phone[1] not in "01"
+    assert "$1,250,000" in out and "2024-03-05" in out  # amounts and dates are task answers: kept
+
+
+def test_person_answers_stay_findable_in_their_source_email(demo_env, anonymized):
+    _, emails, scenarios, _ = anonymized
+    by_id = {e.message_id: e for e in emails}
+    originals = {s.id: s for s in demo_env.scenarios}
+    person = [s for s in scenarios if s.category == Category.PERSON]
+    assert person
+    for scenario in person:
+        assert scenario.answer != originals[scenario.id].answer  # the name was replaced...
+        sources = [by_id[i] for i in scenario.source_ids]
+        # ...and the same surrogate is what the anonymized source email says.
+        assert any(scenario.answer in e.body for e in sources), scenario
+
+
+def test_no_directory_value_leaks_anywhere(demo_env, directory, anonymized):
+    _, emails, scenarios, episodes = anonymized
+    texts = [t for e in episodes for t in episode_texts(e)]
+    texts += [t for e in emails for t in episode_texts(e)]
+    texts += [t for s in scenarios for t in episode_texts(s)]
+    originals = directory.originals()
+    before = [t for e in demo_env.episodes for t in episode_texts(e)]
+    assert scan_for_leaks(before, originals)  # the scan does find the real names
+    # ids stay as they are (citations and rewards must still match), so they are not scanned for names
+    kept = {s for e in episodes for s in e["sources"]} | {e.message_id for e in emails}
+    leaks = [leak for leak in scan_for_leaks(texts, originals) if leak.value not in kept]
+    leaks = [leak for leak in leaks if not any(leak.value in k for k in kept)]
+    assert leaks == []
+
+
+def test_episodes_keep_their_shape_ids_and_valid_json(demo_env, anonymized):
+    _, _, _, episodes = anonymized
+    for before, after in zip(demo_env.episodes, episodes):
+        assert after["episode_id"] == before["episode_id"] and after["sources"] == before["sources"]
+        assert len(after["messages"]) == len(before["messages"])
+        for m_before, m_after in zip(before["messages"], after["messages"]):
+            if m_after["role"] == "tool" and m_before["content"].startswith(("[", "{")):
+                parsed = json.loads(m_after["content"])
+                if isinstance(parsed, dict) and "id" in parsed:
+                    assert parsed["id"] == json.loads(m_before["content"])["id"]
+    assert any(a["question"] != b["question"] or a["inbox_id"] != b["inbox_id"]
+               for a, b in zip(episodes, demo_env.episodes))
+
+
+def test_planted_canaries_are_caught_and_report_counts(directory):
+    a = Anonymizer(AnonymizerConfig(key="k"), directory)
+    canaries = ["5500 0000 0000 0004", "canary.person@example.org", "(415) 555-0132"]
+    body = (f"Please charge {canaries[0]} and mail {canaries[1]} or phone {canaries[2]}. "
+            "Regards, Sherry")
+    outs = a.anonymize_texts([body, body, "no names here"])
+    assert scan_for_leaks([body], canaries)
+    assert scan_for_leaks(outs, canaries) == []
+    report = a.privacy_report()
+    assert report["texts_processed"] == 3 and report["cache_hits"] >= 1
+    assert report["entities"]["CREDIT_CARD"] >= 1 and report["entities"]["EMAIL_ADDRESS"] >= 1
+
+
+def test_nothing_touches_the_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("network access attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    a = Anonymizer(AnonymizerConfig(key="k"))
+    out = a.anonymize_text("Write to omar.haddad@mail.northwind-energy.co.uk or visit https://intranet.example.com/x")
+    assert "omar.haddad@" not in out
+
+
+def test_surrogates_are_keyed():
+    a, b = Surrogates(b"one"), Surrogates(b"two")
+    names = [f"Person{i}" for i in range(20)]
+    assert [a.first_name(n) for n in names] == [a.first_name(n) for n in names]
+    assert [a.first_name(n) for n in names] != [b.first_name(n) for n in names]

@@ -1,0 +1,80 @@
+import json
+import os
+
+import pytest
+
+from agent_rl.curation.balance import BalanceConfig, balance_episodes
+from agent_rl.curation.datasets import grpo_rows, load_jsonl, quality, save_jsonl, sft_rows
+
+
+def _rows(counts):
+    return [{"episode_id": f"{c}-{i}", "task_category": c} for c, n in counts.items() for i in range(n)]
+
+
+def test_balance_caps_weights_and_is_deterministic():
+    rows = _rows({"date": 50, "amount": 10, "person": 3})
+    config = BalanceConfig(cap_per_category=8, weights={"date": 1.5, "person": 2.0}, seed=7)
+    kept, table = balance_episodes(rows, config)
+    by = {t["category"]: t for t in table}
+    assert by["date"]["after"] == 12 and by["amount"]["after"] == 8 and by["person"]["after"] == 3
+    assert by["date"]["before"] == 50 and by["person"]["weight"] == 2.0
+    again, _ = balance_episodes(list(reversed(rows)), config)
+    assert sorted(r["episode_id"] for r in kept) == sorted(r["episode_id"] for r in again)
+    other, _ = balance_episodes(rows, BalanceConfig(cap_per_category=8, seed=8))
+    assert {r["episode_id"] for r in other if r["task_category"] == "date"} != {
+        r["episode_id"] for r in kept if r["task_category"] == "date"}
+    up, up_table = balance_episodes(rows, BalanceConfig(cap_per_category=6, upsample=True))
+    assert {t["category"]: t["after"] for t in up_table} == {"amount": 6, "date": 6, "person": 6}
+    with pytest.raises(ValueError, match="weight"):
+        balance_episodes(rows, BalanceConfig(weights={"date": -1}))
+
+
+def test_quality_comes_from_the_rubric():
+    assert quality({"outcome": "correct", "reward": 1.5}) == 1.0
+    assert quality({"outcome": "correct", "reward": 1.0}) == 0.0
+    assert quality({"outcome": "wrong", "reward": -0.7}) == 0.0
+    assert 0.9 < quality({"outcome": "correct", "reward": 1.4625}) < 1.0
+
+
+def test_sft_rows_are_consistent_trl_conversations(demo_env):
+    rows = sft_rows(demo_env.episodes, min_quality=0.8)
+    good = [e for e in demo_env.episodes if quality(e) >= 0.8]
+    assert rows and len(rows) == len(good) < len(demo_env.episodes)
+    names = {t["function"]["name"] for t in rows[0]["tools"]}
+    assert names == {"search_emails", "read_email", "return_final_answer"}
+    for row in rows:
+        roles = [m["role"] for m in row["messages"]]
+        assert roles[:2] == ["system", "user"] and "tool" in roles
+        for m in row["messages"]:
+            for call in m.get("tool_calls", []):
+                assert isinstance(call["function"]["arguments"], dict)
+                assert None not in call["function"]["arguments"].values()
+                assert set(call) == {"type", "function"}
+
+
+def test_grpo_rows_hold_what_the_environment_needs(demo_env):
+    rows = grpo_rows(demo_env.scenarios)
+    train = [s for s in demo_env.scenarios if s.split == "train"]
+    assert len(rows) == len(train)
+    row = rows[0]
+    assert [m["role"] for m in row["prompt"]] == ["system", "user"]
+    assert row["inbox"] in row["prompt"][0]["content"] and row["prompt"][1]["content"] == train[0].question
+    assert set(row) == {"prompt", "scenario_id", "inbox", "answer", "source_ids", "category", "query_date"}
+
+
+def test_save_jsonl_is_atomic_and_hashes_content(tmp_path):
+    rows = [{"b": 1, "a": [1, {"z": None}]}, {"text": "héllo"}]
+    path = tmp_path / "out" / "data.jsonl"
+    h1 = save_jsonl(rows, path)
+    assert load_jsonl(path) == rows
+    assert save_jsonl([dict(reversed(list(r.items()))) for r in rows], path) == h1
+    assert save_jsonl(rows[:1], path) != h1
+
+    def exploding():
+        yield {"ok": 1}
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        save_jsonl(exploding(), path)
+    assert load_jsonl(path) == rows[:1]  # the previous file survives intact
+    assert [p.name for p in path.parent.iterdir()] == ["data.jsonl"]
