@@ -1,6 +1,5 @@
 """The environment the agent acts in: the inbox store and the scenarios (questions with golden answers)."""
 
-from __future__ import annotations
 
 from collections import Counter
 

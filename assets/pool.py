@@ -1,6 +1,5 @@
 """Export of one week of episodes from the benchmark pool (the start of curation)."""
 
-from __future__ import annotations
 
 from collections import Counter
 

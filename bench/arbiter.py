@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -219,6 +220,7 @@ def main() -> None:
             raise SystemExit(f"unknown backend {backend!r}: use sqlite and/or postgres")
         print(json.dumps(results[-1]), flush=True)
 
+    shutil.rmtree(work, ignore_errors=True)
     # The target is judged on the heuristic runs; the instant runs show the arbiter's own ceiling.
     judged = [r for r in results if r["policy"] == "heuristic"] or results
     meets = all(

@@ -4,7 +4,6 @@ All three run the same entry point, `python -m agent_rl.train STAGE --config FIL
 and multi-GPU settings are part of the training config, not of this resource.
 """
 
-from __future__ import annotations
 
 import json
 import os

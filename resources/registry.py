@@ -1,7 +1,6 @@
 """The MLflow tracking server and model registry, as a typed resource (dagster-mlflow is a legacy resource
 that pins pandas<3, so we wrap our own)."""
 
-from __future__ import annotations
 
 from dagster import ConfigurableResource
 from pydantic import Field

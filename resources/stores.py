@@ -1,6 +1,5 @@
 """Where emails and episodes live: the inbox store and the benchmark pool, by URL (SQLite default)."""
 
-from __future__ import annotations
 
 from dagster import ConfigurableResource
 from pydantic import Field

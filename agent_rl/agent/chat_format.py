@@ -51,13 +51,14 @@ def _text(content: Any) -> str:
     return str(content)
 
 
-def render_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+def render_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                  add_generation_prompt: bool = True) -> str:
     """The generation prompt: the conversation rendered by the chat template, ending with the assistant header
     exactly as the template writes it in training (`<|im_start|>assistant\\n` for ChatML)."""
     return tokenizer.apply_chat_template(
         [normalize_message(m) for m in messages],
         tools=tools or None,
-        add_generation_prompt=True,
+        add_generation_prompt=add_generation_prompt,
         tokenize=False,
     )
 

@@ -28,6 +28,13 @@ class LocalPolicyConfig(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
         "float32", description="'auto' picks bfloat16 on CUDA and float32 on CPU")
     version: str | None = Field(None, description="recorded on episodes; defaults to the model/adapter names")
+    reuse_prefix_cache: bool = Field(
+        True, description="keep the attention cache of the system prompt + tool schemas between calls; only safe "
+                          "while the weights do not change (off by default for from_model, i.e. a model in training)")
+
+
+# Below this many shared tokens a separate prefix forward pass costs more than it saves.
+MIN_SHARED_PREFIX = 16
 
 
 class LocalPolicy(Policy):
@@ -47,6 +54,7 @@ class LocalPolicy(Policy):
     def from_model(cls, model: Any, tokenizer: Any, version: str = "in-memory", **options: Any) -> LocalPolicy:
         """Wrap an already loaded model (e.g. the one being trained) without reloading it."""
         policy = cls.__new__(cls)
+        options.setdefault("reuse_prefix_cache", False)
         policy.config = LocalPolicyConfig(model="<in-memory>", version=version, **options)
         policy.model, policy.tokenizer, policy.version = model, tokenizer, version
         policy._setup_generation()
@@ -66,6 +74,12 @@ class LocalPolicy(Policy):
         self._calls = 0
         # One generation at a time: the arbiter calls act() from several threads, and the seed stream is global.
         self._lock = threading.Lock()
+        self._system_cache: tuple[tuple[int, ...], Any] | None = None
+
+    def clear_prefix_cache(self) -> None:
+        """Forget the cached system-prompt attention state (call after changing the weights)."""
+        with self._lock:
+            self._system_cache = None
 
     def act(
         self,
@@ -75,6 +89,7 @@ class LocalPolicy(Policy):
     ) -> list[PolicyTurn]:
         turns: list[PolicyTurn | None] = [None] * len(conversations)
         prompts: dict[int, list[int]] = {}
+        system_lengths: dict[int, int] = {}
         for index, messages in enumerate(conversations):
             try:
                 text = render_prompt(self.tokenizer, messages, tools)
@@ -88,24 +103,82 @@ class LocalPolicy(Policy):
                                 f"context length {self.context_length}", prompt_tokens=len(ids))
                 continue
             prompts[index] = ids
+            system_lengths[index] = self._system_block_length(messages, tools, text, ids)
         # Similar lengths together: less padding, same outputs (greedy results do not depend on the batch).
         order = sorted(prompts, key=lambda i: len(prompts[i]))
         size = self.config.batch_size
         for start in range(0, len(order), size):
             chunk = order[start:start + size]
-            for index, turn in zip(chunk, self._generate([prompts[i] for i in chunk], max_new_tokens)):
+            system = min(system_lengths[i] for i in chunk)
+            for index, turn in zip(chunk, self._generate([prompts[i] for i in chunk], system, max_new_tokens)):
                 turns[index] = turn
         return [t if t is not None else PolicyTurn(parse_error="no output") for t in turns]
 
-    def _generate(self, prompts: list[list[int]], max_new_tokens: int) -> list[PolicyTurn]:
-        with self._lock:
-            return self._generate_locked(prompts, max_new_tokens)
+    def _system_block_length(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], text: str,
+                             ids: list[int]) -> int:
+        """Tokens of the rendered system message + tool schemas at the start of this prompt (0 if none): the part
+        every turn of every episode shares, worth keeping in the attention cache."""
+        if not messages or not isinstance(messages[0], dict) or messages[0].get("role") != "system":
+            return 0
+        try:
+            block = render_prompt(self.tokenizer, messages[:1], tools, add_generation_prompt=False)
+        except Exception:
+            return 0
+        if not text.startswith(block):
+            return 0
+        block_ids = self.tokenizer(block, add_special_tokens=False)["input_ids"]
+        return len(block_ids) if ids[: len(block_ids)] == block_ids else 0
 
-    def _generate_locked(self, prompts: list[list[int]], max_new_tokens: int) -> list[PolicyTurn]:
+    def _prefix_cached_batch(self, prompts: list[list[int]], shared: int, system_length: int) -> dict[str, Any]:
+        """Inputs for generate() that skip recomputing the shared prefix: its attention cache is computed once
+        (the system block is kept across calls), copied for every row, and each row's own suffix follows after
+        padding. The mask hides the padding; positions come from the mask, so each row sees exactly its prompt."""
+        import copy
+
+        import torch
+        from transformers import DynamicCache
+
+        device = self.model.device
+        prefix = prompts[0][:shared]
+        cache, cached = None, 0
+        key = tuple(prefix[:system_length])
+        if self.config.reuse_prefix_cache and system_length and self._system_cache and self._system_cache[0] == key:
+            cache, cached = copy.deepcopy(self._system_cache[1]), system_length
+        if cache is None:
+            cache = DynamicCache(config=self.model.config)
+        with torch.inference_mode():
+            if cached < system_length:
+                self.model(torch.tensor([prefix[:system_length]], device=device), past_key_values=cache, use_cache=True)
+                cached = system_length
+                if self.config.reuse_prefix_cache:
+                    self._system_cache = (key, copy.deepcopy(cache))
+            if cached < shared:
+                self.model(torch.tensor([prefix[cached:shared]], device=device), past_key_values=cache, use_cache=True)
+        cache.batch_repeat_interleave(len(prompts))
+        width = max(len(p) for p in prompts) - shared
+        pad = self.tokenizer.pad_token_id
+        rows, masks = [], []
+        for prompt in prompts:
+            suffix = prompt[shared:]
+            gap = width - len(suffix)
+            rows.append(prefix + [pad] * gap + suffix)
+            masks.append([1] * shared + [0] * gap + [1] * len(suffix))
+        return {"input_ids": torch.tensor(rows, device=device), "attention_mask": torch.tensor(masks, device=device),
+                "past_key_values": cache}
+
+    def _generate(self, prompts: list[list[int]], system_length: int, max_new_tokens: int) -> list[PolicyTurn]:
+        with self._lock:
+            return self._generate_locked(prompts, system_length, max_new_tokens)
+
+    def _generate_locked(self, prompts: list[list[int]], system_length: int, max_new_tokens: int) -> list[PolicyTurn]:
         import torch
 
-        batch = self.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt")
-        batch = {k: v.to(self.model.device) for k, v in batch.items()}
+        shared = _common_prefix_length(prompts)
+        if shared >= MIN_SHARED_PREFIX:
+            batch = self._prefix_cached_batch(prompts, shared, min(system_length, shared))
+        else:
+            batch = self.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt")
+            batch = {k: v.to(self.model.device) for k, v in batch.items()}
         sampling: dict[str, Any] = {"do_sample": False}
         if self.config.temperature > 0:
             sampling = {"do_sample": True, "temperature": self.config.temperature, "top_p": self.config.top_p,
@@ -133,6 +206,15 @@ class LocalPolicy(Policy):
             turn.completion_tokens = len(completion) + (1 if len(completion) < len(row) else 0)
             turns.append(turn)
         return turns
+
+
+def _common_prefix_length(prompts: list[list[int]]) -> int:
+    """Tokens all prompts start with, leaving at least one token of each for generate() to feed."""
+    limit = min(len(p) for p in prompts) - 1
+    length = 0
+    while length < limit and all(p[length] == prompts[0][length] for p in prompts):
+        length += 1
+    return length
 
 
 def _until_stop(row: list[int], stop_ids: list[int]) -> list[int]:

@@ -562,7 +562,7 @@ class Anonymizer:
         parts = self.directory.name_parts
         learned = self._learned_first | self._learned_last
         for m in _CAPITALIZED.finditer(text):
-            word = m.group().rstrip("'-")
+            word = _bare_word(m.group())
             lower = word.lower()
             if (lower in parts or lower in learned) and usable_name_part(word):
                 yield _Span(m.start(), m.start() + len(word), "PERSON", 1.0)
@@ -613,6 +613,12 @@ class Anonymizer:
         return operators
 
 
+def _bare_word(token: str) -> str:
+    """"Wendy's" -> "Wendy": possessives and trailing hyphens are not part of the name."""
+    token = token[:-2] if token.endswith(("'s", "'S")) else token
+    return token.rstrip("'-")
+
+
 def _may_hold_name(text: str) -> bool:
     return any(c.isupper() for c in text)
 
@@ -657,7 +663,7 @@ def scan_for_leaks(texts: Iterable[str], originals: Iterable[str]) -> list[Leak]
                 if m.group().lower().strip(".") in addresses:
                     leaks.append(Leak(i, m.group(), _context(text, m.start(), m.end())))
         for m in _CAPITALIZED.finditer(text):
-            word = m.group().rstrip("'-")
+            word = _bare_word(m.group())
             if word.lower() in words:
                 leaks.append(Leak(i, word, _context(text, m.start(), m.end())))
         for phrase in phrases:

@@ -21,14 +21,15 @@ DbOption = Annotated[
 
 @app.command("build-demo")
 def build_demo(db: DbOption = None, seed: Annotated[int, typer.Option(help="Generator seed")] = 0) -> None:
-    """Generate the demo corpus (emails with known facts) into the store."""
-    from agent_rl.inbox.demo_corpus import build_demo_corpus  # written separately; heavy imports stay lazy
+    """Generate the demo corpus (emails with known facts) into the store, and its scenarios."""
+    from agent_rl.scenarios.demo import build_demo_environment  # heavy imports stay lazy
 
     store = open_inbox_store(db)
     try:
-        corpus = build_demo_corpus(store, seed=seed)
-        typer.echo(f"demo corpus (seed {seed}): {len(corpus.emails)} emails, {len(corpus.facts)} facts")
+        env = build_demo_environment(store, seed=seed)
+        typer.echo(f"demo corpus (seed {seed}): {len(env.corpus.emails)} emails, {len(env.corpus.facts)} facts")
         typer.echo(f"store now holds {store.count()} emails in {len(store.inboxes())} inboxes")
+        typer.echo(f"{len(env.scenarios)} scenarios written to {env.path}")
     finally:
         store.close()
 

@@ -6,7 +6,7 @@ gradient checkpointing, bigger groups); the training code is the same.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
@@ -26,6 +26,9 @@ class LoraSettings(BaseModel):
     alpha: PositiveInt = Field(32, description="scaling numerator (lora_alpha)")
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the adapter input; 0 skips the extra op")
     target_modules: tuple[str, ...] = Field(DEFAULT_LORA_TARGETS, min_length=1, description="module names to adapt")
+    modules_to_save: tuple[str, ...] = Field(
+        (), description="modules trained in full next to the adapter (PEFT modules_to_save), e.g. ('norm',)"
+    )
 
 
 class ComputeSettings(BaseModel):
@@ -142,6 +145,9 @@ class GRPOSettings(BaseModel):
     )
     max_tool_calling_iterations: PositiveInt = Field(4, description="turn budget: tool rounds per episode")
     mask_truncated_completions: bool = False
+    generation_kwargs: dict[str, Any] | None = Field(
+        None, description="extra transformers/vLLM sampling options (TRL generation_kwargs), e.g. sequence_bias"
+    )
     warmup_ratio: float = Field(0.0, ge=0, lt=1)
     lr_scheduler_type: str = "constant"
     max_grad_norm: float = Field(1.0, gt=0)

@@ -88,7 +88,8 @@ class InboxEnvironment(InboxTools):
     def answerable(self) -> bool:
         return str(self._row.get("category", "")) != Category.UNANSWERABLE.value
 
-    def observe(self, completion: list[dict[str, Any]]) -> RolloutObservation:
+    # Private on purpose: TRL offers every public method of the environment to the model as a tool.
+    def _observe(self, completion: list[dict[str, Any]]) -> RolloutObservation:
         """Judge the finished rollout (cached: every reward function asks for the same one)."""
         if self._observation is None:
             self._observation = self._judge_rollout(completion)
@@ -167,3 +168,8 @@ def _accepted_answer(completion: list[dict[str, Any]], index: int) -> bool:
         if message.get("name") == "return_final_answer" and message.get("content") == ANSWER_ACK:
             return True
     return False
+
+
+def observe(environment: InboxEnvironment, completion: list[dict[str, Any]]) -> RolloutObservation:
+    """The judged rollout of `environment` whose conversation after the prompt is `completion`."""
+    return environment._observe(completion)

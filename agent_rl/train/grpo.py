@@ -22,7 +22,7 @@ from typing import Any
 from agent_rl.agent.tools import TOOL_NAMES
 from agent_rl.reward.rubric import score
 from agent_rl.train.config import GRPOSettings
-from agent_rl.train.environment import InboxEnvironment
+from agent_rl.train.environment import InboxEnvironment, observe
 from agent_rl.train.prompt_filter import FilterReport, filter_prompts
 from agent_rl.train.rewards import REWARD_GROUPS, grouped, make_reward_funcs
 from agent_rl.train.sft import ADAPTER_DIR, MANIFEST, last_checkpoint, load_model, lora_config, read_jsonl, write_manifest
@@ -98,7 +98,7 @@ def _trainer_class():
             totals = []
             turns = []
             for index, (env, completion) in enumerate(zip(self.environments, completions, strict=True)):
-                obs = env.observe(completion)
+                obs = observe(env, completion)
                 reward = score(obs.rubric, self.rubric)
                 groups = grouped(reward)
                 total = sum(w * groups[g] for w, g in zip(self.group_weights, REWARD_GROUPS))
@@ -180,6 +180,7 @@ def _grpo_config(settings: GRPOSettings, out_dir: Path, group_names: list[str]):
         max_completion_length=settings.max_completion_length,
         max_tool_calling_iterations=settings.max_tool_calling_iterations,
         mask_truncated_completions=settings.mask_truncated_completions,
+        generation_kwargs=settings.generation_kwargs,
         reward_weights=settings.reward_weights.as_list(group_names),
         warmup_steps=settings.warmup_ratio,
         lr_scheduler_type=settings.lr_scheduler_type,
@@ -226,6 +227,7 @@ def train_grpo(
     settings: GRPOSettings | None = None,
     tracker: Tracker | None = None,
     solve_rates: dict[str, float] | None = None,
+    callbacks: list | None = None,
 ) -> GRPOResult:
     """GRPO on the rows of `grpo_rows_jsonl` against the inbox store; the adapter lands in out_dir/adapter and the
     rollouts in out_dir/rollouts.jsonl (input of the reward-hacking detectors)."""
@@ -291,7 +293,7 @@ def train_grpo(
         processing_class=tokenizer,
         peft_config=peft_config,
         environment_factory=lambda: InboxEnvironment(store, max_turns=max_turns),
-        callbacks=[callback],
+        callbacks=[callback, *(callbacks or [])],
         group_weights=settings.reward_weights.as_list(group_names),
         rubric=settings.rubric,
         rollouts_kept=settings.rollouts_kept,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent_rl.reward.rubric import Reward, RubricWeights, score
-from agent_rl.train.environment import InboxEnvironment, RolloutObservation
+from agent_rl.train.environment import InboxEnvironment, RolloutObservation, observe
 
 REWARD_GROUPS: dict[str, tuple[str, ...]] = {
     "outcome": ("correct", "wrong", "idk", "ran_out"),
@@ -42,7 +42,7 @@ def grouped(reward: Reward) -> dict[str, float]:
 
 
 def rollout_reward(environment: InboxEnvironment, completion: list[dict[str, Any]], weights: RubricWeights) -> Reward:
-    return score(environment.observe(completion).rubric, weights)
+    return score(observe(environment, completion).rubric, weights)
 
 
 def make_reward_funcs(weights: RubricWeights | None = None) -> list[Callable[..., list[float]]]:
@@ -66,4 +66,4 @@ def make_reward_funcs(weights: RubricWeights | None = None) -> list[Callable[...
 
 
 def observations(environments: list[InboxEnvironment], completions: list[list[dict[str, Any]]]) -> list[RolloutObservation]:
-    return [env.observe(c) for env, c in zip(environments, completions, strict=True)]
+    return [observe(env, c) for env, c in zip(environments, completions, strict=True)]

@@ -177,14 +177,29 @@ def tokenize_conversation(tokenizer, messages: list[dict[str, Any]], tools: list
     return list(encoded["input_ids"]), labels
 
 
+def canonical_tools(tools: Any) -> list[dict[str, Any]] | None:
+    """The row's tool schemas, in the exact key order serving renders when they are our tools.
+
+    Canonical JSONL (sort_keys) reorders schema keys, and the chat template prints schemas verbatim:
+    trained on sorted keys, the model would see a different system prompt in production.
+    """
+    if isinstance(tools, str):
+        tools = json.loads(tools)
+    if not tools:
+        return None
+    from agent_rl.agent.tools import tool_schemas
+
+    serving = tool_schemas()
+    same = json.dumps(tools, sort_keys=True) == json.dumps(serving, sort_keys=True)
+    return serving if same else tools
+
+
 def tokenize_rows(tokenizer, rows: list[dict[str, Any]], max_length: int, close_after_answer: bool = True) -> TokenizedRows:
     out = TokenizedRows()
     for index, row in enumerate(rows):
         where = f"SFT row {index}"
         messages = normalize_messages(row.get("messages"), where)
-        tools = row.get("tools")
-        if isinstance(tools, str):
-            tools = json.loads(tools)
+        tools = canonical_tools(row.get("tools"))
         if close_after_answer:
             messages = with_closing_turn(messages)
         input_ids, labels = tokenize_conversation(tokenizer, messages, tools or None)
@@ -208,7 +223,8 @@ def lora_config(lora, task_type: str = "CAUSAL_LM"):
     from peft import LoraConfig
 
     return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                      target_modules=list(lora.target_modules), task_type=task_type, bias="none")
+                      target_modules=list(lora.target_modules), task_type=task_type, bias="none",
+                      modules_to_save=list(lora.modules_to_save) or None)
 
 
 def load_model(model_path: str | Path, bf16: bool = False):
@@ -236,6 +252,7 @@ def train_sft(
     out_dir: str | Path,
     settings: SFTSettings | None = None,
     tracker: Tracker | None = None,
+    callbacks: list | None = None,
 ) -> SFTResult:
     """Train a LoRA adapter on `rows_jsonl` ({"messages", "tools"} per line); the adapter lands in out_dir/adapter."""
     import torch
@@ -297,7 +314,7 @@ def train_sft(
         )
     callback = MetricsCallback(stage)
     trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
-                         peft_config=lora_config(settings.lora), callbacks=[callback])
+                         peft_config=lora_config(settings.lora), callbacks=[callback, *(callbacks or [])])
     resume = last_checkpoint(out_dir)
     if resume:
         log.info("resuming SFT from %s", resume)

@@ -180,6 +180,23 @@ def test_batched_greedy_equals_one_at_a_time(tiny):
         assert 0 < turn.completion_tokens <= 24
 
 
+def test_shared_prefix_cache_changes_nothing_in_the_output(tiny):
+    """The system prompt's attention cache (shared in a batch, kept between calls) gives the same greedy text as
+    plain transformers generation of each full prompt."""
+    path, tokenizer = tiny
+    model = varied_tiny_model(path)
+    policy = LocalPolicy.from_model(model, tokenizer, reuse_prefix_cache=True)
+    first = policy.act(QUESTIONS[:4], TOOLS, max_new_tokens=12)
+    again = policy.act(QUESTIONS[4:], TOOLS, max_new_tokens=12)  # starts from the kept system-prompt cache
+    for conversation, turn in zip(QUESTIONS, first + again):
+        ids = tokenizer(render_prompt(tokenizer, conversation, TOOLS), add_special_tokens=False)["input_ids"]
+        with torch.inference_mode():
+            out = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False,
+                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        expected = parse_completion(tokenizer.decode(out[0, len(ids):]))
+        assert turn.as_message() == expected.as_message()
+
+
 def test_loads_by_spec_and_batches_in_chunks():
     policy = LocalPolicy("tiny", batch_size=3)
     assert policy.version == "tiny"

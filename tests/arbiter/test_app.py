@@ -7,7 +7,9 @@ import logging
 import pytest
 from sqlalchemy import text
 
-from conftest import ADMIN_TOKEN
+from arbiter_fixtures import arbiter, demo_world, start_arbiter  # noqa: F401  (pytest fixtures)
+
+ADMIN_TOKEN = "s3cret-admin-token-4f1c9a"  # set as AGENT_RL_ADMIN_TOKEN by the tests that need it
 
 
 def _scenario(demo_world, answerable: bool = True):

@@ -12,7 +12,9 @@ from typer.testing import CliRunner
 from agent_rl.arbiter.cli import app as arbiter_app
 from agent_rl.arbiter.cli import traffic_app
 from agent_rl.arbiter.replay import replay, select_scenarios
-from conftest import ADMIN_TOKEN
+from arbiter_fixtures import arbiter, demo_world, start_arbiter  # noqa: F401  (pytest fixtures)
+
+ADMIN_TOKEN = "s3cret-admin-token-4f1c9a"  # set as AGENT_RL_ADMIN_TOKEN by the tests that need it
 
 
 def _set_split(arbiter, specs: dict[str, str], weights: dict[str, float]) -> None:

@@ -119,7 +119,7 @@ junk = st.recursive(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(junk | st.fixed_dictionaries({"episode_id": st.text(max_size=5), "messages": junk,
                                               "turns": junk, "reward": junk}), max_size=6))
 def test_arbitrary_rows_never_crash_and_nothing_is_lost(rows):

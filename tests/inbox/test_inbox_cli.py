@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import pytest
-from conftest import ENRON_CSV
+from tests.conftest import ENRON_CSV
 from typer.testing import CliRunner
 
 from agent_rl.inbox.cli import app

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from conftest import ENRON_ANNOTATED, ENRON_CSV
+from tests.conftest import ENRON_ANNOTATED, ENRON_CSV
 
 from agent_rl.inbox.ingest import IngestError, ingest, looks_like_owner, resolve_owners, RawMessage
 from agent_rl.inbox.parse import parse_email

@@ -1,4 +1,4 @@
-"""A demo inbox with scenarios (built once per session) and a real arbiter on a loopback port per test."""
+"""Fixtures for the arbiter tests (imported by name: a conftest.py here would shadow tests/conftest.py for `from conftest import ...`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from agent_rl.pool import PoolRepository
 from agent_rl.records import Scenario
 from agent_rl.scenarios import generate_scenarios, save_scenarios
 
-ADMIN_TOKEN = "s3cret-admin-token-4f1c9a"
 
 
 @dataclass

@@ -1,0 +1,149 @@
+"""`python -m agent_rl.train sft|grpo --config JSON_FILE`: a training stage as a process, plain or under Dagster Pipes.
+
+Config file (JSON):
+  sft:  {"model_path", "rows_jsonl", "out_dir", "settings": {...SFTSettings}, "tracking": {...}}
+  grpo: {"model_path", "sft_adapter", "grpo_rows_jsonl", "inbox_store_url", "out_dir",
+         "settings": {...GRPOSettings}, "solve_rates": {scenario_id: rate} (optional), "tracking": {...}}
+  tracking (optional): {"uri", "dagster_run_id", "parent_run_id"}; absent or null = no MLflow.
+When DAGSTER_PIPES_CONTEXT is set, logs and per-step metrics stream to the Dagster run and the stage
+reports its asset materialization (steps, loss, tokens/s, adapter path); otherwise it prints a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+
+class PipesCallback(TrainerCallback):
+    """Streams each Trainer log line to Dagster as a log message and a custom 'metrics' message."""
+
+    def __init__(self, pipes) -> None:
+        self.pipes = pipes
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs:
+            return
+        metrics = {k: float(v) for k, v in logs.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        self.pipes.log.info(f"step {state.global_step}: " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())))
+        self.pipes.report_custom_message({"kind": "metrics", "step": state.global_step, "metrics": metrics})
+
+
+def _tracker(spec: dict[str, Any] | None):
+    if not spec:
+        return None
+    from agent_rl.train.tracking import Tracker
+
+    return Tracker(tracking_uri=spec.get("uri"), dagster_run_id=spec.get("dagster_run_id"),
+                   parent_run_id=spec.get("parent_run_id"))
+
+
+def _require(config: dict[str, Any], keys: tuple[str, ...], stage: str, path: str) -> None:
+    missing = [k for k in keys if k not in config]
+    if missing:
+        raise SystemExit(f"{path}: the {stage} config lacks {', '.join(missing)}")
+
+
+def run_stage(stage: str, config: dict[str, Any], path: str = "config", extra_callbacks: list | None = None) -> dict[str, Any]:
+    """Run one stage from its config dict; returns the JSON-able result summary."""
+    from agent_rl.train import grpo as grpo_module
+    from agent_rl.train import sft as sft_module
+    from agent_rl.train.config import GRPOSettings, SFTSettings
+
+    if stage not in ("sft", "grpo"):
+        raise ValueError(f"stage {stage!r}: expected 'sft' or 'grpo'")
+    tracker = _tracker(config.get("tracking"))
+    if stage == "sft":
+        _require(config, ("model_path", "rows_jsonl", "out_dir"), stage, path)
+        result = sft_module.train_sft(config["model_path"], config["rows_jsonl"], config["out_dir"],
+                                      SFTSettings(**config.get("settings", {})), tracker=tracker,
+                                      callbacks=extra_callbacks)
+    else:
+        _require(config, ("model_path", "grpo_rows_jsonl", "inbox_store_url", "out_dir"), stage, path)
+        result = grpo_module.train_grpo(config["model_path"], config.get("sft_adapter"), config["grpo_rows_jsonl"],
+                                        config["inbox_store_url"], config["out_dir"],
+                                        GRPOSettings(**config.get("settings", {})), tracker=tracker,
+                                        solve_rates=config.get("solve_rates"), callbacks=extra_callbacks)
+    return result.summary()
+
+
+def _materialization_metadata(stage: str, summary: dict[str, Any]) -> dict[str, Any]:
+    losses = summary.get("losses") or []
+    metadata: dict[str, Any] = {
+        "steps": summary.get("steps"),
+        "final_loss": losses[-1] if losses else None,
+        "adapter_path": summary.get("adapter_dir"),
+        "seconds": round(summary.get("seconds", 0.0), 2),
+        "mlflow_run_id": summary.get("mlflow_run_id"),
+        "resumed_from": summary.get("resumed_from"),
+    }
+    if stage == "sft":
+        metadata.update(tokens_per_second=round(summary.get("tokens_per_second", 0.0), 1),
+                        rows_used=summary.get("rows_used"), cut_rows=summary.get("cut_rows"),
+                        rows_dropped=len(summary.get("dropped") or []))
+    else:
+        rewards = summary.get("reward_means") or []
+        metadata.update(final_reward_mean=rewards[-1] if rewards else None, groups=summary.get("groups"),
+                        zero_variance_groups=summary.get("zero_variance_groups"),
+                        rollouts_path=summary.get("rollouts_path"), outcomes=summary.get("outcomes"),
+                        tool_calls=summary.get("tool_calls"), tool_failures=summary.get("tool_failures"))
+    return {k: v for k, v in metadata.items() if v is not None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agent_rl.train", description=__doc__.splitlines()[0])
+    parser.add_argument("stage", choices=["sft", "grpo"])
+    parser.add_argument("--config", required=True, help="JSON file with the stage's inputs and settings")
+    args = parser.parse_args(argv)
+    path = Path(args.config)
+    if not path.is_file():
+        raise SystemExit(f"--config {path}: no such file")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise SystemExit(f"--config {path}: not JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise SystemExit(f"--config {path}: expected a JSON object")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # matters only if torch is not imported yet (it is not)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    if "DAGSTER_PIPES_CONTEXT" in os.environ:
+        from dagster_pipes import open_dagster_pipes
+
+        with open_dagster_pipes() as pipes:
+            handler = _PipesLogHandler(pipes)
+            logging.getLogger("agent_rl").addHandler(handler)
+            logging.getLogger("agent_rl").setLevel(logging.INFO)
+            pipes.log.info(f"agent_rl.train {args.stage} starting with {path}")
+            summary = run_stage(args.stage, config, str(path), extra_callbacks=[PipesCallback(pipes)])
+            pipes.report_asset_materialization(metadata=_materialization_metadata(args.stage, summary))
+            pipes.log.info(f"agent_rl.train {args.stage} done: {summary.get('steps')} steps")
+        return 0
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    summary = run_stage(args.stage, config, str(path))
+    print(json.dumps(summary, default=str))
+    return 0
+
+
+class _PipesLogHandler(logging.Handler):
+    """Library warnings (dropped rows, filter fallbacks) show up in the Dagster run's logs."""
+
+    def __init__(self, pipes) -> None:
+        super().__init__(logging.INFO)
+        self.pipes = pipes
+
+    def emit(self, record: logging.LogRecord) -> None:
+        level = "warning" if record.levelno >= logging.WARNING else "info"
+        getattr(self.pipes.log, level)(f"{record.name}: {record.getMessage()}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

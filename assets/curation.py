@@ -1,0 +1,181 @@
+"""Curation: gate the exported episodes on quality, anonymize them with the environment, balance, and
+write the SFT and GRPO datasets. Failing gates are blocking checks, so training never sees bad data."""
+
+
+import json
+import os
+import shutil
+from collections import Counter
+
+import dagster as dg
+
+from agent_rl import settings
+from agent_rl.curation.balance import balance_episodes
+from agent_rl.curation.datasets import grpo_rows, load_jsonl, save_jsonl, sft_rows
+from agent_rl.curation.privacy import anonymize_partition
+from agent_rl.curation.validate import ValidationConfig, evaluate_gates, validate_episodes
+from agent_rl.inbox.store import open_inbox_store
+from agent_rl.scenarios.demo import load_default_scenarios
+from assets.environment import inbox, scenarios
+from assets.partitions import weekly
+from assets.pool import export_path, pool_episodes
+from resources.curation import CurationResource
+from resources.stores import InboxStoreResource, PoolResource
+
+
+def stage_dir(name: str, partition: str):
+    return settings.artifact_dir(name, partition)
+
+
+def _table(rows: list[dict], columns: list[str]) -> dg.MetadataValue:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(r.get(c, "")) for c in columns) + " |" for r in rows]
+    return dg.MetadataValue.md("\n".join(lines))
+
+
+# -- validated_episodes -------------------------------------------------------------------------
+
+@dg.asset(group_name="curation", partitions_def=weekly, deps=[pool_episodes],
+          description="Episodes that pass the Great Expectations suite; the rest go to quarantine with reasons.")
+def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource):
+    partition = context.partition_key
+    rows = load_jsonl(export_path(partition))
+    result = validate_episodes(rows, ValidationConfig.from_rubric())
+    if result.quarantined:
+        pool.open().quarantine(result.quarantined, partition=partition)
+    out = stage_dir("validated_episodes", partition)
+    digest = save_jsonl(result.clean, out / "episodes.jsonl")
+    report = {k: v for k, v in result.report.items() if isinstance(v, (int, float, str, dict, list))}
+    (out / "report.json").write_text(json.dumps(report, default=str, indent=1))
+    reasons = Counter(reason.split(":")[0] for _, rs in result.quarantined for reason in rs)
+    return dg.MaterializeResult(metadata={
+        "count_in": len(rows), "clean": len(result.clean), "quarantined": len(result.quarantined),
+        "clean_ratio": round(len(result.clean) / len(rows), 4) if rows else 0.0,
+        "quarantine_reasons": dg.MetadataValue.json(dict(reasons)),
+        "content_hash": digest,
+    })
+
+
+def _gate_check(context: dg.AssetCheckExecutionContext, curation: CurationResource, name: str):
+    report = json.loads((stage_dir("validated_episodes", context.partition_key) / "report.json").read_text())
+    clean = load_jsonl(stage_dir("validated_episodes", context.partition_key) / "episodes.jsonl")
+    from agent_rl.curation.validate import ValidationResult
+
+    result = ValidationResult(clean=clean, quarantined=[None] * int(report.get("quarantined", 0)), report=report)
+    gate = next(g for g in evaluate_gates(result, curation.gates()) if g.name == name)
+    return dg.AssetCheckResult(passed=gate.passed, description=gate.message,
+                               metadata={"observed": gate.observed, "required": gate.required})
+
+
+@dg.asset_check(asset=validated_episodes, blocking=True, description="At least `min_points` clean episodes.")
+def enough_points(context: dg.AssetCheckExecutionContext, curation: CurationResource):
+    return _gate_check(context, curation, "volume")
+
+
+@dg.asset_check(asset=validated_episodes, blocking=True, description="At least `min_clean_ratio` of the export is clean.")
+def clean_ratio(context: dg.AssetCheckExecutionContext, curation: CurationResource):
+    return _gate_check(context, curation, "clean_ratio")
+
+
+@dg.asset_check(asset=validated_episodes, blocking=True, description="At least `min_categories` task categories.")
+def category_diversity(context: dg.AssetCheckExecutionContext, curation: CurationResource):
+    return _gate_check(context, curation, "diversity")
+
+
+# -- anonymized_episodes + anonymized_environment ----------------------------------------------
+
+@dg.multi_asset(
+    group_name="curation", partitions_def=weekly,
+    specs=[
+        dg.AssetSpec("anonymized_episodes", group_name="curation", deps=[validated_episodes],
+                     description="Clean episodes with every name, address, phone and card pseudonymized."),
+        dg.AssetSpec("anonymized_environment", group_name="curation", deps=[inbox, scenarios],
+                     description="The inbox and scenarios under the same pseudonyms, for GRPO rollouts and evaluation."),
+    ],
+)
+def anonymization(context: dg.AssetExecutionContext, inbox_store: InboxStoreResource, curation: CurationResource):
+    partition = context.partition_key
+    episodes = load_jsonl(stage_dir("validated_episodes", partition) / "episodes.jsonl")
+    items = load_default_scenarios()
+    store = inbox_store.open()
+    inboxes = sorted({e["inbox_id"] for e in episodes} | {s.inbox_id for s in items})
+    emails = [email for address in inboxes for email in store.iter_emails(address)]
+    result = anonymize_partition(episodes, emails, items, canaries=curation.canaries)
+
+    out = stage_dir("anonymized_episodes", partition)
+    episodes_hash = save_jsonl(result.episodes, out / "episodes.jsonl")
+    (out / "privacy.json").write_text(json.dumps(
+        {**result.report, "leak_examples": [str(leak) for leak in result.leaks[:20]]}, default=str))
+
+    env_dir = stage_dir("anonymized_environment", partition)
+    tmp_db = env_dir / "inbox.db.tmp"
+    tmp_db.unlink(missing_ok=True)
+    anon_store = open_inbox_store(f"sqlite:///{tmp_db}")
+    anon_store.add_emails(result.emails)
+    anon_store.close()
+    os.replace(tmp_db, env_dir / "inbox.db")  # whole or nothing: a killed run leaves the old store
+    scenarios_hash = save_jsonl([s.model_dump(mode="json") for s in result.scenarios], env_dir / "scenarios.jsonl")
+    summary = {k: v for k, v in result.report.items() if isinstance(v, (int, float))}
+    yield dg.MaterializeResult(asset_key="anonymized_episodes", metadata={
+        "episodes": len(result.episodes), "content_hash": episodes_hash, **summary,
+        "entities_by_type": dg.MetadataValue.json(result.report.get("entities", {})),
+    })
+    yield dg.MaterializeResult(asset_key="anonymized_environment", metadata={
+        "emails": len(result.emails), "scenarios": len(result.scenarios), "inboxes": len(inboxes),
+        "store": str(env_dir / "inbox.db"), "scenarios_hash": scenarios_hash,
+    })
+
+
+@dg.asset_check(asset="anonymized_episodes", blocking=True,
+                description="No original name, address or planted canary in any anonymized output.")
+def no_pii_leak(context: dg.AssetCheckExecutionContext):
+    report = json.loads((stage_dir("anonymized_episodes", context.partition_key) / "privacy.json").read_text())
+    leaks = int(report.get("leaks", -1))
+    return dg.AssetCheckResult(
+        passed=leaks == 0,
+        description="no leak" if leaks == 0 else f"{leaks} original values survived anonymization",
+        metadata={"leaks": leaks, "texts_scanned": report.get("texts_scanned", 0),
+                  "examples": dg.MetadataValue.json(report.get("leak_examples", []))},
+    )
+
+
+# -- balanced_episodes, sft_dataset, grpo_dataset -----------------------------------------------
+
+@dg.asset(group_name="curation", partitions_def=weekly, deps=["anonymized_episodes"],
+          description="Anonymized episodes with each task category capped and weighted.")
+def balanced_episodes(context: dg.AssetExecutionContext, curation: CurationResource):
+    partition = context.partition_key
+    rows = load_jsonl(stage_dir("anonymized_episodes", partition) / "episodes.jsonl")
+    balanced, table = balance_episodes(rows, curation.balance())
+    digest = save_jsonl(balanced, stage_dir("balanced_episodes", partition) / "episodes.jsonl")
+    return dg.MaterializeResult(metadata={
+        "episodes": len(balanced), "content_hash": digest,
+        "per_category": _table(table, ["category", "before", "after", "weight", "target"]),
+    })
+
+
+@dg.asset(group_name="curation", partitions_def=weekly, deps=[balanced_episodes],
+          description="Successful episodes (quality ≥ min_quality) as TRL conversational rows with tool calls.")
+def sft_dataset(context: dg.AssetExecutionContext, curation: CurationResource):
+    partition = context.partition_key
+    episodes = load_jsonl(stage_dir("balanced_episodes", partition) / "episodes.jsonl")
+    rows = sft_rows(episodes, min_quality=curation.min_quality)
+    if not rows:
+        raise dg.Failure(f"no episode of partition {partition} reaches quality {curation.min_quality}: nothing to learn from")
+    digest = save_jsonl(rows, stage_dir("sft_dataset", partition) / "train.jsonl")
+    return dg.MaterializeResult(metadata={"rows": len(rows), "from_episodes": len(episodes), "content_hash": digest,
+                                          "path": str(stage_dir("sft_dataset", partition) / "train.jsonl")})
+
+
+@dg.asset(group_name="curation", partitions_def=weekly, deps=["anonymized_environment"],
+          description="Training scenarios (anonymized) as GRPO prompts with what the reward needs.")
+def grpo_dataset(context: dg.AssetExecutionContext):
+    partition = context.partition_key
+    items = load_jsonl(stage_dir("anonymized_environment", partition) / "scenarios.jsonl")
+    rows = grpo_rows(items, split="train")
+    digest = save_jsonl(rows, stage_dir("grpo_dataset", partition) / "train.jsonl")
+    return dg.MaterializeResult(metadata={
+        "rows": len(rows), "content_hash": digest,
+        "per_category": dg.MetadataValue.json(dict(Counter(r["category"] for r in rows))),
+        "path": str(stage_dir("grpo_dataset", partition) / "train.jsonl"),
+    })

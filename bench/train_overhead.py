@@ -1,0 +1,124 @@
+"""GRPO steps through agent_rl.train.grpo.train_grpo vs a bare TRL GRPOTrainer with the same model, data and settings.
+
+Both sides load the model, build the trainer and run `--steps` GRPO steps with the same environment (the inbox
+tools), reward functions and GRPOConfig; ours adds the prompt-row handling, rollout bookkeeping and result files.
+Target: ours / bare <= 1.10. Last line: one JSON object.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/train_overhead.py [--model tiny|base] [--steps 2] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TARGET = 1.10
+
+
+def build_data(root: Path) -> tuple[str, Path]:
+    from agent_rl.curation.datasets import grpo_rows, save_jsonl
+    from agent_rl.inbox.demo_corpus import build_demo_corpus
+    from agent_rl.inbox.store import open_inbox_store
+    from agent_rl.scenarios.generate import generate_scenarios
+
+    url = f"sqlite:///{root / 'inbox.db'}"
+    store = open_inbox_store(url)
+    scenarios = generate_scenarios(build_demo_corpus(store, seed=0, n_inboxes=2, n_emails=200))
+    store.close()
+    path = root / "grpo.jsonl"
+    save_jsonl(grpo_rows(scenarios, split=None)[:16], path)
+    return url, path
+
+
+def forced_call_bias(model_dir: Path) -> list:
+    """The random tiny model is steered to a valid tool call (as in the tests) so both sides run the tool loop."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    call = '<tool_call>\n{"name": "search_emails", "arguments": {"keywords": ["budget"], "max_results": 2}}\n</tool_call><|im_end|>'
+    ids = tokenizer(call, add_special_tokens=False)["input_ids"]
+    head = tokenizer("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    return [[head + ids[: i + 1], 30.0] for i in range(len(ids))]
+
+
+def run_ours(model: Path, url: str, rows: Path, out: Path, settings) -> float:
+    from agent_rl.train.grpo import train_grpo
+
+    started = time.perf_counter()
+    train_grpo(model, None, rows, url, out, settings)
+    return time.perf_counter() - started
+
+
+def run_bare(model: Path, url: str, rows: Path, out: Path, settings) -> float:
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    from agent_rl.inbox.store import open_inbox_store
+    from agent_rl.train.environment import InboxEnvironment
+    from agent_rl.train.grpo import _grpo_config
+    from agent_rl.train.rewards import REWARD_GROUPS, make_reward_funcs
+    from agent_rl.train.sft import load_model, lora_config, read_jsonl
+
+    started = time.perf_counter()
+    store = open_inbox_store(url)
+    data = read_jsonl(rows)
+    dataset = Dataset.from_list([{**r, "query_date": str(r.get("query_date") or "")} for r in data])
+    tokenizer = AutoTokenizer.from_pretrained(str(model), padding_side="left")
+    trainer = GRPOTrainer(
+        model=load_model(model), reward_funcs=make_reward_funcs(settings.rubric),
+        args=_grpo_config(settings, out, list(REWARD_GROUPS)), train_dataset=dataset, processing_class=tokenizer,
+        peft_config=lora_config(settings.lora),
+        environment_factory=lambda: InboxEnvironment(store, max_turns=settings.max_tool_calling_iterations + 1),
+    )
+    trainer.train()
+    trainer.model.save_pretrained(str(out / "adapter"))
+    store.close()
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny", help="tiny (default) or base (SmolLM2-135M)")
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+
+    from agent_rl.agent.models import resolve_model
+    from agent_rl.train.config import GRPOSettings, PromptFilterSettings
+
+    root = Path(tempfile.mkdtemp(prefix="train-overhead-"))
+    os.environ.setdefault("AGENT_RL_HOME", str(root / "home"))
+    model = resolve_model(args.model)
+    url, rows = build_data(root)
+    tiny = args.model == "tiny"
+    settings = GRPOSettings(
+        max_steps=args.steps, num_generations=2, per_device_train_batch_size=4,
+        max_completion_length=1200 if tiny else 512, max_tool_calling_iterations=2,
+        prompt_filter=PromptFilterSettings(mode="none"), save_steps=10_000,
+        generation_kwargs={"sequence_bias": forced_call_bias(model)} if tiny else None,
+    )
+    ours, bare = [], []
+    for repeat in range(args.repeats):  # interleaved, so machine load drifts hit both sides alike
+        bare.append(run_bare(model, url, rows, root / f"bare-{repeat}", settings))
+        ours.append(run_ours(model, url, rows, root / f"ours-{repeat}", settings))
+    ratio = min(ours) / min(bare)
+    print(json.dumps({
+        "model": args.model, "steps": args.steps, "repeats": args.repeats,
+        "ours_s": [round(x, 3) for x in ours], "bare_s": [round(x, 3) for x in bare],
+        "ratio": round(ratio, 4), "target": TARGET, "meets_target": ratio <= TARGET,
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""A/B sensors: start a test when a challenger is registered; advance, promote or roll back on evidence.
+
+The decisions live in agent_rl.ab.controller (state in the pool's routing history); these sensors
+only call it on a timer and log what it did.
+"""
+
+
+import dagster as dg
+
+from agent_rl.ab.controller import RolloutController
+from resources.registry import MlflowResource
+from resources.rollout import RolloutResource
+from resources.stores import PoolResource
+
+
+def _controller(context, pool: PoolResource, mlflow: MlflowResource, rollout: RolloutResource) -> RolloutController:
+    return RolloutController(pool.open(), rollout.config(), tracking_uri=mlflow.uri(),
+                             model_name=mlflow.model_name, log=context.log.info)
+
+
+@dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Routes 10% of traffic to a newly registered `challenger`.")
+def challenger_sensor(context: dg.SensorEvaluationContext, pool: PoolResource, mlflow: MlflowResource,
+                      rollout: RolloutResource):
+    state = _controller(context, pool, mlflow, rollout).start_if_new_challenger()
+    if state is None:
+        return dg.SkipReason("no new challenger")
+    return dg.SkipReason(f"A/B test started: {state.challenger} at {state.step_share:.0%} against {state.champion}")
+
+
+@dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Sequential test of challenger vs champion: 10% → 50% → 100%, or rollback.")
+def rollout_sensor(context: dg.SensorEvaluationContext, pool: PoolResource, mlflow: MlflowResource,
+                   rollout: RolloutResource):
+    decision = _controller(context, pool, mlflow, rollout).evaluate()
+    if decision is None:
+        return dg.SkipReason("no A/B test running")
+    message = f"{decision.action} ({decision.cause}): {decision.reason}"
+    if decision.action != "hold":
+        context.log.info(message)
+    return dg.SkipReason(message)

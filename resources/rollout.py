@@ -1,0 +1,26 @@
+"""The A/B rollout settings the sensors use, as a resource so they can be changed per deployment."""
+
+
+from datetime import timedelta
+
+from dagster import ConfigurableResource
+from pydantic import Field
+
+from agent_rl.ab.rollout import RolloutConfig
+
+
+class RolloutResource(ConfigurableResource):
+    alpha: float = Field(default=0.05, gt=0, lt=1, description="false promotion / rollback bound")
+    min_samples_per_arm: int = Field(default=100, ge=1)
+    min_samples_per_step: int = Field(default=200, ge=1)
+    max_step_hours: float = Field(default=72.0, gt=0)
+    steps: list[float] = Field(default=[0.1, 0.5, 1.0])
+
+    def config(self) -> RolloutConfig:
+        return RolloutConfig(
+            steps=tuple(self.steps),
+            alpha=self.alpha,
+            min_samples_per_arm=self.min_samples_per_arm,
+            min_samples_per_step=self.min_samples_per_step,
+            max_step_duration=timedelta(hours=self.max_step_hours),
+        )

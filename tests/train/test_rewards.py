@@ -1,0 +1,108 @@
+"""The GRPO environment judges rollouts like the episode runner, and the reward functions add up to the rubric."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent_rl.records import Outcome
+from agent_rl.reward.rubric import FormatErrorKind, RubricWeights, score
+from agent_rl.train.config import GRPOSettings, RewardWeights
+from agent_rl.train.environment import ANSWER_ACK, InboxEnvironment, observe
+from agent_rl.train.rewards import REWARD_GROUPS, make_reward_funcs
+
+
+@pytest.fixture(scope="module")
+def env_row(train_data):
+    from agent_rl.inbox.store import open_inbox_store
+    from agent_rl.train.sft import read_jsonl
+
+    store = open_inbox_store(train_data["store_url"])
+    rows = [r for r in read_jsonl(train_data["grpo"]) if r["category"] != "unanswerable"]
+    yield store, rows[0]
+    store.close()
+
+
+def _play(env: InboxEnvironment, calls: list[tuple[str, dict] | str]) -> list[dict]:
+    """A completion as TRL builds it: each call executed on the environment, its result appended."""
+    completion = []
+    for call in calls:
+        if isinstance(call, str):
+            completion.append({"role": "assistant", "content": call})
+            continue
+        name, arguments = call
+        completion.append({"role": "assistant", "content": "",
+                           "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]})
+        result = getattr(env, name)(**arguments) if hasattr(env, name) else json.dumps({"error": "no such tool"})
+        completion.append({"role": "tool", "name": name, "content": result})
+    return completion
+
+
+def test_tools_are_the_environment_public_methods():
+    import inspect
+
+    public = [n for n, _ in inspect.getmembers(InboxEnvironment, predicate=inspect.isfunction) if not n.startswith("_")]
+    assert sorted(public) == ["read_email", "reset", "return_final_answer", "search_emails"]
+
+
+def test_correct_answer_with_source_scores_the_correct_tier(env_row):
+    store, row = env_row
+    env = InboxEnvironment(store, max_turns=5)
+    env.reset(**row)
+    gold = row["source_ids"][0]
+    completion = _play(env, [("read_email", {"message_id": gold}),
+                             ("return_final_answer", {"answer": row["answer"], "sources": [gold]}), ""])
+    obs = observe(env, completion)
+    assert obs.outcome == Outcome.CORRECT and obs.turns == 2 and obs.rubric.read_gold
+    assert completion[-2]["content"] == ANSWER_ACK
+    funcs = make_reward_funcs()
+    values = {f.__name__: f(completions=[completion], environments=[env])[0] for f in funcs}
+    assert set(values) == {f"reward_{g}" for g in REWARD_GROUPS}
+    assert sum(values.values()) == pytest.approx(score(obs.rubric, RubricWeights()).total)
+    assert values["reward_outcome"] == 1.0 and values["reward_sources"] > 0
+
+
+def test_idk_beats_wrong_and_format_errors_are_worst(env_row):
+    store, row = env_row
+    totals = {}
+    for label, calls in {
+        "wrong": [("return_final_answer", {"answer": "Ontario", "sources": []})],
+        "idk": [("return_final_answer", {"answer": "I don't know", "sources": []})],
+        "plain_text": ["The answer is probably Tuesday."],
+        "unknown_tool": [("delete_emails", {"all": True})],
+        "malformed": ['<tool_call>\n{"name": "search_emails", "arguments": \n</tool_call>'],
+        "ran_out": [("search_emails", {"keywords": ["zzzz"]})] * 2,
+    }.items():
+        env = InboxEnvironment(store, max_turns=5)
+        env.reset(**row)
+        obs = observe(env, _play(env, calls))
+        totals[label] = score(obs.rubric).total
+        expected = {"wrong": Outcome.WRONG, "idk": Outcome.IDK, "ran_out": Outcome.RAN_OUT}.get(label, Outcome.FORMAT_ERROR)
+        assert obs.outcome == expected, label
+    assert totals["idk"] > totals["wrong"] > totals["plain_text"]
+    assert observe_kind(store, row, ["text"]) == FormatErrorKind.NO_TOOL_CALL
+    assert totals["ran_out"] == totals["idk"]
+
+
+def observe_kind(store, row, calls):
+    env = InboxEnvironment(store)
+    env.reset(**row)
+    return observe(env, _play(env, calls)).format_error
+
+
+def test_reset_rejects_a_row_without_its_inbox(env_row):
+    store, row = env_row
+    env = InboxEnvironment(store)
+    with pytest.raises(ValueError, match="inbox"):
+        env.reset(**{k: v for k, v in row.items() if k != "inbox"})
+
+
+def test_settings_validate_group_size_and_expose_trl_knobs():
+    with pytest.raises(ValueError, match="multiple of num_generations"):
+        GRPOSettings(num_generations=3, per_device_train_batch_size=8)
+    gpu = GRPOSettings.gpu()
+    assert gpu.use_vllm and gpu.vllm_mode == "colocate" and gpu.compute.bf16 and not gpu.compute.use_cpu
+    cpu = GRPOSettings()
+    assert cpu.compute.use_cpu and not cpu.compute.bf16 and not cpu.compute.gradient_checkpointing
+    assert RewardWeights().as_list(list(REWARD_GROUPS)) == [1.0] * len(REWARD_GROUPS)

@@ -1,0 +1,195 @@
+"""Real TRL steps on the tiny model: SFT -> GRPO with tool rollouts, masks, checkpoints, MLflow."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent_rl.train.config import GRPOSettings, PromptFilterSettings, SFTSettings
+
+
+def _forced_tool_call_bias(model_dir: Path) -> list:
+    """A random 64-wide model cannot learn tool-call syntax in seconds, so the test steers its sampling with TRL's
+    `generation_kwargs` (sequence_bias, anchored on the assistant header) towards one valid call. Everything
+    after the generated text - parsing, tool execution, result masking, rewards, the update - is TRL's and ours."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    call = '<tool_call>\n{"name": "search_emails", "arguments": {"keywords": ["budget"], "max_results": 2}}\n</tool_call><|im_end|>'
+    ids = tokenizer(call, add_special_tokens=False)["input_ids"]
+    head = tokenizer("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    return [[head + ids[: i + 1], 30.0] for i in range(len(ids))]
+
+
+def test_tiny_sft_then_grpo_calls_tools_masks_results_and_tracks_mlflow(train_data, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from agent_rl.train.grpo import train_grpo
+    from agent_rl.train.sft import train_sft
+    from agent_rl.train.tracking import Tracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(tracking_uri=uri, dagster_run_id="dagster-run-123")
+    sft = train_sft(train_data["tiny"], train_data["sft"], tmp_path / "sft",
+                    SFTSettings(max_steps=2, per_device_train_batch_size=2, max_length=4096), tracker=tracker)
+    assert (sft.adapter_dir / "adapter_model.safetensors").is_file()
+    assert (sft.adapter_dir / "adapter_config.json").is_file()
+    assert sft.steps == 2 and len(sft.losses) == 2 and all(math.isfinite(x) for x in sft.losses)
+    assert sft.cut_rows == 0
+
+    settings = GRPOSettings(
+        max_steps=1, num_generations=2, per_device_train_batch_size=4, max_completion_length=1200,
+        max_tool_calling_iterations=2, prompt_filter=PromptFilterSettings(mode="none"),
+        generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"])},
+    )
+    grpo = train_grpo(train_data["tiny"], sft.adapter_dir, train_data["grpo"], train_data["store_url"],
+                      tmp_path / "grpo", settings, tracker=tracker)
+    assert (grpo.adapter_dir / "adapter_model.safetensors").is_file()
+    assert grpo.steps == 1 and all(math.isfinite(x) for x in grpo.losses)
+    # Rollouts really went through the tools: calls made, results appended, recorded for the detectors.
+    assert grpo.tool_calls >= 4 and grpo.rollouts == 4
+    rollouts = [json.loads(line) for line in grpo.rollouts_path.read_text().splitlines()]
+    tool_messages = [m for r in rollouts for m in r["messages"] if m["role"] == "tool"]
+    assert tool_messages and all(m["name"] == "search_emails" for m in tool_messages)
+    assert grpo.groups == 2 and 0 <= grpo.zero_variance_groups <= 2
+
+    # Masks of the trained batch: tool-result tokens are out of the loss, generated tool calls are in it.
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(train_data["tiny"])
+    batch = _last_batch(tmp_path)
+    ids, tool_mask, completion_mask = batch["completion_ids"], batch["tool_mask"], batch["completion_mask"]
+    row = 0
+    valid = completion_mask[row].bool()
+    masked_text = tokenizer.decode(ids[row][valid & (tool_mask[row] == 0)])
+    trained_text = tokenizer.decode(ids[row][valid & (tool_mask[row] == 1)])
+    assert "<tool_response>" in masked_text and "<tool_response>" not in trained_text
+    assert "<tool_call>" in trained_text and "search_emails" in trained_text
+
+    client = MlflowClient(tracking_uri=uri)
+    runs = {run.data.tags["stage"]: run for run in client.search_runs([tracker.experiment_id])}
+    assert set(runs) == {"parent", "sft", "grpo"}
+    assert runs["parent"].data.tags["dagster_run_id"] == "dagster-run-123"
+    for stage in ("sft", "grpo"):
+        assert runs[stage].data.tags["mlflow.parentRunId"] == runs["parent"].info.run_id
+        assert runs[stage].data.params["dataset_sha256." + ("sft_rows" if stage == "sft" else "grpo_rows")]
+    assert "loss" in runs["sft"].data.metrics
+    for key in ("reward_mean", "reward_std", "rewards/reward_outcome/mean", "tool_call_failure_rate",
+                "completion_length", "zero_variance_group_fraction", "episode/turns"):
+        assert key in runs["grpo"].data.metrics, key
+    artifacts = {a.path for a in client.list_artifacts(runs["grpo"].info.run_id)}
+    assert {"reward_curve.png", "rollouts_sample.json"} <= artifacts
+    assert "loss_curve.png" in {a.path for a in client.list_artifacts(runs["sft"].info.run_id)}
+
+
+_LAST_BATCH: dict = {}
+
+
+@pytest.fixture(autouse=True)
+def _keep_last_batch(monkeypatch):
+    """Capture the trainer's last generated batch (its masks) without changing what it does."""
+    import agent_rl.train.grpo as grpo_module
+
+    original = grpo_module._trainer_class
+
+    def wrapped():
+        cls = original()
+
+        class Capturing(cls):
+            def _generate_and_score_completions(self, inputs):
+                output = super()._generate_and_score_completions(inputs)
+                _LAST_BATCH.clear()
+                _LAST_BATCH.update(self.last_batch)
+                return output
+
+        return Capturing
+
+    monkeypatch.setattr(grpo_module, "_trainer_class", wrapped)
+
+
+def _last_batch(_tmp_path) -> dict:
+    assert _LAST_BATCH, "GRPO generated no batch"
+    return _LAST_BATCH
+
+
+def test_sft_rerun_resumes_from_last_checkpoint(train_data, tmp_path):
+    from agent_rl.train.sft import train_sft
+
+    out = tmp_path / "sft"
+    first = train_sft(train_data["tiny"], train_data["sft"], out,
+                      SFTSettings(max_steps=2, save_steps=1, per_device_train_batch_size=2))
+    assert first.resumed_from is None and (out / "checkpoint-2").is_dir()
+    second = train_sft(train_data["tiny"], train_data["sft"], out,
+                       SFTSettings(max_steps=4, save_steps=1, per_device_train_batch_size=2))
+    assert second.resumed_from == "checkpoint-2"
+    assert second.steps == 4 and len(second.losses) == 2  # only steps 3 and 4 ran again
+
+
+def test_rows_longer_than_max_length_are_dropped_with_a_reason_not_truncated(train_data, tmp_path):
+    from transformers import AutoTokenizer
+
+    from agent_rl.train.sft import read_jsonl, tokenize_rows, train_sft
+
+    tokenizer = AutoTokenizer.from_pretrained(train_data["tiny"])
+    rows = read_jsonl(train_data["sft"])
+    lengths = sorted(len(ids) for ids in tokenize_rows(tokenizer, rows, 10**6).input_ids)
+    limit = lengths[len(lengths) // 2]  # about half the rows are longer
+    expected_cut = sum(1 for n in lengths if n > limit)
+    result = train_sft(train_data["tiny"], train_data["sft"], tmp_path / "sft",
+                       SFTSettings(max_steps=1, per_device_train_batch_size=1, max_length=limit))
+    assert result.cut_rows == expected_cut > 0
+    assert result.rows_used == len(rows) - expected_cut
+    assert all(f"> max_length {limit}" in d.reason and d.tokens > limit for d in result.dropped)
+
+
+def test_labels_cover_assistant_turns_only_and_teach_the_stop(train_data):
+    from transformers import AutoTokenizer
+
+    from agent_rl.train.sft import read_jsonl, tokenize_rows
+
+    tokenizer = AutoTokenizer.from_pretrained(train_data["tiny"])
+    row = read_jsonl(train_data["sft"])[0]
+    data = tokenize_rows(tokenizer, [row], 10**6)
+    ids, labels = data.input_ids[0], data.labels[0]
+    trained = tokenizer.decode([t for t, label in zip(ids, labels) if label != -100])
+    ignored = tokenizer.decode([t for t, label in zip(ids, labels) if label == -100])
+    calls = sum(len(m.get("tool_calls") or []) for m in row["messages"] if m["role"] == "assistant")
+    assert trained.count("<tool_call>") == calls and "<tool_response>" not in trained
+    assert row["messages"][1]["content"] in ignored  # the user's question is context, not a target
+    assert "<tool_response>" in ignored and "# Tools" in ignored
+    # Every assistant turn ends with the end-of-turn token, plus the closing turn after the answer.
+    assert trained.count("<|im_end|>") == calls + 1
+    # Same tokens as the chat template gives at generation time (no whitespace drift).
+    from agent_rl.train.sft import canonical_tools, normalize_messages, with_closing_turn
+
+    messages = with_closing_turn(normalize_messages(row["messages"], "row"))
+    assert ids == tokenizer.apply_chat_template(messages, tools=canonical_tools(row["tools"]), tokenize=True,
+                                                return_dict=False)
+
+
+def test_cli_entry_point_runs_a_stage_from_a_config_file(train_data, tmp_path):
+    config = {"model_path": str(train_data["tiny"]), "rows_jsonl": str(train_data["sft"]),
+              "out_dir": str(tmp_path / "sft"), "settings": {"max_steps": 1, "per_device_train_batch_size": 1}}
+    path = tmp_path / "sft.json"
+    path.write_text(json.dumps(config))
+    done = subprocess.run([sys.executable, "-m", "agent_rl.train", "sft", "--config", str(path)],
+                          capture_output=True, text=True, timeout=300,
+                          env={**_env(), "AGENT_RL_HOME": str(tmp_path / "home")})
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 1 and Path(summary["adapter_dir"], "adapter_model.safetensors").is_file()
+
+    bad = subprocess.run([sys.executable, "-m", "agent_rl.train", "sft", "--config", str(tmp_path / "nope.json")],
+                         capture_output=True, text=True, timeout=120, env=_env())
+    assert bad.returncode != 0 and "nope.json" in bad.stderr
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
