@@ -6,6 +6,8 @@ evaluation asset alike, so a version means the same model everywhere.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from agent_rl import registry
 from agent_rl.agent.policy import Policy
 from agent_rl.arbiter.policies import load_policy, register_policy_loader
@@ -17,21 +19,35 @@ def _local(model: str, adapter: str | None = None, version: str | None = None) -
     return LocalPolicy(model, adapter=adapter, version=version)
 
 
+def load_stacked(base_model: str, adapters: list[str | Path], version: str) -> Policy:
+    """The base model with each adapter merged in order (SFT, then GRPO), as a local policy."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agent_rl.agent.local_policy import LocalPolicy
+    from agent_rl.agent.models import resolve_model
+
+    path = resolve_model(base_model)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    for adapter in adapters:
+        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    model.eval()
+    return LocalPolicy.from_model(model, tokenizer, version=version)
+
+
 def load_registered(ref: str, tracking_uri: str | None = None) -> Policy:
     """A registered model by alias (`champion`, `challenger`) or version (`v3`), loaded on its base model."""
     ref = ref.strip()
     if not ref:
         raise ValueError("mlflow policy spec needs an alias or a version, e.g. mlflow:champion or mlflow:v3")
     if ref.startswith("v") and ref[1:].isdigit():
-        path, manifest = registry.download_version(version=ref[1:], tracking_uri=tracking_uri)
-        version = ref
+        number = ref[1:]
     else:
-        found = registry.get_version(ref, tracking_uri=tracking_uri)
-        path, manifest = registry.download_version(version=found.version, tracking_uri=tracking_uri)
-        version = f"v{found.version}"
-    if manifest.get("adapter", True):
-        return _local(manifest["base_model"], adapter=str(path), version=version)
-    return _local(str(path), version=version)
+        number = registry.get_version(ref, tracking_uri=tracking_uri).version
+    path, manifest = registry.download_version(version=number, tracking_uri=tracking_uri)
+    return load_stacked(manifest["base_model"], [path / a for a in manifest["adapters"]], version=f"v{number}")
 
 
 register_policy_loader("base", lambda rest: _local("base", version="base"))

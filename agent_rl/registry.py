@@ -1,9 +1,10 @@
-"""The model registry on MLflow: candidates are registered as a LoRA adapter plus a reference to its base.
+"""The model registry on MLflow: a candidate is registered as its LoRA adapters plus a reference to its base.
 
 Why not `mlflow.transformers`: logging a PeftModel through it corrupts the base weights on reload
-(DESIGN.md), and a 135M base copied per version wastes space; an adapter is a few MB. A version's
-artifacts are `model/` (adapter files) and `model/agent_rl_model.json` (base model spec, adapter
-flag). Aliases, not stages: `champion`, `challenger`, `previous_champion`.
+(DESIGN.md), and a 135M base copied per version wastes space; adapters are a few MB. A version's
+artifacts are `model/adapters/00, 01, ...` (applied in order: SFT, then GRPO) and
+`model/agent_rl_model.json` (base model spec and the adapter order). Aliases, not stages:
+`champion`, `challenger`, `previous_champion`.
 """
 
 from __future__ import annotations
@@ -42,10 +43,9 @@ def _client(tracking_uri: str | None = None):
 
 
 def register_candidate(
-    model_dir: str | Path,
+    adapters: list[str | Path],
     base_model: str,
     *,
-    is_adapter: bool = True,
     metrics: dict[str, float] | None = None,
     tags: dict[str, str] | None = None,
     alias: str | None = "challenger",
@@ -53,19 +53,24 @@ def register_candidate(
     experiment: str = "agent-rl",
     tracking_uri: str | None = None,
 ) -> RegisteredVersion:
-    """Log `model_dir` as a run's artifacts, create a registry version from it, tag it and set `alias`."""
+    """Log the adapter stack as a run's artifacts, create a registry version from it, tag it and set `alias`."""
     import mlflow
 
-    model_dir = Path(model_dir)
-    if not model_dir.is_dir():
-        raise FileNotFoundError(f"model directory {str(model_dir)!r} does not exist")
+    dirs = [Path(a) for a in adapters]
+    for directory in dirs:
+        if not (directory / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"adapter {str(directory)!r} is not a PEFT adapter directory (no adapter_config.json)")
     client = _client(tracking_uri)
     mlflow.set_experiment(experiment)
     tags = {k: str(v) for k, v in (tags or {}).items()}
     with tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / "model"
-        shutil.copytree(model_dir, staged, ignore=shutil.ignore_patterns("checkpoint-*", "optimizer.pt"))
-        (staged / MODEL_MANIFEST).write_text(json.dumps({"base_model": base_model, "adapter": is_adapter}))
+        names = []
+        for index, directory in enumerate(dirs):
+            names.append(f"adapters/{index:02d}")
+            shutil.copytree(directory, staged / names[-1],
+                            ignore=shutil.ignore_patterns("checkpoint-*", "optimizer.pt", "*.json.tmp"))
+        (staged / MODEL_MANIFEST).write_text(json.dumps({"base_model": base_model, "adapters": names}))
         with mlflow.start_run(run_name=f"register-{name}") as run:
             mlflow.set_tags(tags)
             if metrics:

@@ -3,17 +3,19 @@
 
 import dagster as dg
 
-from assets import curation, environment, pool
+from assets import curation, environment, pool, training, validation
 from pipelines.jobs import environment_job, retraining_job
 from pipelines.schedules import weekly_retraining
 from pipelines.sensors import challenger_sensor, rollout_sensor
 from resources.compute import TrainingCompute
 from resources.curation import CurationResource
+from resources.evaluation import EvaluationResource
 from resources.registry import MlflowResource
 from resources.rollout import RolloutResource
 from resources.stores import InboxStoreResource, PoolResource
+from resources.training import TrainingResource
 
-MODULES = [environment, pool, curation]
+MODULES = [environment, pool, curation, training, validation]
 
 defs = dg.Definitions(
     assets=dg.load_assets_from_modules(MODULES),
@@ -28,5 +30,7 @@ defs = dg.Definitions(
         "mlflow": MlflowResource(),
         "rollout": RolloutResource(),
         "compute": TrainingCompute(),
+        "training": TrainingResource(),
+        "evaluation": EvaluationResource(),
     },
 )

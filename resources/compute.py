@@ -34,7 +34,7 @@ class TrainingCompute(dg.ConfigurableResource):
         if self.mode == ComputeMode.IN_PROCESS:
             from agent_rl.train.__main__ import run_stage
 
-            return run_stage(stage, config, log=context.log.info)
+            return run_stage(stage, config)
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
             json.dump(config, handle)
             config_path = handle.name

@@ -114,6 +114,62 @@ class LocalPolicy(Policy):
                 turns[index] = turn
         return [t if t is not None else PolicyTurn(parse_error="no output") for t in turns]
 
+    def _decode(self, batch: dict[str, Any], max_new_tokens: int) -> list[list[int]]:
+        """Greedy or sampled decoding of a padded batch; each row's new tokens, ending at its stop token.
+
+        Our own loop rather than generate(): a row that has stopped leaves the batch (and the attention cache) at
+        once, so a batch costs what its unfinished rows need instead of running every row to the longest one.
+        """
+        import torch
+
+        cache, mask, ids = batch["past_key_values"], batch["attention_mask"], batch["input_ids"]
+        cached = cache.get_seq_length()
+        # Positions count only real tokens, so padding anywhere in a row changes nothing for that row.
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        stop = torch.tensor(self.stop_token_ids, device=ids.device)
+        generator = None
+        if self.config.temperature > 0 and self.config.seed is not None:
+            # A different but reproducible stream per call: same seed, same sequence of episodes.
+            generator = torch.Generator(device=ids.device).manual_seed(self.config.seed + self._calls)
+        active = list(range(ids.shape[0]))
+        outputs: list[list[int]] = [[] for _ in active]
+        next_positions = positions[:, -1] + 1
+        with torch.inference_mode():
+            logits = self.model(input_ids=ids[:, cached:], attention_mask=mask, position_ids=positions[:, cached:],
+                                past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+            for step in range(max_new_tokens):
+                tokens = self._pick(logits.float(), generator)
+                for row, token in zip(active, tokens.tolist()):
+                    outputs[row].append(token)
+                running = ~torch.isin(tokens, stop)
+                if step == max_new_tokens - 1 or not bool(running.any()):
+                    break
+                if not bool(running.all()):
+                    keep = running.nonzero().squeeze(1)
+                    cache.batch_select_indices(keep)
+                    mask, tokens, next_positions = mask[keep], tokens[keep], next_positions[keep]
+                    active = [active[i] for i in keep.tolist()]
+                mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+                logits = self.model(input_ids=tokens[:, None], attention_mask=mask, position_ids=next_positions[:, None],
+                                    past_key_values=cache, use_cache=True).logits[:, -1, :]
+                next_positions = next_positions + 1
+        return outputs
+
+    def _pick(self, logits: Any, generator: Any) -> Any:
+        """Next token per row: argmax, or a sample from the temperature-scaled nucleus (top_p)."""
+        import torch
+
+        if self.config.temperature <= 0:
+            return logits.argmax(dim=-1)
+        probs = torch.softmax(logits / self.config.temperature, dim=-1)
+        if self.config.top_p < 1.0:
+            sorted_probs, order = probs.sort(dim=-1, descending=True)
+            # Keep the smallest set of tokens whose mass reaches top_p (the most likely token always stays).
+            outside = sorted_probs.cumsum(-1) - sorted_probs > self.config.top_p
+            sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+            probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
     def _system_block_length(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], text: str,
                              ids: list[int]) -> int:
         """Tokens of the rendered system message + tool schemas at the start of this prompt (0 if none): the part
@@ -130,7 +186,7 @@ class LocalPolicy(Policy):
         return len(block_ids) if ids[: len(block_ids)] == block_ids else 0
 
     def _prefix_cached_batch(self, prompts: list[list[int]], shared: int, system_length: int) -> dict[str, Any]:
-        """Inputs for generate() that skip recomputing the shared prefix: its attention cache is computed once
+        """Decoder inputs that skip recomputing the shared prefix: its attention cache is computed once
         (the system block is kept across calls), copied for every row, and each row's own suffix follows after
         padding. The mask hides the padding; positions come from the mask, so each row sees exactly its prompt."""
         import copy
@@ -171,7 +227,7 @@ class LocalPolicy(Policy):
             return self._generate_locked(prompts, system_length, max_new_tokens)
 
     def _generate_locked(self, prompts: list[list[int]], system_length: int, max_new_tokens: int) -> list[PolicyTurn]:
-        import torch
+        from transformers import DynamicCache
 
         shared = _common_prefix_length(prompts)
         if shared >= MIN_SHARED_PREFIX:
@@ -179,25 +235,12 @@ class LocalPolicy(Policy):
         else:
             batch = self.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt")
             batch = {k: v.to(self.model.device) for k, v in batch.items()}
-        sampling: dict[str, Any] = {"do_sample": False}
-        if self.config.temperature > 0:
-            sampling = {"do_sample": True, "temperature": self.config.temperature, "top_p": self.config.top_p,
-                        "top_k": 0}
-            if self.config.seed is not None:
-                # A different but reproducible stream per call: same seed, same sequence of episodes.
-                torch.manual_seed(self.config.seed + self._calls)
+        if "past_key_values" not in batch:
+            batch["past_key_values"] = DynamicCache(config=self.model.config)
         self._calls += 1
-        with torch.inference_mode():
-            output = self.model.generate(
-                **batch,
-                max_new_tokens=max_new_tokens,
-                eos_token_id=self.stop_token_ids,
-                pad_token_id=self.tokenizer.pad_token_id,
-                **sampling,
-            )
-        width = batch["input_ids"].shape[1]
+        rows = self._decode(batch, max_new_tokens)
         turns = []
-        for prompt, row in zip(prompts, output[:, width:].tolist()):
+        for prompt, row in zip(prompts, rows):
             completion = _until_stop(row, self.stop_token_ids)
             text = self.tokenizer.decode(completion, skip_special_tokens=False)
             turn = parse_completion(text)
@@ -209,7 +252,7 @@ class LocalPolicy(Policy):
 
 
 def _common_prefix_length(prompts: list[list[int]]) -> int:
-    """Tokens all prompts start with, leaving at least one token of each for generate() to feed."""
+    """Tokens all prompts start with, leaving at least one token of each to feed the first decoding step."""
     limit = min(len(p) for p in prompts) - 1
     length = 0
     while length < limit and all(p[length] == prompts[0][length] for p in prompts):

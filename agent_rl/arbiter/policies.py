@@ -135,3 +135,7 @@ class PolicyCache:
 
     def loaded(self) -> list[str]:
         return sorted(self._policies)
+
+
+# base, tiny and registered-model (mlflow:ALIAS|vN) specs; imported last, it registers through the API above.
+import agent_rl.policy_specs  # noqa: E402,F401

@@ -180,15 +180,21 @@ def test_batched_greedy_equals_one_at_a_time(tiny):
         assert 0 < turn.completion_tokens <= 24
 
 
-def test_shared_prefix_cache_changes_nothing_in_the_output(tiny):
-    """The system prompt's attention cache (shared in a batch, kept between calls) gives the same greedy text as
-    plain transformers generation of each full prompt."""
+DIFFERENT_SYSTEMS = [[{"role": "system", "content": f"{word} rules apply."}, {"role": "user", "content": "Hi?"}]
+                     for word in WORDS[:4]]
+
+
+@pytest.mark.parametrize("conversations", [QUESTIONS, DIFFERENT_SYSTEMS], ids=["shared-system", "no-shared-prefix"])
+def test_outputs_equal_plain_transformers_generate(tiny, conversations):
+    """Our decoding loop, the system prompt's attention cache (shared in a batch, kept between calls) and rows
+    leaving the batch when they stop give the same greedy text as transformers' generate() on each prompt alone."""
     path, tokenizer = tiny
     model = varied_tiny_model(path)
     policy = LocalPolicy.from_model(model, tokenizer, reuse_prefix_cache=True)
-    first = policy.act(QUESTIONS[:4], TOOLS, max_new_tokens=12)
-    again = policy.act(QUESTIONS[4:], TOOLS, max_new_tokens=12)  # starts from the kept system-prompt cache
-    for conversation, turn in zip(QUESTIONS, first + again):
+    half = len(conversations) // 2
+    first = policy.act(conversations[:half], TOOLS, max_new_tokens=12)
+    again = policy.act(conversations[half:], TOOLS, max_new_tokens=12)  # starts from the kept cache, if shared
+    for conversation, turn in zip(conversations, first + again):
         ids = tokenizer(render_prompt(tokenizer, conversation, TOOLS), add_special_tokens=False)["input_ids"]
         with torch.inference_mode():
             out = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False,

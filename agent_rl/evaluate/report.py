@@ -1,0 +1,87 @@
+"""The comparison behind `evaluation_report`: candidate vs champion vs base on the same held-out scenarios,
+the gates a candidate must pass, and the table and chart people look at."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from agent_rl.evaluate.metrics import EvalMetrics
+
+TABLE_COLUMNS = ("accuracy", "source_accuracy", "hallucination_rate", "idk_rate", "valid_tool_call_rate",
+                 "avg_turns", "avg_tokens", "latency_ms_p50", "cost_per_1k_usd")
+
+
+class GateSettings(BaseModel):
+    min_relative_improvement: float = Field(0.10, description="candidate accuracy over champion's, relative")
+    max_forgetting_drop: float = Field(0.10, ge=0, le=1, description="allowed drop of the general-knowledge probe")
+
+
+@dataclass
+class GateOutcome:
+    passed: bool
+    observed: float
+    required: float
+    message: str
+
+
+def relative_improvement(candidate: float, champion: float) -> float:
+    """(candidate − champion) / champion; a champion at 0 makes any gain infinite and no gain 0."""
+    if champion <= 0:
+        return float("inf") if candidate > 0 else 0.0
+    return (candidate - champion) / champion
+
+
+def improvement_gate(candidate: EvalMetrics, champion: EvalMetrics, settings: GateSettings) -> GateOutcome:
+    lift = relative_improvement(candidate.accuracy, champion.accuracy)
+    passed = lift >= settings.min_relative_improvement
+    shown = "∞" if lift == float("inf") else f"{lift:+.1%}"
+    return GateOutcome(passed, lift if lift != float("inf") else 1e9, settings.min_relative_improvement,
+                       f"accuracy {candidate.accuracy:.1%} vs champion {champion.accuracy:.1%} ({shown}); "
+                       f"at least {settings.min_relative_improvement:+.0%} required")
+
+
+def forgetting_gate(candidate_probe: float, base_probe: float, settings: GateSettings) -> GateOutcome:
+    drop = base_probe - candidate_probe
+    return GateOutcome(drop <= settings.max_forgetting_drop, round(drop, 4), settings.max_forgetting_drop,
+                       f"general probe {candidate_probe:.0%} vs base {base_probe:.0%} (drop {drop:+.0%}); "
+                       f"at most {settings.max_forgetting_drop:.0%} drop allowed")
+
+
+def comparison_markdown(results: dict[str, EvalMetrics], probes: dict[str, float | None] | None = None) -> str:
+    probes = probes or {}
+    header = ["model", *TABLE_COLUMNS, "forgetting_probe"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, metrics in results.items():
+        values = [getattr(metrics, c) for c in TABLE_COLUMNS]
+        probe = probes.get(name)
+        lines.append("| " + " | ".join([name, *(f"{v:.3g}" for v in values), "-" if probe is None else f"{probe:.2f}"]) + " |")
+    return "\n".join(lines)
+
+
+def comparison_chart(results: dict[str, EvalMetrics], path: str | Path) -> Path:
+    """Grouped bars of the rates (accuracy, sources, hallucination, I-don't-know, valid calls) per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = ("accuracy", "source_accuracy", "hallucination_rate", "idk_rate", "valid_tool_call_rate")
+    fig, ax = plt.subplots(figsize=(8, 3.6), dpi=110)
+    width = 0.8 / max(1, len(results))
+    for i, (name, metrics) in enumerate(results.items()):
+        xs = [j + i * width for j in range(len(rates))]
+        ax.bar(xs, [getattr(metrics, r) for r in rates], width=width, label=name)
+    ax.set_xticks([j + width * (len(results) - 1) / 2 for j in range(len(rates))])
+    ax.set_xticklabels([r.replace("_", " ") for r in rates], fontsize=8)
+    ax.set_ylim(0, 1)
+    ax.set_title("Held-out evaluation")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

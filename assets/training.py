@@ -1,0 +1,95 @@
+"""Training: SFT warmup on the curated trajectories, then multi-turn GRPO in the anonymized environment.
+
+Both run through the compute resource (in-process, Pipes subprocess or Kubernetes) with the same
+entry point; each writes one MLflow run tagged with the Dagster run id.
+"""
+
+import json
+
+import dagster as dg
+
+from agent_rl.agent.models import resolve_model
+from agent_rl.curation.datasets import load_jsonl
+from agent_rl.reward.hacking import HackingConfig, measure_reward_hacking
+from assets.curation import grpo_dataset, sft_dataset, stage_dir
+from assets.partitions import weekly
+from resources.compute import TrainingCompute
+from resources.registry import MlflowResource
+from resources.training import TrainingResource
+
+
+def _tracking(context: dg.AssetExecutionContext, mlflow: MlflowResource) -> dict:
+    return {"uri": mlflow.uri(), "dagster_run_id": context.run_id}
+
+
+def _metadata(result: dict) -> dict:
+    keep = ("steps", "final_loss", "tokens_per_second", "rows_used", "cut_rows", "rows_dropped", "seconds",
+            "final_reward_mean", "groups", "zero_variance_groups", "mlflow_run_id", "resumed_from", "adapter_dir")
+    meta = {k: result[k] for k in keep if result.get(k) is not None}
+    if "adapter_path" in result and "adapter_dir" not in meta:
+        meta["adapter_dir"] = result["adapter_path"]
+    for key in ("losses", "reward_means"):
+        if result.get(key):
+            meta[f"final_{key[:-1]}"] = result[key][-1]
+    return {k: (dg.MetadataValue.json(v) if isinstance(v, (dict, list)) else v) for k, v in meta.items()}
+
+
+def adapter_dir(stage: str, partition: str):
+    return stage_dir(stage, partition) / "adapter"
+
+
+@dg.asset(group_name="training", partitions_def=weekly, deps=[sft_dataset],
+          description="LoRA adapter from SFT on successful trajectories (assistant tokens only).")
+def sft_adapter(context: dg.AssetExecutionContext, compute: TrainingCompute, training: TrainingResource,
+                mlflow: MlflowResource):
+    partition = context.partition_key
+    config = {
+        "model_path": str(resolve_model(training.base_model)),
+        "rows_jsonl": str(stage_dir("sft_dataset", partition) / "train.jsonl"),
+        "out_dir": str(stage_dir("sft_adapter", partition)),
+        "settings": training.sft().model_dump(mode="json"),
+        "tracking": _tracking(context, mlflow),
+    }
+    result = compute.run(context, "sft", config)
+    return dg.MaterializeResult(metadata=_metadata(result))
+
+
+@dg.asset(group_name="training", partitions_def=weekly, deps=[sft_adapter, grpo_dataset, "anonymized_environment"],
+          description="GRPO on top of the SFT adapter with multi-turn tool rollouts and the rubric as rewards.")
+def grpo_adapter(context: dg.AssetExecutionContext, compute: TrainingCompute, training: TrainingResource,
+                 mlflow: MlflowResource):
+    partition = context.partition_key
+    config = {
+        "model_path": str(resolve_model(training.base_model)),
+        "sft_adapter": str(adapter_dir("sft_adapter", partition)),
+        "grpo_rows_jsonl": str(stage_dir("grpo_dataset", partition) / "train.jsonl"),
+        "inbox_store_url": f"sqlite:///{stage_dir('anonymized_environment', partition) / 'inbox.db'}",
+        "out_dir": str(stage_dir("grpo_adapter", partition)),
+        "settings": training.grpo().model_dump(mode="json"),
+        "tracking": _tracking(context, mlflow),
+    }
+    result = compute.run(context, "grpo", config)
+    return dg.MaterializeResult(metadata=_metadata(result))
+
+
+def rollouts_path(partition: str):
+    return stage_dir("grpo_adapter", partition) / "rollouts.jsonl"
+
+
+@dg.asset_check(asset=grpo_adapter, blocking=True,
+                description="No reward hacking in the training rollouts (same answer everywhere, unsupported "
+                            "answers, tool-call spam, padded sources, format exploits).")
+def no_reward_hacking(context: dg.AssetCheckExecutionContext):
+    path = rollouts_path(context.partition_key)
+    if not path.exists():
+        return dg.AssetCheckResult(passed=False, description=f"no rollouts recorded at {path}")
+    findings = measure_reward_hacking(load_jsonl(path), HackingConfig())
+    triggered = [f for f in findings if f.triggered]
+    (stage_dir("grpo_adapter", context.partition_key) / "hacking.json").write_text(
+        json.dumps([f.as_dict() for f in findings], default=str))
+    return dg.AssetCheckResult(
+        passed=not triggered,
+        description="no reward hacking detected" if not triggered else
+        "reward hacking: " + ", ".join(f"{f.kind} {f.rate:.0%} > {f.threshold:.0%}" for f in triggered),
+        metadata={f.kind: dg.MetadataValue.json(f.as_dict()) for f in findings},
+    )

@@ -1,0 +1,21 @@
+"""Validation settings: the held-out sample and the gates a candidate must pass to be registered."""
+
+from dagster import ConfigurableResource
+from pydantic import Field
+
+from agent_rl.evaluate.harness import EvalConfig
+from agent_rl.evaluate.report import GateSettings
+
+
+class EvaluationResource(ConfigurableResource):
+    max_scenarios: int = Field(default=60, ge=1, description="held-out scenarios per model (fixed seed)")
+    seed: int = 0
+    min_relative_improvement: float = Field(default=0.10, description="over the champion's accuracy")
+    max_forgetting_drop: float = Field(default=0.10, ge=0, le=1)
+
+    def eval_config(self) -> EvalConfig:
+        return EvalConfig(max_scenarios=self.max_scenarios, seed=self.seed)
+
+    def gates(self) -> GateSettings:
+        return GateSettings(min_relative_improvement=self.min_relative_improvement,
+                            max_forgetting_drop=self.max_forgetting_drop)
