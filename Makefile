@@ -35,13 +35,16 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not browser" tests
 
 demo: $(STAMP)
-	$(BIN)/agent-rl demo
+	$(BIN)/python -m pipelines.demo
 
 demo-fast: $(STAMP)
-	$(BIN)/agent-rl demo --fast
+	$(BIN)/python -m pipelines.demo --fast
 
+# Dagster and MLflow side by side on loopback, on the storage the demo used.
 ui: $(STAMP)
-	$(BIN)/agent-rl ui
+	trap 'kill 0' EXIT; \
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(AGENT_RL_HOME)/mlflow.db --host 127.0.0.1 --port 5000 & \
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 bench: $(STAMP)
 	for f in bench/*.py; do $(BIN)/python $$f; done

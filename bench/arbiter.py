@@ -1,12 +1,16 @@
 """Benchmark of the arbiter with the heuristic policy: requests/s, routing + logging overhead, episodes lost.
 
-The arbiter runs as its own process (one uvicorn worker) on a loopback port; a light raw-socket
-HTTP/1.1 client with keep-alive connections drives it so the load generator costs little CPU.
+The arbiter runs as its own process (`--workers` uvicorn worker processes, default one per CPU) on a
+loopback port; a light raw-socket HTTP/1.1 client with keep-alive connections drives it so the load
+generator costs little CPU.
 Overhead per request = the server's own time for the request (Server-Timing `total`) minus the
 time its episode spent in the runner (`episode`): parsing, routing, batching, pool write, response.
 Run on SQLite and on PostgreSQL (a fresh schema in db `test` at 127.0.0.1:5432, dropped after).
+On a shared machine wall-clock rates depend on the neighbours, so the report also gives the
+server's CPU milliseconds per request (all its processes, from /proc) and the CPU milliseconds of
+one heuristic episode played in-process.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/arbiter.py [--n 3000] [--concurrency 32]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/arbiter.py [--n 3000] [--concurrency 32] [--workers N]
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent_rl.arbiter.server import free_port  # noqa: E402
+from agent_rl.arbiter.server import default_workers, free_port  # noqa: E402
 from agent_rl.inbox.demo_corpus import build_demo_corpus  # noqa: E402
 from agent_rl.inbox.store import open_inbox_store  # noqa: E402
 from agent_rl.pool import PoolRepository  # noqa: E402
@@ -98,6 +102,37 @@ async def _drive(host: str, port: int, bodies: list[bytes], concurrency: int) ->
     }
 
 
+def _server_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by process `pid` and its child processes (Linux /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+            todo += [int(c) for c in Path(f"/proc/{current}/task/{current}/children").read_text().split()]
+        except (OSError, ValueError, IndexError):
+            continue  # exited meanwhile
+    return total
+
+
+def episode_cpu_ms(inbox_url: str, scenarios: list, n: int = 400) -> float:
+    """CPU milliseconds to play one heuristic episode in this process (the runner, tools, inbox and judge)."""
+    from agent_rl.agent.heuristic import HeuristicPolicy
+    from agent_rl.agent.runner import EpisodeTask, run_episodes
+
+    store = open_inbox_store(inbox_url)
+    policy = HeuristicPolicy()
+    tasks = [EpisodeTask.from_scenario(scenarios[i % len(scenarios)]) for i in range(n)]
+    run_episodes(policy, tasks[:50], store)  # imports and first-use caches
+    started = time.process_time()
+    for task in tasks:  # one at a time, as the arbiter plays them when not saturated
+        run_episodes(policy, [task], store)
+    store.close()
+    return (time.process_time() - started) * 1000 / n
+
+
 def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -134,7 +169,7 @@ def run_backend(name: str, pool_url: str, inbox_url: str, scenarios_path: Path, 
         sys.executable, "-c", _SERVER_WITH_INSTANT_POLICY, "serve",
         "--port", str(port), "--pool-url", pool_url, "--inbox-url", inbox_url,
         "--scenarios", str(scenarios_path), "--log-level", "warning",
-        "--default-routing", json.dumps({policy: 1.0}),
+        "--default-routing", json.dumps({policy: 1.0}), "--workers", str(args.workers),
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
@@ -144,7 +179,9 @@ def run_backend(name: str, pool_url: str, inbox_url: str, scenarios_path: Path, 
         asyncio.run(_drive("127.0.0.1", port, bodies[:w], args.concurrency))  # imports, caches, connections
         # Overhead is measured one request at a time: under saturation it would be queueing, not overhead.
         latency = asyncio.run(_drive("127.0.0.1", port, bodies[w:m], 1))
+        cpu_before = _server_cpu_s(proc.pid)
         result = asyncio.run(_drive("127.0.0.1", port, bodies[m:], args.concurrency))
+        server_cpu_s = _server_cpu_s(proc.pid) - cpu_before
     finally:
         proc.terminate()  # graceful: uvicorn drains, the pool writer flushes
         proc.wait(60)
@@ -161,7 +198,9 @@ def run_backend(name: str, pool_url: str, inbox_url: str, scenarios_path: Path, 
         "lost": len(bodies) - written,
         "statuses": {str(k): v for k, v in result["statuses"].items()},
         "concurrency": args.concurrency,
+        "workers": args.workers,
         "requests_per_s": round(result["rps"], 1),
+        "server_cpu_ms_per_request": round(server_cpu_s * 1000 / len(bodies[m:]), 3),
         "overhead_p50_ms": round(percentile(latency["overhead_ms"], 50), 3),
         "overhead_p99_ms": round(percentile(latency["overhead_ms"], 99), 3),
         "episode_p50_ms": round(percentile(latency["episode_ms"], 50), 3),
@@ -182,6 +221,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--policies", default="heuristic,instant", help="heuristic (the target) and/or instant")
+    parser.add_argument("--workers", type=int, default=default_workers(), help="arbiter worker processes")
     args = parser.parse_args()
 
     from sqlalchemy import create_engine
@@ -199,6 +239,8 @@ def main() -> None:
         for i, s in ((i, scenarios[i % len(scenarios)]) for i in range(total))
     ]
 
+    heuristic_cpu_ms = round(episode_cpu_ms(inbox_url, scenarios), 3)
+    print(json.dumps({"heuristic_episode_cpu_ms": heuristic_cpu_ms}), flush=True)
     results = []
     for backend, policy in ((b, p) for b in args.backends.split(",") for p in args.policies.split(",")):
         if backend == "sqlite":
@@ -230,6 +272,7 @@ def main() -> None:
     print(json.dumps({
         "benchmark": "arbiter",
         "policy": "heuristic",
+        "heuristic_episode_cpu_ms": heuristic_cpu_ms,
         "results": results,
         "target": {"requests_per_s": TARGET_RPS, "overhead_p99_ms": TARGET_P99_OVERHEAD_MS, "lost": 0},
         "meets_target": meets,

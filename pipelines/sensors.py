@@ -15,7 +15,7 @@ from resources.stores import PoolResource
 
 def _controller(context, pool: PoolResource, mlflow: MlflowResource, rollout: RolloutResource) -> RolloutController:
     return RolloutController(pool.open(), rollout.config(), tracking_uri=mlflow.uri(),
-                             model_name=mlflow.model_name, log=context.log.info)
+                             model_name=mlflow.model_name, log=context.log.info, base_spec=rollout.base_spec)
 
 
 @dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,

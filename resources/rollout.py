@@ -15,6 +15,8 @@ class RolloutResource(ConfigurableResource):
     min_samples_per_step: int = Field(default=200, ge=1)
     max_step_hours: float = Field(default=72.0, gt=0)
     steps: list[float] = Field(default=[0.1, 0.5, 1.0])
+    tau_squared: float = Field(default=0.01, gt=0, description="mSPRT mixture variance: the squared lift you expect")
+    base_spec: str = Field(default="base", description="the model that serves as champion before one is registered")
 
     def config(self) -> RolloutConfig:
         return RolloutConfig(
@@ -23,4 +25,5 @@ class RolloutResource(ConfigurableResource):
             min_samples_per_arm=self.min_samples_per_arm,
             min_samples_per_step=self.min_samples_per_step,
             max_step_duration=timedelta(hours=self.max_step_hours),
+            tau_squared=self.tau_squared,
         )

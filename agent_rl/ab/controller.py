@@ -28,8 +28,9 @@ def version_id(registry_version: str) -> str:
     return f"v{registry_version}"
 
 
-def version_spec(version: str) -> str:
-    return "base" if version == BASE_VERSION else f"mlflow:{version}"
+def version_spec(version: str, base_spec: str = "base") -> str:
+    """Where the arbiter loads a version from: the base model spec, or the registry."""
+    return base_spec if version == BASE_VERSION else f"mlflow:{version}"
 
 
 class RolloutController:
@@ -40,12 +41,14 @@ class RolloutController:
         tracking_uri: str | None = None,
         model_name: str = registry.MODEL_NAME,
         log: Callable[[str], Any] = logging.getLogger(__name__).info,
+        base_spec: str = "base",
     ) -> None:
         self.pool = pool
         self.config = config or RolloutConfig()
         self.tracking_uri = tracking_uri
         self.model_name = model_name
         self.log = log
+        self.base_spec = base_spec
 
     # -- state ------------------------------------------------------------------------------
 
@@ -82,7 +85,7 @@ class RolloutController:
         weights = new.weights()
         self.pool.set_routing(
             weights,
-            specs={v: version_spec(v) for v in weights},
+            specs={v: version_spec(v, self.base_spec) for v in weights},
             reason=f"A/B test started: {challenger} at {new.step_share:.0%} against {champion}",
             actor="challenger_sensor",
             stats={STATE_KEY: new.model_dump(mode="json")},
@@ -113,7 +116,7 @@ class RolloutController:
         new_state = apply_decision(state, decision)
         self.pool.set_routing(
             decision.new_weights,
-            specs={v: version_spec(v) for v in decision.new_weights},
+            specs={v: version_spec(v, self.base_spec) for v in decision.new_weights},
             reason=f"{decision.action}: {decision.reason}",
             actor="rollout_sensor",
             stats={STATE_KEY: new_state.model_dump(mode="json"), "decision": decision.stats},

@@ -13,6 +13,7 @@ import json
 import random
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -36,6 +37,12 @@ STOP_WORDS = frozenset(
     i'm we're supposed need needs""".split()
 )
 _WORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9'&.-]*[A-Za-z0-9]|[0-9][0-9,.]*")
+_PHRASE_WORD_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9'&-]*")
+_POSSESSIVE_RE = re.compile(r"'s$")
+# Questions, hit texts and emails repeat across turns and episodes (every turn re-reads the whole
+# conversation), so the pure text functions below are memoized; the bounds keep memory flat in
+# long-running servers (entries are at most a few KB: a subject and a cut body).
+_TEXT_CACHE = 8192
 
 
 class HeuristicConfig(BaseModel):
@@ -88,19 +95,35 @@ class _State:
 
 def content_words(text: str) -> list[str]:
     """Distinct non-stop words of `text`, in order."""
-    words = []
+    return list(_content_words(text))
+
+
+@lru_cache(maxsize=_TEXT_CACHE)
+def _content_words(text: str) -> tuple[str, ...]:
+    words: dict[str, None] = {}  # insertion-ordered set
     for word in _WORD_RE.findall(text):
         token = word.strip(".,'").lower()
-        if len(token) > 1 and token not in STOP_WORDS and token not in words:
-            words.append(token)
-    return words
+        if len(token) > 1 and token not in STOP_WORDS:
+            words[token] = None
+    return tuple(words)
+
+
+@lru_cache(maxsize=_TEXT_CACHE)
+def _word_set(text: str) -> frozenset[str]:
+    """The distinct content words of `text`, lower-cased, for membership tests."""
+    return frozenset(_content_words(text.lower()))
 
 
 def _proper_phrases(question: str) -> list[str]:
     """Runs of capitalized words ("Timber Ridge", "Trident Electrical Supply"): the most distinctive keywords."""
+    return list(_phrases(question))
+
+
+@lru_cache(maxsize=_TEXT_CACHE)
+def _phrases(question: str) -> tuple[str, ...]:
     phrases, run = [], []
-    for index, word in enumerate(re.findall(r"[A-Za-z0-9][A-Za-z0-9'&-]*", question)):
-        token = re.sub(r"'s$", "", word)
+    for index, word in enumerate(_PHRASE_WORD_RE.findall(question)):
+        token = _POSSESSIVE_RE.sub("", word)
         proper = (token[:1].isupper() or token[:1].isdigit()) and token.lower() not in STOP_WORDS and index > 0
         if proper:
             run.append(token)
@@ -109,7 +132,7 @@ def _proper_phrases(question: str) -> list[str]:
             run = []
     if run:
         phrases.append(" ".join(run))
-    return list(dict.fromkeys(phrases))
+    return tuple(dict.fromkeys(phrases))
 
 
 def _question_queries(question: str) -> list[dict[str, Any]]:
@@ -133,6 +156,9 @@ def _question_queries(question: str) -> list[dict[str, Any]]:
 class HeuristicPolicy(Policy):
     """Reads each conversation and picks the next tool call by rules; never raises."""
 
+    # It never edits the conversations it is given, so the runner may pass them without copying.
+    reads_conversations_only = True
+
     def __init__(self, config: HeuristicConfig | None = None, store: InboxStore | None = None) -> None:
         self.config = config or HeuristicConfig()
         self.version = self.config.version
@@ -143,12 +169,24 @@ class HeuristicPolicy(Policy):
             self._scenarios.setdefault(scenario.question.strip(), []).append(scenario)
         self._judge = DeterministicJudge()
         self._queries: dict[str, list[dict[str, Any]]] = {}
+        self._plans: dict[str, _Plan] = {}
+        # The runner passes equal tool schemas every turn: measure their size once, compare after.
+        self._schema_size: tuple[list[dict[str, Any]], int] | None = None
 
     def act(
         self, conversations: list[list[dict[str, Any]]], tools: list[dict[str, Any]], max_new_tokens: int = 256
     ) -> list[PolicyTurn]:
-        schema_chars = len(json.dumps(tools)) if tools else 0
-        return [self._act_one(conversation, schema_chars) for conversation in conversations]
+        return [self._act_one(conversation, self._schema_chars(tools)) for conversation in conversations]
+
+    def _schema_chars(self, tools: list[dict[str, Any]]) -> int:
+        if not tools:
+            return 0
+        known = self._schema_size
+        if known is not None and known[0] == tools:
+            return known[1]
+        size = len(json.dumps(tools))
+        self._schema_size = (json.loads(json.dumps(tools)), size)  # our own copy: the caller may edit theirs
+        return size
 
     # -- one turn ----------------------------------------------------------------------------
 
@@ -159,7 +197,7 @@ class HeuristicPolicy(Policy):
         except Exception:  # an odd conversation gets an honest give-up, not an exception
             state = _State()
             turn = _call(0, "return_final_answer", {"answer": IDK, "sources": []})
-        prompt_chars = schema_chars + sum(len(str(m.get("content") or "")) + len(json.dumps(m.get("tool_calls", ""))) for m in conversation)
+        prompt_chars = schema_chars + sum(_message_chars(m) for m in conversation)
         completion_chars = len(turn.content) + sum(len(json.dumps(c.arguments)) + len(c.name) + 20 for c in turn.tool_calls)
         # About four characters per token: close enough for cost accounting in load tests.
         turn.prompt_tokens = prompt_chars // 4 + 1
@@ -167,6 +205,14 @@ class HeuristicPolicy(Policy):
         return turn
 
     def _plan(self, question: str) -> _Plan:
+        plan = self._plans.get(question)
+        if plan is None:
+            if len(self._plans) > 100_000:  # bounded memory in long load tests
+                self._plans.clear()
+            plan = self._plans[question] = self._draw_plan(question)
+        return plan
+
+    def _draw_plan(self, question: str) -> _Plan:
         digest = hashlib.sha256(f"{self.config.seed}\x00{question}".encode()).digest()
         rng = random.Random(int.from_bytes(digest[:8], "big"))
         draw, extra, malformed_turn = rng.random(), rng.random(), rng.randrange(3)
@@ -302,6 +348,12 @@ class HeuristicPolicy(Policy):
         return queries
 
 
+def _message_chars(message: dict[str, Any]) -> int:
+    calls = message.get("tool_calls", "")
+    # json.dumps("") is '""': two characters for a message without tool calls, without encoding anything.
+    return len(str(message.get("content") or "")) + (2 if calls == "" else len(json.dumps(calls)))
+
+
 def _call(turn: int, name: str, arguments: dict[str, Any]) -> PolicyTurn:
     return PolicyTurn(content="", tool_calls=[ToolCall(name=name, arguments=arguments, id=f"call_{turn}")])
 
@@ -334,10 +386,24 @@ def _read_state(conversation: list[dict[str, Any]]) -> _State:
     return state
 
 
-def _read_tool_result(state: _State, message: dict[str, Any]) -> None:
+_UNPARSABLE = object()
+
+
+@lru_cache(maxsize=_TEXT_CACHE)
+def _parsed_result(content: str) -> Any:
+    """A tool result's JSON, parsed once: every later turn re-reads the same results (callers only read it)."""
     try:
-        result = json.loads(message.get("content") or "")
-    except (TypeError, ValueError):
+        return json.loads(content)
+    except ValueError:
+        return _UNPARSABLE
+
+
+def _read_tool_result(state: _State, message: dict[str, Any]) -> None:
+    content = message.get("content") or ""
+    if not isinstance(content, str):
+        return  # not a JSON text (json.loads would refuse it too)
+    result = _parsed_result(content)
+    if result is _UNPARSABLE:
         return
     if message.get("name") == "search_emails" and isinstance(result, list):
         for hit in result:
@@ -382,20 +448,24 @@ _STATUS_RE = re.compile(
 )
 
 
+_CATEGORY_RULES = (
+    (Category.AMOUNT, re.compile(r"\bhow (?:much|many)\b|\bcost|\bprice|\bamount|\bbudget|\bfee\b|\bpaid\b|\bpay\b|\$")),
+    (Category.DATE, re.compile(r"\bwhen\b|what (?:date|day|time)|which (?:date|day)|\bdeadline\b|\bdue\b")),
+    (Category.PERSON, re.compile(r"\bwho\b|\bwhom\b|\bwhose\b|which person|name of")),
+    (Category.LOCATION, re.compile(r"\bwhere\b|which (?:city|office|room|building|hotel|venue)|what (?:city|room|location|venue)")),
+    (Category.STATUS, re.compile(r"\bstatus\b|\bapproved?\b|\brejected\b|\bdecisions?\b|\bdecided?\b|\bon hold\b|\bcancel|what happened")),
+)
+
+
 def question_category(question: str) -> Category | None:
     """The kind of answer the question asks for, from its wording; None when the rules cannot tell."""
+    return _question_category(question)
+
+
+@lru_cache(maxsize=_TEXT_CACHE)
+def _question_category(question: str) -> Category | None:
     q = question.lower()
-    if re.search(r"\bhow (?:much|many)\b|\bcost|\bprice|\bamount|\bbudget|\bfee\b|\bpaid\b|\bpay\b|\$", q):
-        return Category.AMOUNT
-    if re.search(r"\bwhen\b|what (?:date|day|time)|which (?:date|day)|\bdeadline\b|\bdue\b", q):
-        return Category.DATE
-    if re.search(r"\bwho\b|\bwhom\b|\bwhose\b|which person|name of", q):
-        return Category.PERSON
-    if re.search(r"\bwhere\b|which (?:city|office|room|building|hotel|venue)|what (?:city|room|location|venue)", q):
-        return Category.LOCATION
-    if re.search(r"\bstatus\b|\bapproved?\b|\brejected\b|\bdecisions?\b|\bdecided?\b|\bon hold\b|\bcancel|what happened", q):
-        return Category.STATUS
-    return None
+    return next((category for category, rule in _CATEGORY_RULES if rule.search(q)), None)
 
 
 def _own_text(body: str) -> str:
@@ -409,23 +479,39 @@ def _own_text(body: str) -> str:
     return "\n".join(lines)
 
 
+_SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
 def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip()]
+    return [s.strip() for s in _SENTENCE_END_RE.split(text) if s.strip()]
 
 
+@lru_cache(maxsize=_TEXT_CACHE)
 def _relevance(question: str, text: str) -> float:
     """How surely `text` is about what the question asks: its names must all appear, then shared topic words."""
-    text = text.lower()
-    phrases = _proper_phrases(question)
-    if phrases and not all(p.lower() in text for p in phrases):
+    lowered = text.lower()
+    phrases = _phrases(question)
+    if phrases and not all(p.lower() in lowered for p in phrases):
         return 0.0
-    words = set(content_words(text))
-    shared = sum(w in words for w in content_words(question))
+    words = _word_set(text)
+    shared = sum(w in words for w in _content_words(question))
     return (1.0 if phrases else 0.0) + shared / 100 if (phrases or shared >= 2) else 0.0
 
 
 def _answer_from(question: str, email: dict[str, Any]) -> str | None:
     """An answer from `email` if it is about the question's subject, else None."""
+    subject, body = email.get("subject", ""), email.get("body", "")
+    if isinstance(subject, str) and isinstance(body, str):
+        return _answer_from_text(question, subject, body)  # emails never change: answer each once
+    return _answer_from_email(question, email)
+
+
+@lru_cache(maxsize=_TEXT_CACHE)
+def _answer_from_text(question: str, subject: str, body: str) -> str | None:
+    return _answer_from_email(question, {"subject": subject, "body": body})
+
+
+def _answer_from_email(question: str, email: dict[str, Any]) -> str | None:
     if _relevance(question, f"{email.get('subject', '')} {email.get('body', '')}") <= 0:
         return None
     return _extract_answer(question, email)
@@ -436,10 +522,10 @@ def _extract_answer(question: str, email: dict[str, Any]) -> str | None:
     category = question_category(question)
     if category is None:
         return None
-    asked = set(content_words(question))
+    asked = frozenset(_content_words(question))
     sentences = _sentences(f"{email.get('subject', '')}.\n{_own_text(str(email.get('body', '')))}")
     # Stable sort: among equally relevant sentences the earlier (newer, in a reply) wins.
-    for sentence in sorted(sentences, key=lambda s: -len(asked & set(content_words(s)))):
+    for sentence in sorted(sentences, key=lambda s: -len(asked.intersection(_content_words(s)))):
         found = _span(category, sentence, question)
         if found:
             return found

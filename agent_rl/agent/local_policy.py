@@ -1,5 +1,9 @@
 """A policy that runs a causal LM in-process with transformers: several conversations are rendered with the
-chat template and generated in one left-padded batch, then parsed into tool calls (fp32 on CPU by default)."""
+chat template and decoded together in one padded batch, then parsed into tool calls (fp32 on CPU by default).
+
+Rollouts repeat one long system prompt (instructions + tool schemas) in every conversation and turn, so its
+attention cache is computed once and shared; rows leave the batch as soon as they stop.
+"""
 
 from __future__ import annotations
 

@@ -150,8 +150,13 @@ def _run_batch(
 def _act(policy: Policy, conversations: list[list[dict[str, Any]]], schemas: list[dict], max_new_tokens: int) -> list[Any]:
     """The policy's turns, or one `None` (policy error) per conversation it failed to answer."""
     try:
-        # Policies get copies: one that edits its input cannot corrupt the recorded episode.
-        turns = policy.act([json.loads(json.dumps(c)) for c in conversations], schemas, max_new_tokens)
+        # Policies get copies: one that edits its input cannot corrupt the recorded episode. A policy
+        # that declares it only reads them (the heuristic) is spared the copy, a cost on every turn.
+        if getattr(policy, "reads_conversations_only", False) is True:
+            given = list(conversations)
+        else:
+            given = [_copy_json(c) for c in conversations]
+        turns = policy.act(given, schemas, max_new_tokens)
     except Exception as exc:
         log.warning("policy %s raised %s: %s", getattr(policy, "version", "?"), type(exc).__name__, exc)
         return [None] * len(conversations)
@@ -159,6 +164,19 @@ def _act(policy: Policy, conversations: list[list[dict[str, Any]]], schemas: lis
         log.warning("policy returned %s turns for %d conversations", _describe(turns), len(conversations))
         return [None] * len(conversations)
     return turns
+
+
+def _copy_json(value: Any) -> Any:
+    """A copy of a JSON-like value whose dicts and lists are new (strings and numbers are immutable, so shared).
+
+    Several times cheaper than a json.dumps/loads round trip, which re-encodes every email body
+    of the conversation on every turn.
+    """
+    if isinstance(value, dict):
+        return {key: _copy_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_copy_json(item) for item in value]
+    return value
 
 
 def _describe(value: Any) -> str:

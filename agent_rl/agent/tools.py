@@ -8,14 +8,20 @@ never raises: bad arguments come back to the model as a short JSON error it can 
 
 from __future__ import annotations
 
+import inspect
 import json
+import threading
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from datetime import datetime, timezone
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_rl.inbox.store import MAX_RESULTS, InboxStore
+from agent_rl.records import Email
 
 TOOL_NAMES = ("search_emails", "read_email", "return_final_answer")
 
@@ -241,7 +247,7 @@ class InboxTools:
         if not isinstance(message_id, str) or not message_id.strip():
             raise ToolArgumentError("message_id must be the id string of an email from search results")
         message_id = message_id.strip()
-        email = self._store.read(self._inbox, message_id)
+        email = cached_read(self._store, self._inbox, message_id)
         # Another inbox's email and a future email look exactly like a missing one.
         if email is None or not self._visible(email.date):
             raise ToolArgumentError(f"email {message_id[:80]} not found")
@@ -273,6 +279,40 @@ class InboxTools:
         return "Answer recorded."
 
 
+READ_CACHE_SIZE = 4096
+_read_caches: weakref.WeakKeyDictionary[InboxStore, OrderedDict[tuple[str, str], Email]] = weakref.WeakKeyDictionary()
+_read_lock = threading.Lock()
+
+
+def cached_read(store: InboxStore, inbox: str, message_id: str) -> Email | None:
+    """`store.read(inbox, message_id)`, remembered per store (LRU of READ_CACHE_SIZE emails).
+
+    A stored email never changes (adding one with a known message_id is skipped), so a read
+    can be reused for as long as the store lives; misses are not remembered, since the email
+    may be ingested later. Agents read the same few emails over and over in load tests and
+    GRPO groups, and each read is a database round trip.
+    """
+    key = (inbox, message_id)
+    try:
+        with _read_lock:
+            cache = _read_caches.get(store)
+            if cache is None:
+                cache = _read_caches[store] = OrderedDict()
+            email = cache.get(key)
+            if email is not None:
+                cache.move_to_end(key)
+                return email
+    except TypeError:  # a store that cannot be weakly referenced or hashed is read directly
+        return store.read(inbox, message_id)
+    email = store.read(inbox, message_id)
+    if email is not None:
+        with _read_lock:
+            cache[key] = email
+            if len(cache) > READ_CACHE_SIZE:
+                cache.popitem(last=False)
+    return email
+
+
 def make_tools(
     store: InboxStore, inbox: str, query_date: datetime | None = None, config: ToolConfig | None = None
 ) -> InboxTools:
@@ -290,23 +330,44 @@ def tool_schemas() -> list[dict[str, Any]]:
         from transformers.utils import get_json_schema
 
         _SCHEMAS = [get_json_schema(getattr(InboxTools, name)) for name in TOOL_NAMES]
-    return json.loads(json.dumps(_SCHEMAS))
+    return _copy_json(_SCHEMAS)
+
+
+def _copy_json(value: Any) -> Any:
+    # New dicts and lists, shared immutable leaves: what a JSON round trip gives, at a fraction of its cost.
+    if isinstance(value, dict):
+        return {key: _copy_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy_json(item) for item in value]
+    return value
+
+
+@lru_cache(maxsize=64)
+def _parameters(tools_type: type, name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(all parameter names, required ones) of a tool method: inspect.signature costs more than the tool itself."""
+    parameters = inspect.signature(getattr(tools_type, name)).parameters
+    names = tuple(p for p in parameters if p != "self")
+    required = tuple(p for p in names if parameters[p].default is inspect.Parameter.empty)
+    return names, required
 
 
 def call_tool(tools: InboxTools, name: str, arguments: Any) -> str:
     """Run one tool call by name with the model's arguments; unknown argument names are an error result."""
-    import inspect
-
     if name not in TOOL_NAMES:
         return tools._fail(str(name)[:40], f"unknown tool {str(name)[:40]!r}; use one of {', '.join(TOOL_NAMES)}")
     if not isinstance(arguments, dict):
         return tools._fail(name, "arguments must be a JSON object")
     method = getattr(tools, name)
-    parameters = inspect.signature(method).parameters
-    unknown = sorted(str(key) for key in arguments if key not in parameters)
+    if name in vars(tools):  # replaced on the instance: its own signature counts
+        parameters = inspect.signature(method).parameters
+        names = tuple(parameters)
+        required = tuple(p for p in names if parameters[p].default is inspect.Parameter.empty)
+    else:
+        names, required = _parameters(type(tools), name)
+    unknown = sorted(str(key) for key in arguments if key not in names)
     if unknown:
-        return tools._fail(name, f"unknown argument(s) {', '.join(unknown)[:80]}; expected {', '.join(parameters)}")
-    missing = [p for p, spec in parameters.items() if spec.default is inspect.Parameter.empty and p not in arguments]
+        return tools._fail(name, f"unknown argument(s) {', '.join(unknown)[:80]}; expected {', '.join(names)}")
+    missing = [p for p in required if p not in arguments]
     if missing:
         return tools._fail(name, f"missing argument(s) {', '.join(missing)}")
     return method(**arguments)

@@ -236,7 +236,13 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
     @app.get("/healthz")
     async def healthz(request: Request) -> dict[str, Any]:
         service = service_of(request)
-        return {"status": "ok", "policies_loaded": service.policies.loaded(), "episodes_written": service.episodes_written}
+        # episodes_written counts this worker process's episodes; `worker` tells the processes apart.
+        return {
+            "status": "ok",
+            "policies_loaded": service.policies.loaded(),
+            "episodes_written": service.episodes_written,
+            "worker": os.getpid(),
+        }
 
     @app.post("/v1/ask", response_model=AskResponse)
     async def ask(body: AskRequest, request: Request) -> AskResponse:

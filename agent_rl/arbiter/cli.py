@@ -35,12 +35,13 @@ def serve_command(
     batch_window_ms: Annotated[float, typer.Option(help="Wait this long to batch requests of one policy")] = 0.0,
     log_level: Annotated[str, typer.Option(help="uvicorn/arbiter log level")] = "info",
     access_log: Annotated[bool, typer.Option("--access-log/--no-access-log", help="Log every request line")] = False,
+    workers: Annotated[Optional[int], typer.Option(help="Worker processes sharing the port; default one per CPU (a model policy is loaded once per worker)")] = None,
 ) -> None:
     """Serve POST /v1/ask, POST /v1/feedback, GET|PUT /v1/routing and GET /healthz."""
     from pydantic import ValidationError
 
     from agent_rl.arbiter.config import ArbiterConfig
-    from agent_rl.arbiter.server import serve
+    from agent_rl.arbiter.server import default_workers, serve
 
     options: dict = {"pool_url": pool_url, "inbox_url": inbox_url, "scenarios_path": scenarios, "batch_window_ms": batch_window_ms}
     if default_routing:
@@ -53,8 +54,10 @@ def serve_command(
     except ValidationError as exc:
         typer.echo(f"error: invalid arbiter configuration: {exc}", err=True)
         raise typer.Exit(2) from exc
+    if workers is not None and workers < 1:
+        raise typer.BadParameter(f"{workers}: give at least 1", param_hint="--workers")
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    serve(config, host=host, port=port, log_level=log_level, access_log=access_log)
+    serve(config, host=host, port=port, log_level=log_level, access_log=access_log, workers=workers or default_workers())
 
 
 @traffic_app.command("replay")
@@ -63,7 +66,7 @@ def replay_command(
     split: Annotated[Optional[str], typer.Option(help="Only scenarios of this split: train or test")] = None,
     n: Annotated[Optional[int], typer.Option(help="Number of requests (cycles through the scenarios); default one per scenario")] = None,
     concurrency: Annotated[int, typer.Option(help="Requests in flight at once")] = 16,
-    scenarios: Annotated[Optional[Path], typer.Option(help="Scenarios JSONL; default AGENT_RL_HOME/scenarios.jsonl")] = None,
+    scenarios: Annotated[Optional[Path], typer.Option(help="Scenarios JSONL; default the scenarios asset's (AGENT_RL_HOME/artifacts/scenarios/all/scenarios.jsonl)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the summary as JSON")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar")] = True,
 ) -> None:

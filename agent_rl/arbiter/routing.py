@@ -1,13 +1,16 @@
 """Choose a policy version for a request from the routing weights: sticky per request key, random otherwise.
 
 The weights are read from the pool and cached for a short time, so the hot path does no database
-read; a change made through this arbiter is visible at once, one made elsewhere within `ttl_s`.
+read; a change made through this arbiter is visible at once, one made elsewhere (another worker
+process, another arbiter) within `ttl_s`. With `start_refreshing` a background thread re-reads the
+table twice per `ttl_s`, so requests never wait for that read.
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
+import logging
 import random
 import threading
 import time
@@ -15,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agent_rl.pool import PoolRepository, Routing
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,8 @@ class Router:
         self._split: Split | None = None
         self._loaded_at = 0.0
         self._random = random.Random()
+        self._stop = threading.Event()
+        self._refresher: threading.Thread | None = None
 
     def current(self) -> Split:
         now = time.monotonic()
@@ -90,6 +97,27 @@ class Router:
         with self._lock:
             self._install(routing if routing is not None else self._pool.get_routing())
             return self._split  # type: ignore[return-value]
+
+    def start_refreshing(self) -> None:
+        """Keep the routing fresh from a daemon thread (every ttl_s / 2); no-op when ttl_s is 0 (read every time)."""
+        if self._ttl_s <= 0 or self._refresher is not None:
+            return
+        self._stop.clear()
+        self._refresher = threading.Thread(target=self._refresh_loop, name="routing-refresh", daemon=True)
+        self._refresher.start()
+
+    def stop_refreshing(self) -> None:
+        self._stop.set()
+        if self._refresher is not None:
+            self._refresher.join(10)
+            self._refresher = None
+
+    def _refresh_loop(self) -> None:
+        while not self._stop.wait(self._ttl_s / 2):
+            try:
+                self.refresh()
+            except Exception as exc:  # the request path retries the read itself when the copy goes stale
+                log.warning("routing refresh failed: %s: %s", type(exc).__name__, exc)
 
     def choose(self, request_key: str | None) -> tuple[str, str]:
         """(policy version, its spec) for one request."""

@@ -1,7 +1,18 @@
-"""Run the arbiter under uvicorn: in the foreground (`agent-rl arbiter serve`) or in a thread (tests, demos)."""
+"""Run the arbiter under uvicorn: in the foreground (`agent-rl arbiter serve`) or in a thread (tests, demos).
+
+In the foreground it can run several worker processes on one listening socket (pre-fork), so
+episodes, which are CPU-bound Python, use every core. Workers share nothing but the pool and the
+inbox: routing is a hash of the request key (sticky across workers) and each worker re-reads
+the routing table within `routing_ttl_s`.
+"""
 
 from __future__ import annotations
 
+import gc
+import logging
+import multiprocessing
+import os
+import signal
 import socket
 import threading
 import time
@@ -12,6 +23,12 @@ import uvicorn
 
 from agent_rl.arbiter.app import create_app
 from agent_rl.arbiter.config import ArbiterConfig
+
+log = logging.getLogger("agent_rl.arbiter")
+
+# A worker that dies sooner than this after starting failed to start (bad URL, policy, port):
+# restarting it would only loop, so the whole server stops instead.
+_MIN_WORKER_LIFE_S = 10.0
 
 
 def uvicorn_config(
@@ -33,9 +50,112 @@ def uvicorn_config(
     )
 
 
-def serve(config: ArbiterConfig, host: str = "127.0.0.1", port: int = 8700, log_level: str = "info", access_log: bool = False) -> None:
-    """Serve until interrupted; on shutdown every answered episode is already in the pool."""
-    uvicorn.Server(uvicorn_config(config, host, port, log_level, access_log)).run()
+def default_workers() -> int:
+    """One worker process per usable CPU (at most 8): each runs episodes on one core."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(8, cpus))
+
+
+def serve(
+    config: ArbiterConfig,
+    host: str = "127.0.0.1",
+    port: int = 8700,
+    log_level: str = "info",
+    access_log: bool = False,
+    workers: int = 1,
+) -> None:
+    """Serve until interrupted (SIGINT/SIGTERM); on shutdown every answered episode is already in the pool.
+
+    With `workers` > 1 that many processes serve one socket; a policy that holds a model in
+    memory then holds it once per worker.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    if workers == 1:
+        uv_config = uvicorn_config(config, host, port, log_level, access_log)
+        _freeze_heap()
+        uvicorn.Server(uv_config).run()
+        return
+    _serve_workers(config, host, port, log_level, access_log, workers)
+
+
+def _freeze_heap() -> None:
+    """Exempt everything alive now (imported libraries, mostly) from garbage collection.
+
+    A full collection walks every tracked object; with transformers, SQLAlchemy and FastAPI
+    loaded that pause lands on some requests as tens of milliseconds. Frozen objects are never
+    walked again (and stay shared copy-on-write between forked workers).
+    """
+    gc.collect()
+    gc.freeze()
+
+
+def _serve_workers(config: ArbiterConfig, host: str, port: int, log_level: str, access_log: bool, workers: int) -> None:
+    from agent_rl.agent.tools import tool_schemas
+    from agent_rl.pool import PoolRepository
+
+    # Create the pool's tables once here: workers starting together would race on CREATE TABLE.
+    PoolRepository(config.pool_url).close()
+    tool_schemas()  # the transformers import, done once and shared copy-on-write by the forked workers
+    uv_config = uvicorn_config(config, host, port, log_level, access_log)
+    sock = uv_config.bind_socket()
+    sock.listen(uv_config.backlog)  # connections queue from now on, while workers start
+    _freeze_heap()
+    # fork, not spawn: workers inherit policy loaders registered at run time (register_policy_loader).
+    context = multiprocessing.get_context("fork")
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def start() -> tuple[multiprocessing.process.BaseProcess, float]:
+        process = context.Process(target=_run_worker, args=(uv_config, sock), name="arbiter-worker", daemon=False)
+        process.start()
+        return process, time.monotonic()
+
+    failed = False
+    procs = [start() for _ in range(workers)]
+    log.info("arbiter serving with %d worker processes: %s", workers, [p.pid for p, _ in procs])
+    try:
+        while not stop.wait(0.5):
+            for index, (process, started) in enumerate(procs):
+                if process.is_alive():
+                    continue
+                if time.monotonic() - started < _MIN_WORKER_LIFE_S:
+                    log.error("arbiter worker %s exited with %s during start-up; stopping", process.pid, process.exitcode)
+                    failed = True
+                    stop.set()
+                    break
+                log.error("arbiter worker %s exited with %s; starting another", process.pid, process.exitcode)
+                procs[index] = start()
+    finally:
+        for process, _ in procs:
+            if process.is_alive():
+                os.kill(process.pid, signal.SIGTERM)  # graceful: each worker drains and commits
+        for process, _ in procs:
+            process.join((uv_config.timeout_graceful_shutdown or 30) + 30)
+            if process.is_alive():
+                log.error("arbiter worker %s did not stop in time; killing it", process.pid)
+                process.kill()
+                process.join()
+        sock.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if failed:
+        raise SystemExit(1)
+
+
+def _run_worker(uv_config: uvicorn.Config, sock: socket.socket) -> None:
+    # The parent's handlers are inherited through fork; uvicorn installs its own while serving and
+    # re-raises the signal when done, which must then simply end this process.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    uvicorn.Server(uv_config).run(sockets=[sock])
 
 
 def free_port(host: str = "127.0.0.1") -> int:

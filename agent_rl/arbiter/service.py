@@ -10,6 +10,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from agent_rl.inbox.store import InboxStore, open_inbox_store
 from agent_rl.pool import PoolRepository, Routing
 from agent_rl.pool.repository import normalize_weights
 from agent_rl.records import Episode, Scenario
-from agent_rl.reward.judge import DeterministicJudge
+from agent_rl.reward.judge import DeterministicJudge, Verdict
 from agent_rl.scenarios import load_scenarios
 
 log = logging.getLogger(__name__)
@@ -52,13 +53,39 @@ class ScenarioMismatch(ValueError):
 
 
 def default_scenarios_path() -> Path:
-    """Where the demo writes its scenarios; the arbiter and `traffic replay` read it when no file is given."""
-    return settings.home() / "scenarios.jsonl"
+    """Where the scenarios asset and `inbox build-demo` write scenarios; read when no file is given."""
+    from agent_rl.scenarios.demo import scenarios_path
+
+    return scenarios_path()
 
 
 def read_scenarios(path: Path | str) -> dict[str, Scenario]:
     """Scenarios by id from a JSONL file of Scenario records (a bad line is an error naming its number)."""
     return {scenario.id: scenario for scenario in load_scenarios(path)}
+
+
+class MemoJudge:
+    """A deterministic judge whose verdicts are remembered: replayed traffic repeats (question, golden, answer)."""
+
+    def __init__(self, judge: DeterministicJudge, size: int = 4096) -> None:
+        self._judge = judge
+        self._verdicts: OrderedDict[tuple[str, str, str], Verdict] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def judge(self, question: str, golden: str, answer: str) -> Verdict:
+        key = (question, golden, answer)
+        with self._lock:
+            verdict = self._verdicts.get(key)
+            if verdict is not None:
+                self._verdicts.move_to_end(key)
+                return verdict
+        verdict = self._judge.judge(question, golden, answer)
+        with self._lock:
+            self._verdicts[key] = verdict
+            if len(self._verdicts) > self._size:
+                self._verdicts.popitem(last=False)
+        return verdict
 
 
 @dataclass
@@ -76,7 +103,7 @@ class ArbiterService:
         self.policies = PolicyCache()
         scenarios_path = config.scenarios_path or default_scenarios_path()
         self.scenarios = read_scenarios(scenarios_path) if scenarios_path.exists() or config.scenarios_path else {}
-        self.judge = DeterministicJudge()
+        self.judge = MemoJudge(DeterministicJudge())
         self.executor = ThreadPoolExecutor(config.episode_workers, thread_name_prefix="episode")
         self.batcher = EpisodeBatcher(
             self._run_batch,
@@ -94,6 +121,7 @@ class ArbiterService:
         self._inboxes_at = float("-inf")
         self._refresh_inboxes()
         self._warm_up()
+        self.router.start_refreshing()  # requests then never wait for a routing read
 
     def _warm_up(self) -> None:
         """Load the routed policies and the tool schemas now, so the first requests don't pay for imports."""
@@ -208,6 +236,7 @@ class ArbiterService:
         return routing
 
     def close(self) -> None:
+        self.router.stop_refreshing()
         self.executor.shutdown(wait=True)  # running batches finish and commit before the pool closes
         with self._stores_lock:
             for store in self._stores:

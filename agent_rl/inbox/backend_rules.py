@@ -23,6 +23,8 @@ SNIPPET_WORDS = 24
 
 def clean_text(text: str) -> str:
     """Text any database accepts: no NUL characters, no lone surrogates."""
+    if text.isascii():  # the common case, checked in O(1): ASCII has no surrogates to repair
+        return text.replace("\x00", "") if "\x00" in text else text
     text = text.replace("\x00", "")
     try:
         text.encode("utf-8")

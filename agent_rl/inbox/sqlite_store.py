@@ -1,12 +1,12 @@
-"""The default inbox store: one SQLite file with an FTS5 index (porter stemming), no server needed.
+"""The default inbox store: one SQLite file with FTS5 indexes (porter stemming), no server needed.
 
-Each email's inbox is also indexed as one opaque token in the FTS table, so a search reads only
-the postings of its own inbox instead of filtering matches from every mailbox afterwards.
+Each inbox has its own FTS5 table over the shared `emails` rows, so a search reads only its own
+mailbox's postings: bm25's document frequencies (which FTS5 counts by reading a word's whole
+doclist) cover one inbox instead of the whole corpus, and no inbox filter runs per match.
 """
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
@@ -26,8 +26,19 @@ from agent_rl.inbox.store import MAX_RESULTS, AddReport, InboxStore
 from agent_rl.records import Email, SearchHit
 
 BATCH = 5000
-# FTS5 bm25 weights per column (inbox_key, subject, body): a subject hit counts double.
-BM25 = "bm25(emails_fts, 0.0, 2.0, 1.0)"
+# PRAGMA user_version of the layout below. Version 0 files (one FTS table for all inboxes, keyed by
+# an inbox_key column) are migrated when opened; files from a newer version are refused.
+SCHEMA_VERSION = 2
+TOKENIZE = "porter unicode61 remove_diacritics 2"
+# bm25 weights per FTS column (subject, body): a subject hit counts double.
+BM25_WEIGHTS = "2.0, 1.0"
+SNIPPET_TOKENS = 16
+# Matches ranked past the last place, to see every match tied with it (emails of equal length and
+# word counts score the same, so ties are common): only a longer tie needs the exact, slower query.
+TIE_WINDOW = 40
+# An add that grows an inbox's index by at least this share merges it into one segment afterwards:
+# each extra segment costs every later search a seek, and merging a small addition is not worth it.
+OPTIMIZE_SHARE = 0.2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS emails (
@@ -43,12 +54,13 @@ CREATE TABLE IF NOT EXISTS emails (
     folder TEXT NOT NULL DEFAULT '',
     file TEXT NOT NULL DEFAULT '',
     content_hash TEXT NOT NULL,
-    inbox_key TEXT NOT NULL,
     UNIQUE (inbox, message_id),
     UNIQUE (inbox, content_hash)
 );
 CREATE INDEX IF NOT EXISTS emails_inbox_date ON emails (inbox, date_ts);
 CREATE INDEX IF NOT EXISTS emails_inbox_sender ON emails (inbox, sender_key, date_ts);
+-- What ranking reads for every match: small entries keep those lookups off the wide email rows.
+CREATE INDEX IF NOT EXISTS emails_rank ON emails (id, date_ts, sender_key);
 CREATE TABLE IF NOT EXISTS recipients (
     email_id INTEGER NOT NULL REFERENCES emails (id) ON DELETE CASCADE,
     address TEXT NOT NULL,
@@ -56,25 +68,17 @@ CREATE TABLE IF NOT EXISTS recipients (
     position INTEGER NOT NULL,
     UNIQUE (email_id, kind, address)
 );
-CREATE VIRTUAL TABLE IF NOT EXISTS emails_fts USING fts5 (
-    inbox_key, subject, body,
-    content = 'emails', content_rowid = 'id',
-    tokenize = 'porter unicode61 remove_diacritics 2'
+-- One row per inbox: its slot names the inbox FTS table (fts_<slot>), so no address is ever SQL.
+CREATE TABLE IF NOT EXISTS inboxes (
+    slot INTEGER PRIMARY KEY,
+    inbox TEXT NOT NULL UNIQUE
 );
-CREATE TRIGGER IF NOT EXISTS emails_fts_insert AFTER INSERT ON emails BEGIN
-    INSERT INTO emails_fts (rowid, inbox_key, subject, body)
-    VALUES (new.id, new.inbox_key, new.subject, new.body);
-END;
-CREATE TRIGGER IF NOT EXISTS emails_fts_delete AFTER DELETE ON emails BEGIN
-    INSERT INTO emails_fts (emails_fts, rowid, inbox_key, subject, body)
-    VALUES ('delete', old.id, old.inbox_key, old.subject, old.body);
-END;
 """
 
 _INSERT_EMAIL = """
 INSERT OR IGNORE INTO emails
-    (inbox, message_id, date, date_ts, subject, sender, sender_key, body, folder, file, content_hash, inbox_key)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    (inbox, message_id, date, date_ts, subject, sender, sender_key, body, folder, file, content_hash)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 # Recipients attach only to the row this very email created (same id and same content).
 _INSERT_RECIPIENT = """
@@ -83,15 +87,13 @@ SELECT id, ?, ?, ? FROM emails WHERE inbox = ? AND message_id = ? AND content_ha
 """
 
 
-def inbox_key(inbox: str) -> str:
-    """One FTS token per inbox: letters only, so no tokenizer or stemmer can split or merge two inboxes."""
-    digest = hashlib.sha256(inbox.encode("utf-8")).digest()[:12]
-    return "ibx" + "".join(chr(ord("a") + b % 26) for b in digest)
-
-
 def fts_phrase(words: list[str]) -> str:
     """A quoted FTS5 phrase; the words contain no quotes, so nothing in them is query syntax."""
     return '"' + " ".join(words).replace('"', '""') + '"'
+
+
+def fts_table(slot: int) -> str:
+    return f"fts_{int(slot)}"
 
 
 def _path_of(url: str) -> Path:
@@ -110,56 +112,151 @@ class SQLiteInboxStore(InboxStore):
         self.path = _path_of(url)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
+        self._slots: dict[str, int] = {}  # inbox -> slot; a slot never changes once given
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.execute("PRAGMA cache_size=-65536")  # 64 MB: bulk FTS inserts touch many index pages
+        self._db.execute("PRAGMA mmap_size=1073741824")  # reads of email rows need no copy per page
         with self._lock:
-            self._db.executescript(SCHEMA)
+            self._prepare_schema()
+
+    # -- schema --------------------------------------------------------------------------------
+
+    def _prepare_schema(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version == SCHEMA_VERSION:
+            return
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"inbox store {self.path} has schema version {version}, newer than this agent-rl "
+                f"understands ({SCHEMA_VERSION}); upgrade agent-rl or use another file"
+            )
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            # Another process may have created or migrated the file while we waited for the lock.
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version < SCHEMA_VERSION:
+                self._migrate_from_v0()
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
+    def _migrate_from_v0(self) -> None:
+        """Create the layout, or turn a version 0 file (one shared FTS table) into per-inbox indexes."""
+        tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        self._db.execute("DROP TRIGGER IF EXISTS emails_fts_insert")
+        self._db.execute("DROP TRIGGER IF EXISTS emails_fts_delete")
+        if "emails_fts" in tables:
+            self._db.execute("DROP TABLE emails_fts")
+        if "emails" in tables:
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(emails)")}
+            if "inbox_key" in columns:
+                self._db.execute("ALTER TABLE emails DROP COLUMN inbox_key")
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                self._db.execute(statement)
+        inboxes = [row[0] for row in self._db.execute("SELECT DISTINCT inbox FROM emails ORDER BY inbox")]
+        for inbox in inboxes:
+            table = fts_table(self._slot(inbox, create=True))
+            self._db.execute(f"INSERT INTO {table} ({table}) VALUES ('delete-all')")
+            self._db.execute(
+                f"INSERT INTO {table} (rowid, subject, body) SELECT id, subject, body FROM emails WHERE inbox = ?",
+                (inbox,),
+            )
+            self._db.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
+        self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _slot(self, inbox: str, create: bool = False) -> int | None:
+        """The inbox's slot (its FTS table's number); with create, make both when missing."""
+        slot = self._slots.get(inbox)
+        if slot is not None:
+            return slot
+        row = self._db.execute("SELECT slot FROM inboxes WHERE inbox = ?", (inbox,)).fetchone()
+        if row is None:
+            if not create:
+                return None
+            slot = self._db.execute("INSERT INTO inboxes (inbox) VALUES (?) RETURNING slot", (inbox,)).fetchone()[0]
+            self._db.execute(
+                f"CREATE VIRTUAL TABLE {fts_table(slot)} USING fts5 (subject, body, "
+                f"content = 'emails', content_rowid = 'id', tokenize = '{TOKENIZE}')"
+            )
+            # Not cached: the creating transaction may still roll back.
+            return slot
+        self._slots[inbox] = row[0]
+        return row[0]
 
     # -- writing -------------------------------------------------------------------------------
 
     def add_emails(self, emails: Iterable[Email]) -> AddReport:
         report = AddReport()
+        added: dict[str, int] = {}  # inbox -> emails indexed by this call
         batch: list[Email] = []
         for email in emails:
             batch.append(email)
             if len(batch) >= BATCH:
-                self._add_batch(batch, report)
+                self._add_batch(batch, report, added)
                 batch = []
         if batch:
-            self._add_batch(batch, report)
+            self._add_batch(batch, report, added)
+        self._merge_grown_indexes(added)
         return report
 
-    def _add_batch(self, batch: list[Email], report: AddReport) -> None:
-        rows, recipients = [], []
+    def _add_batch(self, batch: list[Email], report: AddReport, added: dict[str, int]) -> None:
+        rows, recipients, texts = [], [], {}
         for email in batch:
             inbox, message_id = clean_text(email.inbox), clean_text(email.message_id)
             digest = content_hash(email)
+            subject, body = clean_text(email.subject), clean_text(email.body)
             rows.append((
                 inbox, message_id,
                 email.date.isoformat() if email.date else None,
                 as_utc(email.date).timestamp() if email.date else None,
-                clean_text(email.subject), clean_text(email.sender), sender_key(email.sender),
-                clean_text(email.body), clean_text(email.folder), clean_text(email.file),
-                digest, inbox_key(inbox),
+                subject, clean_text(email.sender), sender_key(email.sender),
+                body, clean_text(email.folder), clean_text(email.file),
+                digest,
             ))
+            # The content hash covers subject and body: one (inbox, hash) always has the same text.
+            texts[inbox, digest] = (subject, body)
             for kind, addresses in (("to", email.to), ("cc", email.cc), ("bcc", email.bcc)):
                 for position, address in enumerate(addresses):
                     recipients.append((clean_text(address), kind, position, inbox, message_id, digest))
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                # rowcount sums sqlite3_changes(), which leaves out the FTS trigger's own writes.
+                # A new INTEGER PRIMARY KEY is always above the current maximum: that is how the
+                # rows this batch created (not the ignored duplicates) are found for indexing.
+                before = self._db.execute("SELECT coalesce(max(id), 0) FROM emails").fetchone()[0]
                 inserted = self._db.executemany(_INSERT_EMAIL, rows).rowcount
                 self._db.executemany(_INSERT_RECIPIENT, recipients)
+                new_rows: dict[str, list[tuple[int, str, str]]] = {}
+                for email_id, inbox, digest in self._db.execute(
+                    "SELECT id, inbox, content_hash FROM emails WHERE id > ?", (before,)
+                ):
+                    new_rows.setdefault(inbox, []).append((email_id, *texts[inbox, digest]))
+                for inbox, fts_rows in new_rows.items():
+                    table = fts_table(self._slot(inbox, create=True))
+                    self._db.executemany(f"INSERT INTO {table} (rowid, subject, body) VALUES (?, ?, ?)", fts_rows)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+        for inbox, fts_rows in new_rows.items():
+            added[inbox] = added.get(inbox, 0) + len(fts_rows)
         report.inserted += inserted
         report.duplicates += len(rows) - inserted
+
+    def _merge_grown_indexes(self, added: dict[str, int]) -> None:
+        for inbox, count in added.items():
+            with self._lock:
+                if count < OPTIMIZE_SHARE * self._db.execute(
+                    "SELECT count(*) FROM emails WHERE inbox = ?", (inbox,)
+                ).fetchone()[0]:
+                    continue
+                table = fts_table(self._slot(inbox))
+                self._db.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -176,7 +273,7 @@ class SQLiteInboxStore(InboxStore):
         inbox = clean_text(inbox)
         keywords = [keywords] if isinstance(keywords, str) else keywords  # one keyword, not its letters
         phrases = [fts_phrase(terms) for terms in map(keyword_terms, keywords) if terms]
-        filters, params = ["e.inbox = ?"], [inbox]
+        filters, params = [], []
         if sender:
             filters.append("e.sender_key = ?")
             params.append(sender_key(sender))
@@ -186,38 +283,86 @@ class SQLiteInboxStore(InboxStore):
         if sent_before is not None:
             filters.append("e.date_ts < ?")
             params.append(as_utc(sent_before).timestamp())
-        where = " AND ".join(filters)
         with self._lock:
             if not phrases:
                 rows = self._db.execute(
                     f"SELECT e.id, e.message_id, e.subject, e.sender, e.date, e.body FROM emails e "
-                    f"WHERE {where} ORDER BY e.date_ts IS NULL, e.date_ts DESC, e.id DESC LIMIT ?",
-                    (*params, max_results),
+                    f"WHERE {' AND '.join(['e.inbox = ?', *filters])} "
+                    f"ORDER BY e.date_ts IS NULL, e.date_ts DESC, e.id DESC LIMIT ?",
+                    (inbox, *params, max_results),
                 ).fetchall()
                 return [self._hit(row, leading_snippet(row[5])) for row in rows]
-            match = f"inbox_key : {fts_phrase([inbox_key(inbox)])} AND {{subject body}} : ({' AND '.join(phrases)})"
-            # CROSS JOIN keeps the FTS index as the driving table; the other order scans the inbox.
-            rows = self._db.execute(
-                f"SELECT e.id, e.message_id, e.subject, e.sender, e.date, {BM25} AS score "
-                f"FROM emails_fts CROSS JOIN emails e ON e.id = emails_fts.rowid "
-                f"WHERE emails_fts MATCH ? AND {where} "
-                f"ORDER BY score, e.date_ts IS NULL, e.date_ts DESC, e.id DESC LIMIT ?",
-                (match, *params, max_results),
-            ).fetchall()
-            snippets = self._snippets(match, [row[0] for row in rows])
-        return [self._hit(row, snippets.get(row[0], "")) for row in rows]
+            slot = self._slot(inbox)
+            if slot is None:
+                return []
+            table, match = fts_table(slot), " AND ".join(phrases)
+            ranked = self._rank(table, match, filters, params, max_results)
+            rows = self._details(inbox, [email_id for email_id, _ in ranked])
+            # best bm25 first (FTS5 scores are negative), then the newest, then the latest stored
+            ranked.sort(key=lambda hit: (hit[1], *self._newest_first(rows.get(hit[0]), hit[0])))
+            best = [email_id for email_id, _ in ranked if email_id in rows][:max_results]
+            snippets = self._snippets(table, match, best)
+        return [self._hit(rows[email_id], snippets.get(email_id, "")) for email_id in best]
 
-    def _snippets(self, match: str, ids: list[int]) -> dict[int, str]:
+    def _rank(self, table: str, match: str, filters: list[str], params: list, limit: int) -> list[tuple[int, float]]:
+        """(id, bm25) of the best `limit` matches, plus any tied with the last place (dates break ties)."""
+        score = f"bm25({table}, {BM25_WEIGHTS})"
+        if not filters:
+            # The index alone ranks; dates (a row lookup each) are read only for the matches tied
+            # with the last place, which the window shows unless the tie runs past its end.
+            window = limit + TIE_WINDOW
+            ranked = self._db.execute(
+                f"SELECT rowid, {score} AS score FROM {table} WHERE {table} MATCH ? ORDER BY score LIMIT ?",
+                (match, window),
+            ).fetchall()
+            if len(ranked) <= limit:
+                return ranked
+            last = ranked[limit - 1][1]
+            if len(ranked) < window or ranked[-1][1] != last:
+                return ranked[:limit] + [hit for hit in ranked[limit:] if hit[1] == last]
+        # CROSS JOIN keeps the FTS index as the driving table; the other order scans the inbox.
+        return self._db.execute(
+            f"SELECT f.rowid, {score} AS score FROM {table} f CROSS JOIN emails e INDEXED BY emails_rank "
+            f"ON e.id = f.rowid "
+            f"WHERE {table} MATCH ? {''.join(' AND ' + f for f in filters)} "
+            f"ORDER BY score, e.date_ts IS NULL, e.date_ts DESC, e.id DESC LIMIT ?",
+            (match, *params, limit),
+        ).fetchall()
+
+    def _details(self, inbox: str, ids: list[int]) -> dict[int, tuple]:
+        if not ids:
+            return {}
+        # "+inbox" keeps the planner on the id lookups: the inbox index would walk the whole mailbox.
+        rows = self._db.execute(
+            f"SELECT id, message_id, subject, sender, date, date_ts FROM emails "
+            f"WHERE id IN ({','.join('?' * len(ids))}) AND +inbox = ?",
+            (*ids, inbox),
+        )
+        return {row[0]: row for row in rows}
+
+    @staticmethod
+    def _newest_first(row: tuple | None, email_id: int) -> tuple:
+        date_ts = row[5] if row is not None else None
+        return (date_ts is None, -(date_ts or 0.0), -email_id)
+
+    def _snippets(self, table: str, match: str, ids: list[int]) -> dict[int, str]:
         """Snippets only for the returned hits: computing them in the ranking query costs one per match."""
         if not ids:
             return {}
-        marks = ",".join("?" * len(ids))
-        rows = self._db.execute(
-            f"SELECT rowid, snippet(emails_fts, 2, '', '', '…', {16}), snippet(emails_fts, 1, '', '', '…', 16) "
-            f"FROM emails_fts WHERE emails_fts MATCH ? AND rowid IN ({marks})",
-            (match, *ids),
-        ).fetchall()
-        return {rowid: (body_snippet.strip() or subject_snippet) for rowid, body_snippet, subject_snippet in rows}
+
+        def column_snippets(column: int, wanted: list[int]) -> dict[int, str]:
+            return dict(self._db.execute(
+                f"SELECT rowid, snippet({table}, {column}, '', '', '…', {SNIPPET_TOKENS}) FROM {table} "
+                f"WHERE {table} MATCH ? AND rowid IN ({','.join('?' * len(wanted))})",
+                (match, *wanted),
+            ))
+
+        # The body around the match; the subject only for emails whose body is empty.
+        snippets = {email_id: text.strip() for email_id, text in column_snippets(1, ids).items()}
+        bodiless = [email_id for email_id in ids if not snippets.get(email_id)]
+        if bodiless:
+            snippets.update(column_snippets(0, bodiless))
+        return snippets
 
     @staticmethod
     def _hit(row: tuple, snippet: str) -> SearchHit:

@@ -57,12 +57,16 @@ class SFTSettings(BaseModel):
     max_steps: int = Field(25, description="optimizer steps; -1 trains num_train_epochs")
     per_device_train_batch_size: PositiveInt = 4
     gradient_accumulation_steps: PositiveInt = 1
-    warmup_ratio: float = Field(0.05, ge=0, lt=1)
+    warmup_ratio: float = Field(
+        0.0, ge=0, lt=1, description="share of steps warming up; the first warmup step has lr 0 (a lost step on CPU)"
+    )
     lr_scheduler_type: str = "cosine"
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
     max_length: PositiveInt = Field(
-        2048, description="longest tokenized row kept; longer rows are dropped with a reason, never truncated"
+        3072,
+        description="longest tokenized row kept; longer rows are dropped with a reason, never truncated "
+        "(batches pad to their longest row, so a generous limit costs nothing; 2048 dropped 14 of 386 demo rows)",
     )
     logging_steps: PositiveInt = 1
     save_steps: PositiveInt = Field(10, description="checkpoint every N steps (resume point after a crash)")

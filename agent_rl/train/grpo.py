@@ -66,7 +66,6 @@ class GRPOResult:
 
 def _trainer_class():
     """Defined lazily so importing this module does not import TRL (slow; not needed by the detectors)."""
-    import torch
     from trl import GRPOTrainer
 
     class AgentGRPOTrainer(GRPOTrainer):
@@ -127,7 +126,6 @@ def _trainer_class():
             }
             return output
 
-    del torch
     return AgentGRPOTrainer
 
 
@@ -262,6 +260,9 @@ def train_grpo(
         with (out_dir / "grpo_prompts.jsonl").open("w", encoding="utf-8") as handle:
             for row in kept:
                 handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    if not kept:
+        raise ValueError(f"prompt filter kept none of the {len(rows)} GRPO rows ({report.as_dict()}); "
+                         "set prompt_filter.keep_when_empty or widen min_rate/max_rate")
     prompts_per_step = settings.per_device_train_batch_size * settings.gradient_accumulation_steps // settings.num_generations
     while len(kept) < prompts_per_step:  # TRL needs a full generation batch of distinct slots
         kept = kept + kept[: prompts_per_step - len(kept)]
@@ -360,4 +361,9 @@ def _redact(url: str) -> str:
     return url
 
 
-__all__ = ["GRPOResult", "train_grpo", "MANIFEST"]
+def read_rollouts(path: str | Path) -> list[dict[str, Any]]:
+    """The rollouts a GRPO run recorded (input of agent_rl.reward.hacking.detect_reward_hacking)."""
+    return read_jsonl(path)
+
+
+__all__ = ["GRPOResult", "MANIFEST", "read_rollouts", "train_grpo"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -240,3 +241,162 @@ def test_plain_postgresql_url_is_accepted(pg_url):
         assert store.read(ALICE, email(1).message_id).date == datetime(2001, 5, 1, 16, tzinfo=timezone.utc)
     finally:
         store.close()
+
+
+def ids_of(hits) -> list[str]:
+    return [hit.message_id for hit in hits]
+
+
+@pytest.mark.parametrize("ties", [15, 60])
+def test_ties_are_broken_by_newest_date_however_many_tie(store, ties):
+    # Same subject length, same body: every email scores the same, so only the date orders them.
+    tied = [email(n, subject=f"Note {n}", body="identical text about gas", date=utc(1) + timedelta(hours=n)) for n in range(ties)]
+    best = email(100, subject="Gas", body="gas gas gas storage", date=utc(1))
+    store.add_emails([best, *tied])
+    newest = [tied[n].message_id for n in range(ties - 1, ties - 10, -1)]
+    assert ids_of(store.search(ALICE, ["gas"])) == [best.message_id, *newest]
+    # The same order when a filter is applied to every match.
+    assert ids_of(store.search(ALICE, ["gas"], sender="carol@corp.example")) == [best.message_id, *newest]
+    assert ids_of(store.search(ALICE, ["identical", "gas"], max_results=3)) == [tied[ties - n].message_id for n in (1, 2, 3)]
+
+
+def test_readding_keeps_one_hit_per_email(store):
+    emails = [email(n, body=f"pipeline outage number {n}") for n in range(12)]
+    store.add_emails(emails)
+    store.add_emails(emails)
+    store.add_emails(reversed(emails))
+    hits = ids_of(store.search(ALICE, ["outage"]))
+    assert len(hits) == len(set(hits)) == 10
+
+
+def test_later_email_reusing_an_ignored_message_id_is_indexed_with_its_own_text(store):
+    store.add_emails([email(1)])
+    content_copy = email(1, message_id="<reused@corp.example>")  # a duplicate by content: skipped
+    different = email(2, message_id="<reused@corp.example>", body="The zebra crossing report.")
+    report = store.add_emails([content_copy, different])
+    assert (report.inserted, report.duplicates) == (1, 1)
+    hits = store.search(ALICE, ["zebra"])
+    assert ids_of(hits) == ["<reused@corp.example>"] and "zebra" in hits[0].snippet
+    assert store.search(ALICE, ["week", "1"])[0].message_id == email(1).message_id
+
+
+def test_interleaved_inboxes_in_one_add_stay_isolated(store):
+    inboxes = [f"user{i}@corp.example" for i in range(5)]
+    store.add_emails(
+        email(n, inbox=inboxes[n % 5], body=f"shared words plus marker{n % 5}") for n in range(40)
+    )
+    for i, inbox in enumerate(inboxes):
+        assert len(store.search(inbox, ["shared", "words"])) == 8
+        assert len(store.search(inbox, [f"marker{i}"])) == 8
+        assert store.search(inbox, [f"marker{(i + 1) % 5}"]) == []
+
+
+def test_subject_is_the_snippet_when_the_body_is_empty(store):
+    store.add_emails([email(1, subject="Quarterly gas forecast", body="")])
+    hits = store.search(ALICE, ["forecast"])
+    assert ids_of(hits) == [email(1).message_id] and "forecast" in hits[0].snippet
+
+
+def test_inbox_added_by_another_connection_is_searchable(store_url):
+    reader, writer = open_inbox_store(store_url), open_inbox_store(store_url)
+    try:
+        assert reader.search(ALICE, ["pipeline"]) == []
+        writer.add_emails([email(1, body="pipeline news")])
+        assert ids_of(reader.search(ALICE, ["pipeline"])) == [email(1).message_id]
+    finally:
+        reader.close()
+        writer.close()
+
+
+# The layout written before per-inbox indexes (schema version 0): one FTS table for all inboxes.
+SCHEMA_V0 = """
+CREATE TABLE emails (
+    id INTEGER PRIMARY KEY, inbox TEXT NOT NULL, message_id TEXT NOT NULL, date TEXT, date_ts REAL,
+    subject TEXT NOT NULL DEFAULT '', sender TEXT NOT NULL DEFAULT '', sender_key TEXT NOT NULL DEFAULT '',
+    body TEXT NOT NULL DEFAULT '', folder TEXT NOT NULL DEFAULT '', file TEXT NOT NULL DEFAULT '',
+    content_hash TEXT NOT NULL, inbox_key TEXT NOT NULL,
+    UNIQUE (inbox, message_id), UNIQUE (inbox, content_hash)
+);
+CREATE INDEX emails_inbox_date ON emails (inbox, date_ts);
+CREATE INDEX emails_inbox_sender ON emails (inbox, sender_key, date_ts);
+CREATE TABLE recipients (
+    email_id INTEGER NOT NULL REFERENCES emails (id) ON DELETE CASCADE, address TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('to', 'cc', 'bcc')), position INTEGER NOT NULL,
+    UNIQUE (email_id, kind, address)
+);
+CREATE VIRTUAL TABLE emails_fts USING fts5 (
+    inbox_key, subject, body, content = 'emails', content_rowid = 'id',
+    tokenize = 'porter unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER emails_fts_insert AFTER INSERT ON emails BEGIN
+    INSERT INTO emails_fts (rowid, inbox_key, subject, body) VALUES (new.id, new.inbox_key, new.subject, new.body);
+END;
+CREATE TRIGGER emails_fts_delete AFTER DELETE ON emails BEGIN
+    INSERT INTO emails_fts (emails_fts, rowid, inbox_key, subject, body)
+    VALUES ('delete', old.id, old.inbox_key, old.subject, old.body);
+END;
+"""
+
+
+def write_v0_file(path, emails: list[Email]) -> None:
+    from agent_rl.inbox.backend_rules import content_hash, sender_key
+
+    db = sqlite3.connect(path)
+    db.executescript(SCHEMA_V0)
+    for e in emails:
+        email_id = db.execute(
+            "INSERT INTO emails (inbox, message_id, date, date_ts, subject, sender, sender_key, body, content_hash, "
+            "inbox_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (e.inbox, e.message_id, e.date.isoformat(), e.date.timestamp(), e.subject, e.sender, sender_key(e.sender),
+             e.body, content_hash(e), "ibx" + e.inbox.split("@")[0]),
+        ).lastrowid
+        db.executemany(
+            "INSERT INTO recipients (email_id, address, kind, position) VALUES (?, ?, 'to', ?)",
+            [(email_id, address, position) for position, address in enumerate(e.to)],
+        )
+    db.commit()
+    db.close()
+
+
+def test_sqlite_file_of_schema_v0_is_migrated_when_opened(tmp_path):
+    from agent_rl.inbox.sqlite_store import SCHEMA_VERSION
+
+    path = tmp_path / "old.db"
+    old = [email(1, body="The pipeline capacity auction."), email(2, body="Gas desk notes."),
+           email(3, inbox=BOB, body="Pipeline capacity for Bob.")]
+    write_v0_file(path, old)
+    store = open_inbox_store(f"sqlite:///{path}")
+    try:
+        assert store.count() == 3 and store.inboxes() == [ALICE, BOB]
+        assert store.read(ALICE, old[0].message_id) == old[0]
+        hits = store.search(ALICE, ["pipeline", "capacity"])
+        assert ids_of(hits) == [old[0].message_id] and "auction" in hits[0].snippet
+        assert ids_of(store.search(BOB, ["pipeline"])) == [old[2].message_id]
+        # Duplicates of migrated emails are still recognised; new emails are searchable.
+        assert store.add_emails(old).duplicates == 3
+        store.add_emails([email(4, body="Pipeline maintenance window.")])
+        assert {hit.message_id for hit in store.search(ALICE, ["pipeline"])} == {old[0].message_id, email(4).message_id}
+    finally:
+        store.close()
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        names = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+        assert "emails_fts" not in names and "emails_fts_insert" not in names
+        assert "inbox_key" not in {row[1] for row in db.execute("PRAGMA table_info(emails)")}
+    finally:
+        db.close()
+    again = open_inbox_store(f"sqlite:///{path}")  # a migrated file opens as it is
+    try:
+        assert again.count() == 4 and len(again.search(ALICE, ["pipeline"])) == 2
+    finally:
+        again.close()
+
+
+def test_sqlite_file_from_a_newer_version_is_refused_clearly(tmp_path):
+    path = tmp_path / "future.db"
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version = 99")
+    db.close()
+    with pytest.raises(RuntimeError, match=r"schema version 99, newer than"):
+        open_inbox_store(f"sqlite:///{path}")

@@ -62,7 +62,8 @@ def test_tiny_sft_then_grpo_calls_tools_masks_results_and_tracks_mlflow(train_da
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(train_data["tiny"])
-    batch = _last_batch(tmp_path)
+    assert _LAST_BATCH, "GRPO generated no batch"
+    batch = _LAST_BATCH
     ids, tool_mask, completion_mask = batch["completion_ids"], batch["tool_mask"], batch["completion_mask"]
     row = 0
     valid = completion_mask[row].bool()
@@ -110,11 +111,6 @@ def _keep_last_batch(monkeypatch):
         return Capturing
 
     monkeypatch.setattr(grpo_module, "_trainer_class", wrapped)
-
-
-def _last_batch(_tmp_path) -> dict:
-    assert _LAST_BATCH, "GRPO generated no batch"
-    return _LAST_BATCH
 
 
 def test_sft_rerun_resumes_from_last_checkpoint(train_data, tmp_path):
@@ -174,7 +170,7 @@ def test_labels_cover_assistant_turns_only_and_teach_the_stop(train_data):
 
 def test_cli_entry_point_runs_a_stage_from_a_config_file(train_data, tmp_path):
     config = {"model_path": str(train_data["tiny"]), "rows_jsonl": str(train_data["sft"]),
-              "out_dir": str(tmp_path / "sft"), "settings": {"max_steps": 1, "per_device_train_batch_size": 1}}
+              "out_dir": str(tmp_path / "sft"), "settings": {"max_steps": 1, "per_device_train_batch_size": 1, "max_length": 8192}}
     path = tmp_path / "sft.json"
     path.write_text(json.dumps(config))
     done = subprocess.run([sys.executable, "-m", "agent_rl.train", "sft", "--config", str(path)],
@@ -193,3 +189,26 @@ def _env() -> dict[str, str]:
     import os
 
     return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+
+
+
+def test_merged_adapter_checkpoint_matches_base_plus_adapter(train_data, tmp_path):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from agent_rl.train.adapters import adapter_stack, merge_adapter_stack
+    from agent_rl.train.sft import train_sft
+
+    sft = train_sft(train_data["tiny"], train_data["sft"], tmp_path / "sft",
+                    SFTSettings(max_steps=1, per_device_train_batch_size=1, max_length=8192, learning_rate=1e-2,
+                                warmup_ratio=0.0))
+    base, stack = adapter_stack(sft.adapter_dir)
+    assert base == Path(train_data["tiny"]) and stack == [sft.adapter_dir]
+    merged_dir = merge_adapter_stack(sft.adapter_dir, tmp_path / "merged")
+    ids = torch.tensor([[5, 17, 42, 99, 3]])
+    with torch.no_grad():
+        merged = AutoModelForCausalLM.from_pretrained(merged_dir)(ids).logits
+        peft = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(sft.adapter_dir))(ids).logits
+        plain = AutoModelForCausalLM.from_pretrained(base)(ids).logits
+    assert torch.allclose(merged, peft, atol=1e-4) and not torch.allclose(merged, plain, atol=1e-4)

@@ -1,0 +1,50 @@
+"""Resource settings per profile, chosen with AGENT_RL_PROFILE: `default` (production gates), `demo`
+(the laptop demo: same gates, A/B steps small enough to decide in minutes on CPU), `fast` (the tiny
+model: shows the whole loop's mechanics in a few minutes; it cannot learn the task)."""
+
+import json
+import os
+
+from resources.compute import TrainingCompute
+from resources.curation import CurationResource
+from resources.evaluation import EvaluationResource
+from resources.registry import MlflowResource
+from resources.rollout import RolloutResource
+from resources.stores import InboxStoreResource, PoolResource
+from resources.training import TrainingResource
+
+PROFILES = ("default", "demo", "fast")
+
+
+def resources_for(profile: str | None = None) -> dict:
+    profile = profile or os.environ.get("AGENT_RL_PROFILE", "default")
+    if profile not in PROFILES:
+        raise ValueError(f"AGENT_RL_PROFILE={profile!r}: expected one of {', '.join(PROFILES)}")
+    resources = {
+        "inbox_store": InboxStoreResource(),
+        "pool": PoolResource(),
+        "curation": CurationResource(),
+        "mlflow": MlflowResource(),
+        "rollout": RolloutResource(),
+        "compute": TrainingCompute(),
+        "training": TrainingResource(),
+        "evaluation": EvaluationResource(),
+    }
+    if profile == "demo":
+        # A 135M model serves on 2 CPU cores: decide on tens of episodes per arm, expecting a large lift.
+        resources["rollout"] = RolloutResource(min_samples_per_arm=20, min_samples_per_step=20, tau_squared=0.09)
+    elif profile == "fast":
+        resources.update(
+            curation=CurationResource(min_points=300),
+            training=TrainingResource(
+                base_model="tiny",
+                sft_overrides=json.dumps({"max_steps": 4, "save_steps": 2}),
+                grpo_overrides=json.dumps({"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 4,
+                                           "max_completion_length": 256, "prompt_filter": {"mode": "none"}}),
+            ),
+            # A random tiny model cannot beat anything: let it through to show registry and A/B.
+            evaluation=EvaluationResource(max_scenarios=20, min_relative_improvement=-1.0, max_forgetting_drop=1.0),
+            rollout=RolloutResource(min_samples_per_arm=20, min_samples_per_step=20, base_spec="tiny",
+                                    max_step_hours=0.05),
+        )
+    return resources
