@@ -3,7 +3,9 @@
 The corpus is Enron-shaped: 150 inboxes of skewed size (the largest ~30k emails), Zipf-distributed
 vocabulary, 40-200 words per body. Queries are what an agent asks: 1-3 content words taken from a
 real email of the inbox, some with a sender or date-range filter. The SQLite build is cached under
-AGENT_RL_HOME/bench (use --rebuild to redo it). The last printed line is the JSON report.
+AGENT_RL_HOME/bench (rebuilt when missing or from an older store layout; --rebuild forces it).
+Latencies are wall-clock (the target) and CPU time per query (stable when the machine is shared).
+The last printed line is the JSON report.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_rl import settings  # noqa: E402
+from agent_rl.inbox.sqlite_store import SCHEMA_VERSION  # noqa: E402
 from agent_rl.inbox.store import InboxStore, open_inbox_store  # noqa: E402
 from agent_rl.records import Email  # noqa: E402
 
@@ -154,15 +157,28 @@ def measure(store: InboxStore, workload: list[dict]) -> dict:
     }
 
 
+def _cache_is_current(path: Path, marker: Path) -> bool:
+    """Reuse a cached corpus only if complete and of the current store layout: its build time is reported."""
+    if not (path.exists() and marker.exists()):
+        return False
+    try:
+        return json.loads(marker.read_text()).get("schema_version") == SCHEMA_VERSION
+    except ValueError:
+        return False
+
+
 def bench_sqlite(args, corpus: Corpus) -> tuple[dict, list[Email]]:
     path = settings.home() / "bench" / f"search-{args.emails}-{args.inboxes}.db"
     marker = path.with_suffix(".samples.json")
-    if args.rebuild or not marker.exists():
+    if args.rebuild or not _cache_is_current(path, marker):
         for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"), marker):
             stale.unlink(missing_ok=True)
         store = open_inbox_store(f"sqlite:///{path}")
         build_s, build_cpu_s = build(store, corpus)
-        marker.write_text(json.dumps({"build_s": build_s, "build_cpu_s": build_cpu_s, "samples": [e.model_dump(mode="json") for e in corpus.samples]}))
+        marker.write_text(json.dumps({
+            "build_s": build_s, "build_cpu_s": build_cpu_s, "schema_version": SCHEMA_VERSION,
+            "samples": [e.model_dump(mode="json") for e in corpus.samples],
+        }))
     else:
         store = open_inbox_store(f"sqlite:///{path}")
     cached = json.loads(marker.read_text())

@@ -36,13 +36,24 @@ __all__ = ["ArbiterConfig", "create_app"]
 # -- request and response bodies ----------------------------------------------------------------
 
 
-def _no_lone_surrogates(value: str | None) -> str | None:
-    # JSON escapes like "\ud800" decode to strings no database can store: refuse them up front.
+def _storable_text(value: str | None) -> str | None:
+    # JSON escapes like "\ud800" or "\u0000" decode to strings the pool cannot store (PostgreSQL text
+    # holds no NUL): refused up front, else the failed write would also fail the rest of its batch.
     if value is not None:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise ValueError("contains invalid unicode (a lone surrogate escape)") from exc
+        if "\x00" in value:
+            raise ValueError("contains a NUL character (\\u0000)")
+    return value
+
+
+def _storable_keys_and_values(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    for key, item in (value or {}).items():
+        _storable_text(key)
+        if isinstance(item, str):
+            _storable_text(item)
     return value
 
 
@@ -54,7 +65,7 @@ class AskRequest(BaseModel):
     scenario_id: str | None = Field(None, min_length=1, max_length=200, description="judge against this scenario")
     request_key: str | None = Field(None, min_length=1, max_length=200, description="same key, same policy version")
 
-    _check_unicode = field_validator("inbox", "question", "scenario_id", "request_key")(_no_lone_surrogates)
+    _check_text = field_validator("inbox", "question", "scenario_id", "request_key")(_storable_text)
 
 
 class AskResponse(BaseModel):
@@ -72,7 +83,7 @@ class FeedbackRequest(BaseModel):
     episode_id: str = Field(min_length=1, max_length=64)
     verdict: str = Field(min_length=1, max_length=2000, description="e.g. 'up', 'down' or a short comment")
 
-    _check_unicode = field_validator("episode_id", "verdict")(_no_lone_surrogates)
+    _check_text = field_validator("episode_id", "verdict")(_storable_text)
 
 
 class RoutingUpdate(BaseModel):
@@ -83,6 +94,9 @@ class RoutingUpdate(BaseModel):
     reason: str = Field(min_length=1, max_length=2000)
     actor: str = Field("admin", min_length=1, max_length=200)
     stats: dict[str, Any] | None = None
+
+    _check_text = field_validator("reason", "actor")(_storable_text)
+    _check_names = field_validator("weights", "specs")(_storable_keys_and_values)
 
 
 class RoutingView(BaseModel):

@@ -17,6 +17,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from agent_rl.pool import PoolRepository, Routing
 
 log = logging.getLogger(__name__)
@@ -82,7 +84,17 @@ class Router:
             return split
         with self._lock:
             if self._split is None or time.monotonic() - self._loaded_at >= self._ttl_s:
-                self._install(self._pool.get_routing())
+                try:
+                    routing = self._pool.get_routing()
+                except SQLAlchemyError as exc:
+                    if self._split is None:
+                        raise
+                    # The pool is down (e.g. a database restart): keep routing by the last split read;
+                    # failing the request here would be a 500 for what the episode write reports as 503.
+                    log.warning("routing read failed, keeping the last split: %s", type(exc).__name__)
+                    self._loaded_at = time.monotonic()  # retry after ttl_s, not on every request
+                    return self._split
+                self._install(routing)
             return self._split  # type: ignore[return-value]
 
     def _install(self, routing: Routing) -> None:

@@ -7,6 +7,7 @@ doclist) cover one inbox instead of the whole corpus, and no inbox filter runs p
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
@@ -25,10 +26,12 @@ from agent_rl.inbox.backend_rules import (
 from agent_rl.inbox.store import MAX_RESULTS, AddReport, InboxStore
 from agent_rl.records import Email, SearchHit
 
+log = logging.getLogger(__name__)
+
 BATCH = 5000
 # PRAGMA user_version of the layout below. Version 0 files (one FTS table for all inboxes, keyed by
 # an inbox_key column) are migrated when opened; files from a newer version are refused.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 1
 TOKENIZE = "porter unicode61 remove_diacritics 2"
 # bm25 weights per FTS column (subject, body): a subject hit counts double.
 BM25_WEIGHTS = "2.0, 1.0"
@@ -118,9 +121,14 @@ class SQLiteInboxStore(InboxStore):
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.execute("PRAGMA cache_size=-65536")  # 64 MB: bulk FTS inserts touch many index pages
-        self._db.execute("PRAGMA mmap_size=1073741824")  # reads of email rows need no copy per page
-        with self._lock:
-            self._prepare_schema()
+        # Reads map the file instead of copying each page through the 64 MB cache (SQLite caps it at 2 GB).
+        self._db.execute("PRAGMA mmap_size=2147483648")
+        try:
+            with self._lock:
+                self._prepare_schema()
+        except BaseException:
+            self._db.close()
+            raise
 
     # -- schema --------------------------------------------------------------------------------
 
@@ -138,15 +146,18 @@ class SQLiteInboxStore(InboxStore):
             # Another process may have created or migrated the file while we waited for the lock.
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version < SCHEMA_VERSION:
-                self._migrate_from_v0()
+                self._create_or_migrate()
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
 
-    def _migrate_from_v0(self) -> None:
+    def _create_or_migrate(self) -> None:
         """Create the layout, or turn a version 0 file (one shared FTS table) into per-inbox indexes."""
         tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "emails" in tables:
+            log.warning("inbox store %s: moving to schema version %d (one index per inbox); "
+                        "this reindexes every email once", self.path, SCHEMA_VERSION)
         self._db.execute("DROP TRIGGER IF EXISTS emails_fts_insert")
         self._db.execute("DROP TRIGGER IF EXISTS emails_fts_delete")
         if "emails_fts" in tables:
@@ -161,7 +172,6 @@ class SQLiteInboxStore(InboxStore):
         inboxes = [row[0] for row in self._db.execute("SELECT DISTINCT inbox FROM emails ORDER BY inbox")]
         for inbox in inboxes:
             table = fts_table(self._slot(inbox, create=True))
-            self._db.execute(f"INSERT INTO {table} ({table}) VALUES ('delete-all')")
             self._db.execute(
                 f"INSERT INTO {table} (rowid, subject, body) SELECT id, subject, body FROM emails WHERE inbox = ?",
                 (inbox,),
@@ -251,12 +261,10 @@ class SQLiteInboxStore(InboxStore):
     def _merge_grown_indexes(self, added: dict[str, int]) -> None:
         for inbox, count in added.items():
             with self._lock:
-                if count < OPTIMIZE_SHARE * self._db.execute(
-                    "SELECT count(*) FROM emails WHERE inbox = ?", (inbox,)
-                ).fetchone()[0]:
-                    continue
-                table = fts_table(self._slot(inbox))
-                self._db.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
+                total = self._db.execute("SELECT count(*) FROM emails WHERE inbox = ?", (inbox,)).fetchone()[0]
+                if count >= OPTIMIZE_SHARE * total:
+                    table = fts_table(self._slot(inbox))
+                    self._db.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -1,0 +1,329 @@
+"""Shared parts of the reliability suite: a demo world on disk, the arbiter as a real server process, a light
+load driver that records every request's fate, and a PostgreSQL instance owned by the test (its own port).
+
+Imported by name from the tests and by bench/load.py (it puts this folder on sys.path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from agent_rl.arbiter.server import free_port
+from agent_rl.inbox.demo_corpus import build_demo_corpus
+from agent_rl.inbox.store import open_inbox_store
+from agent_rl.records import Scenario
+from agent_rl.scenarios import generate_scenarios, save_scenarios
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# -- the demo world ------------------------------------------------------------------------------
+
+
+@dataclass
+class World:
+    inbox_url: str
+    scenarios_path: Path
+    scenarios: list[Scenario]
+
+    def ask_bodies(self, n: int) -> list[bytes]:
+        """n /v1/ask bodies cycling over the scenarios (judged: they name their scenario)."""
+        items = [
+            json.dumps({"inbox": s.inbox_id, "question": s.question, "scenario_id": s.id}).encode()
+            for s in self.scenarios
+        ]
+        return [items[i % len(items)] for i in range(n)]
+
+
+def build_world(root: Path, n_inboxes: int = 2, n_emails: int = 200, seed: int = 0) -> World:
+    root.mkdir(parents=True, exist_ok=True)
+    inbox_url = f"sqlite:///{root / 'inbox.db'}"
+    store = open_inbox_store(inbox_url)
+    corpus = build_demo_corpus(store, seed=seed, n_inboxes=n_inboxes, n_emails=n_emails)
+    store.close()
+    scenarios = generate_scenarios(corpus, seed=seed)
+    return World(inbox_url, save_scenarios(scenarios, root / "scenarios.jsonl"), scenarios)
+
+
+# -- the arbiter as its own process --------------------------------------------------------------
+
+
+@dataclass
+class ArbiterProcess:
+    url: str
+    host: str
+    port: int
+    process: subprocess.Popen
+    log_path: Path
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextmanager
+def arbiter_process(
+    world: World,
+    pool_url: str,
+    log_path: Path,
+    workers: int = 1,
+    log_level: str = "info",
+    access_log: bool = False,
+    env: dict[str, str] | None = None,
+) -> Iterator[ArbiterProcess]:
+    """`python -m agent_rl.cli arbiter serve` on a free loopback port; stdout+stderr go to `log_path`."""
+    host, port = "127.0.0.1", free_port()
+    command = [
+        sys.executable, "-m", "agent_rl.cli", "arbiter", "serve", "--host", host, "--port", str(port),
+        "--pool-url", pool_url, "--inbox-url", world.inbox_url, "--scenarios", str(world.scenarios_path),
+        "--workers", str(workers), "--log-level", log_level, "--access-log" if access_log else "--no-access-log",
+    ]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **(env or {})}
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=full_env, cwd=ROOT)
+    url = f"http://{host}:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"arbiter exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"arbiter did not answer /healthz within 120 s:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield ArbiterProcess(url, host, port, process, log_path)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)  # graceful: answered episodes are committed before exit
+            try:
+                process.wait(90)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+# -- the load driver -----------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """What happened to one request: an HTTP status and body, or a transport error."""
+
+    status: int | None
+    body: dict | None = None
+    transport_error: str | None = None
+    attempts: int = 1
+
+    @property
+    def answered(self) -> bool:
+        return self.status == 200
+
+    @property
+    def clear_error(self) -> bool:
+        """A refusal the client can act on: a JSON error naming what went wrong."""
+        return (
+            self.status is not None and self.status >= 400 and isinstance(self.body, dict)
+            and bool(self.body.get("error")) and "detail" in self.body
+        )
+
+
+@dataclass
+class LoadReport:
+    outcomes: list[Outcome]
+    elapsed_s: float
+    latency_ms: list[float] = field(default_factory=list)
+
+    @property
+    def statuses(self) -> dict[str, int]:
+        return dict(Counter(str(o.status) if o.status is not None else "transport" for o in self.outcomes))
+
+    @property
+    def answered_ids(self) -> list[str]:
+        return [o.body["episode_id"] for o in self.outcomes if o.answered]
+
+    @property
+    def rps(self) -> float:
+        return len(self.outcomes) / self.elapsed_s if self.elapsed_s else 0.0
+
+    def unclear(self) -> list[Outcome]:
+        """Requests that got neither an answer nor a clear error."""
+        return [o for o in self.outcomes if not o.answered and not o.clear_error]
+
+
+_CONTENT_LENGTH = re.compile(rb"content-length: *(\d+)", re.IGNORECASE)
+
+
+async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, body: bytes) -> tuple[int, dict | None]:
+    head = (f"POST /v1/ask HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    writer.write(head + body)
+    header = await reader.readuntil(b"\r\n\r\n")
+    match = _CONTENT_LENGTH.search(header)
+    payload = await reader.readexactly(int(match.group(1))) if match else b""
+    try:
+        parsed = json.loads(payload) if payload else None
+    except ValueError:
+        parsed = None
+    return int(header[9:12]), parsed
+
+
+async def drive_async(
+    host: str, port: int, bodies: list[bytes], concurrency: int, retries: int = 0, retry_pause_s: float = 0.2,
+    timeout_s: float = 60.0,
+) -> LoadReport:
+    """POST every body to /v1/ask over `concurrency` keep-alive connections (a raw HTTP/1.1 client: cheap on CPU).
+
+    With `retries`, a 503 or a transport error is retried on a fresh connection after a pause,
+    as a well-behaved client does during an outage; the outcome keeps the last attempt.
+    """
+    outcomes: list[Outcome | None] = [None] * len(bodies)
+    latency_ms: list[float] = []
+    next_index = 0
+
+    async def worker() -> None:
+        nonlocal next_index
+        reader = writer = None
+        while next_index < len(bodies):
+            index = next_index
+            next_index += 1
+            outcome: Outcome | None = None
+            for attempt in range(1, retries + 2):
+                started = time.perf_counter()
+                try:
+                    if writer is None:
+                        reader, writer = await asyncio.open_connection(host, port)
+                    status, body = await asyncio.wait_for(_exchange(reader, writer, host, bodies[index]), timeout_s)
+                    outcome = Outcome(status, body, attempts=attempt)
+                    latency_ms.append((time.perf_counter() - started) * 1000)
+                except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError) as exc:
+                    outcome = Outcome(None, transport_error=f"{type(exc).__name__}: {exc}", attempts=attempt)
+                    if writer is not None:
+                        writer.close()
+                    reader = writer = None
+                if outcome.status not in (None, 503):
+                    break
+                if attempt <= retries:
+                    await asyncio.sleep(retry_pause_s)
+            outcomes[index] = outcome
+        if writer is not None:
+            writer.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return LoadReport([o for o in outcomes if o is not None], time.perf_counter() - started, latency_ms)
+
+
+def drive(host: str, port: int, bodies: list[bytes], concurrency: int = 32, **options) -> LoadReport:
+    return asyncio.run(drive_async(host, port, bodies, concurrency, **options))
+
+
+def pool_episode_ids(pool_url: str) -> Counter:
+    """How often each episode id occurs in the pool (read straight from the table)."""
+    from sqlalchemy import create_engine, text
+
+    from agent_rl import settings
+
+    engine = create_engine(settings.sqlalchemy_url(pool_url))
+    try:
+        with engine.connect() as conn:
+            return Counter(row[0] for row in conn.execute(text("SELECT episode_id FROM episodes")))
+    finally:
+        engine.dispose()
+
+
+# -- a PostgreSQL instance owned by the test -----------------------------------------------------
+
+
+def postgres_bin() -> Path | None:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    return found[-1].parent if found else None
+
+
+class TestPostgres:
+    """initdb + pg_ctl on a private data directory and port; never the shared server at 5432.
+
+    initdb refuses to run as root, so as root the cluster belongs to the `postgres` system user.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, port: int | None = None) -> None:
+        bin_dir = postgres_bin()
+        if bin_dir is None:
+            raise RuntimeError("no PostgreSQL binaries under /usr/lib/postgresql/*/bin")
+        self.bin = bin_dir
+        # Its own folder under /tmp: the postgres user cannot enter pytest's 0700 tmp dirs.
+        self.root = Path(tempfile.mkdtemp(prefix="agent-rl-test-pg-"))
+        self.data = self.root / "pgdata"
+        self.socket_dir = self.root / "pgsock"
+        self.port = port or free_port()
+        self.log = self.root / "postgres.log"
+        self.as_user = "postgres" if os.geteuid() == 0 else None
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        command = [str(self.bin / args[0]), *args[1:]]
+        if self.as_user:
+            command = ["runuser", "-u", self.as_user, "--", *command]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)} failed ({done.returncode}): {done.stderr or done.stdout}")
+        return done
+
+    def init(self) -> TestPostgres:
+        self.socket_dir.mkdir(exist_ok=True)
+        if self.as_user:
+            shutil.chown(self.root, self.as_user)
+            shutil.chown(self.socket_dir, self.as_user)
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+        return self
+
+    def _options(self) -> str:
+        return f"-p {self.port} -k {self.socket_dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100"
+
+    def start(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", self._options(), "-w", "-t", "60", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop", check=False)
+
+    def running(self) -> bool:
+        return self._run("pg_ctl", "-D", str(self.data), "status", check=False).returncode == 0
+
+    def destroy(self) -> None:
+        """Stop the server (immediately) and remove its files."""
+        if self.data.exists():
+            self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextmanager
+def private_postgres() -> Iterator[TestPostgres]:
+    server = TestPostgres().init()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.destroy()

@@ -1,0 +1,219 @@
+"""The closed loop as a user sees it in a browser: after the fast demo, the Dagster UI shows every asset
+materialized with its checks passed, and the MLflow UI shows the registered model with its `champion` alias.
+
+From nothing, in temporary directories: the demo driver builds the state through a real arbiter,
+then the real Dagster webserver and MLflow server run on loopback and headless Debian chromium reads
+their pages. Screenshots and server logs go to test-artifacts/ui/ (kept on failure, FAILED-*.png).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ui_browser import chromium, screenshot, settle, wait_for_texts
+from ui_graphql import asset_states, query
+from ui_servers import Server, free_port, start, stop, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts" / "ui"
+BIN = Path(sys.executable).parent
+MODEL_NAME = "agent-rl-email"
+# The asset graph of DESIGN.md: the code location may grow, but these must be there.
+CONTRACT_ASSETS = {"inbox", "scenarios", "pool_episodes", "validated_episodes", "anonymized_episodes",
+                   "anonymized_environment", "balanced_episodes", "sft_dataset", "grpo_dataset", "sft_adapter",
+                   "grpo_adapter", "evaluation_report", "registered_model"}
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(2400)]
+
+
+@dataclass
+class LoopState:
+    env: dict[str, str]
+    workdir: Path
+    home: Path
+    partition: str
+    champion_version: str
+    promoted_by: str
+
+
+def _loop_env(base: Path) -> dict[str, str]:
+    dagster_home, home = base / "dagster_home", base / "agent_rl_home"
+    dagster_home.mkdir(parents=True)
+    home.mkdir(parents=True)
+    shutil.copy(ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("AGENT_RL_POOL_URL", "AGENT_RL_INBOX_URL", "PYTEST_CURRENT_TEST")}
+    env.update(
+        DAGSTER_HOME=str(dagster_home),
+        AGENT_RL_HOME=str(home),
+        AGENT_RL_PROFILE="fast",
+        MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}",
+        OMP_NUM_THREADS="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    )
+    return env
+
+
+@pytest.fixture(scope="module")
+def artifacts() -> Path:
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)  # stale screenshots would mislead
+    (ARTIFACTS / "logs").mkdir(parents=True)
+    return ARTIFACTS
+
+
+@pytest.fixture(scope="module")
+def loop_state(tmp_path_factory, artifacts) -> LoopState:
+    """Run `pipelines.demo --fast` against fresh stores, then promote its registered model to `champion`."""
+    base = tmp_path_factory.mktemp("ui-loop")
+    env = _loop_env(base)
+    # The demo's cwd is a tmp dir: MLflow's default artifact root (./mlruns) must not land in the checkout.
+    workdir = base / "work"
+    workdir.mkdir()
+    log_path = artifacts / "logs" / "demo.log"
+    with open(log_path, "wb") as log:
+        demo = subprocess.run(
+            [sys.executable, "-m", "pipelines.demo", "--fast", "--port", str(free_port()), "--ab-rounds", "2"],
+            env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=1800)
+    output = log_path.read_text(errors="replace")
+    assert demo.returncode == 0, f"the fast demo failed ({demo.returncode}); see {log_path}:\n{output[-4000:]}"
+    match = re.search(r"retraining job on partition (\S+)", output)
+    assert match, f"the demo never ran the retraining job; see {log_path}"
+    assert "challenger registered: True" in output, f"the retraining job registered no model; see {log_path}"
+
+    promoted = subprocess.run([sys.executable, str(Path(__file__).with_name("promote_champion.py"))],
+                              env=env, cwd=workdir, capture_output=True, text=True, timeout=300)
+    assert promoted.returncode == 0, f"promotion failed:\n{promoted.stdout}\n{promoted.stderr}"
+    result = json.loads(promoted.stdout.strip().splitlines()[-1])
+    return LoopState(env, workdir, Path(env["AGENT_RL_HOME"]), match.group(1), result["version"],
+                     result["promoted_by"])
+
+
+def _dagster_location_loaded(url: str):
+    def ready(client) -> bool:
+        body = client.post(f"{url}/graphql", json={"query": """{ workspaceOrError { ... on Workspace {
+            locationEntries { loadStatus locationOrLoadError { __typename } } } } }"""}).json()
+        entries = (body.get("data") or {}).get("workspaceOrError", {}).get("locationEntries") or []
+        if any(e["locationOrLoadError"] and e["locationOrLoadError"]["__typename"] == "PythonError" for e in entries):
+            raise RuntimeError(f"the code location failed to load in the Dagster webserver: {body}")
+        return bool(entries) and all(e["loadStatus"] == "LOADED" and e["locationOrLoadError"] for e in entries)
+
+    return ready
+
+
+@pytest.fixture(scope="module")
+def dagster_url(loop_state, artifacts) -> Iterator[str]:
+    port = free_port()
+    server = start("dagster-webserver", [str(BIN / "dagster-webserver"), "-w", str(ROOT / "workspace.yaml"),
+                                         "-h", "127.0.0.1", "-p", str(port)],
+                   env=loop_state.env, cwd=ROOT, url=f"http://127.0.0.1:{port}", log_dir=artifacts / "logs")
+    try:
+        wait_until(server, _dagster_location_loaded(server.url), timeout_s=300)
+        yield server.url
+    finally:
+        stop(server)
+
+
+def _mlflow_artifact_root(state: LoopState) -> str:
+    """Where the demo's runs put their artifacts (the experiment's location), so the server agrees with them."""
+    import sqlite3
+
+    with sqlite3.connect(state.home / "mlflow.db") as db:
+        rows = db.execute("SELECT artifact_location FROM experiments WHERE name = 'agent-rl'").fetchall()
+    location = rows[0][0] if rows else str(state.workdir / "mlruns")
+    return location.rsplit("/", 1)[0] if rows else location  # the root above the experiment's own folder
+
+
+@pytest.fixture(scope="module")
+def mlflow_url(loop_state, artifacts) -> Iterator[str]:
+    port = free_port()
+    command = [str(BIN / "mlflow"), "server", "--backend-store-uri", loop_state.env["MLFLOW_TRACKING_URI"],
+               "--default-artifact-root", _mlflow_artifact_root(loop_state), "--no-serve-artifacts",
+               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    server = start("mlflow-server", command, env=loop_state.env, cwd=loop_state.workdir,
+                   url=f"http://127.0.0.1:{port}", log_dir=artifacts / "logs")
+    try:
+        wait_until(server, lambda client: client.get(f"{server.url}/health").status_code == 200, timeout_s=180)
+        yield server.url
+    finally:
+        stop(server)
+
+
+@pytest.fixture(scope="module")
+def driver():
+    with chromium() as browser:
+        yield browser
+
+
+@contextmanager
+def page(driver, name: str) -> Iterator[None]:
+    """One page of the walk-through: a screenshot when it is done, and one named FAILED-... when it is not."""
+    try:
+        yield
+    except BaseException:
+        screenshot(driver, ARTIFACTS, f"FAILED-{name}")
+        raise
+    settle(driver)
+    screenshot(driver, ARTIFACTS, name)
+
+
+def test_dagster_ui_shows_every_asset_materialized_with_checks_passed(loop_state, dagster_url, driver):
+    states = asset_states(dagster_url, loop_state.partition)
+    assert CONTRACT_ASSETS <= states.keys(), f"assets missing from the code location: {CONTRACT_ASSETS - states.keys()}"
+    not_materialized = sorted(k for k, s in states.items() if not s.materialized)
+    assert not not_materialized, f"not materialized (partition {loop_state.partition}): {not_materialized}"
+    checks = {f"{k}.{c.name}": c for k, s in states.items() for c in s.checks}
+    assert {"validated_episodes.enough_points", "anonymized_episodes.no_pii_leak",
+            "evaluation_report.beats_champion"} <= checks.keys()
+    failing = {name: c.status for name, c in checks.items() if not (c.status == "SUCCEEDED" and c.passed)}
+    assert not failing, f"asset checks not passed on the latest materialization: {failing}"
+
+    keys = sorted(states)
+    with page(driver, "dagster-asset-lineage"):
+        driver.get(f"{dagster_url}/asset-groups")
+        wait_for_texts(driver, keys, timeout_s=120)
+    with page(driver, "dagster-asset-catalog"):
+        driver.get(f"{dagster_url}/assets")
+        wait_for_texts(driver, keys, timeout_s=120)
+    gated = sorted({k for k, s in states.items() if s.checks})
+    for key in gated:
+        names = [c.name for c in states[key].checks]
+        with page(driver, f"dagster-checks-{key}"):
+            driver.get(f"{dagster_url}/assets/{key}?view=checks")
+            text = wait_for_texts(driver, [*names, "Passed"], timeout_s=90)
+            assert "Failed" not in text, f"the checks tab of {key} shows a failed check"
+    with page(driver, "dagster-registered-model"):
+        driver.get(f"{dagster_url}/assets/registered_model?partition={loop_state.partition}")
+        wait_for_texts(driver, ["registered_model", "Materialized"], timeout_s=90)
+
+
+def test_mlflow_ui_shows_registered_model_with_champion_alias(loop_state, mlflow_url, driver):
+    import httpx
+
+    alias = httpx.get(f"{mlflow_url}/api/2.0/mlflow/registered-models/alias",
+                      params={"name": MODEL_NAME, "alias": "champion"}, timeout=30)
+    assert alias.status_code == 200, alias.text
+    assert alias.json()["model_version"]["version"] == loop_state.champion_version
+
+    with page(driver, "mlflow-models"):
+        driver.get(f"{mlflow_url}/#/models")
+        wait_for_texts(driver, [MODEL_NAME], timeout_s=120)
+    with page(driver, "mlflow-model-agent-rl-email"):
+        driver.get(f"{mlflow_url}/#/models/{MODEL_NAME}")
+        wait_for_texts(driver, [MODEL_NAME, "champion", f"Version {loop_state.champion_version}"], timeout_s=120)
+    with page(driver, "mlflow-model-version-champion"):
+        driver.get(f"{mlflow_url}/#/models/{MODEL_NAME}/versions/{loop_state.champion_version}")
+        wait_for_texts(driver, [f"Version {loop_state.champion_version}", "champion"], timeout_s=120)
