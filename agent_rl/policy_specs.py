@@ -47,6 +47,10 @@ def load_registered(ref: str, tracking_uri: str | None = None) -> Policy:
     else:
         number = registry.get_version(ref, tracking_uri=tracking_uri).version
     path, manifest = registry.download_version(version=number, tracking_uri=tracking_uri)
+    if "policy_spec" in manifest:  # a policy that is configuration (rule-based, prompted API model)
+        policy = load_policy(manifest["policy_spec"])
+        policy.version = f"v{number}"
+        return policy
     return load_stacked(manifest["base_model"], [path / a for a in manifest["adapters"]], version=f"v{number}")
 
 

@@ -54,35 +54,67 @@ def register_candidate(
     tracking_uri: str | None = None,
 ) -> RegisteredVersion:
     """Log the adapter stack as a run's artifacts, create a registry version from it, tag it and set `alias`."""
-    import mlflow
-
     dirs = [Path(a) for a in adapters]
+    if not dirs:
+        raise ValueError("register_candidate needs at least one adapter directory")
     for directory in dirs:
         if not (directory / "adapter_config.json").is_file():
             raise FileNotFoundError(f"adapter {str(directory)!r} is not a PEFT adapter directory (no adapter_config.json)")
-    client = _client(tracking_uri)
-    mlflow.set_experiment(experiment)
-    tags = {k: str(v) for k, v in (tags or {}).items()}
-    with tempfile.TemporaryDirectory() as tmp:
-        staged = Path(tmp) / "model"
+
+    def stage(staged: Path) -> dict[str, Any]:
         names = []
         for index, directory in enumerate(dirs):
             names.append(f"adapters/{index:02d}")
             shutil.copytree(directory, staged / names[-1],
-                            ignore=shutil.ignore_patterns("checkpoint-*", "optimizer.pt", "*.json.tmp"))
-        (staged / MODEL_MANIFEST).write_text(json.dumps({"base_model": base_model, "adapters": names}))
-        with mlflow.start_run(run_name=f"register-{name}") as run:
-            mlflow.set_tags(tags)
-            if metrics:
-                mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
-            mlflow.log_artifacts(str(staged), artifact_path="model")
-            run_id = run.info.run_id
+                            ignore=shutil.ignore_patterns("checkpoint-*", "optimizer.pt"))
+        return {"base_model": base_model, "adapters": names}
+
+    return _register(stage, metrics, tags, alias, name, experiment, tracking_uri)
+
+
+def register_policy_spec(
+    spec: str,
+    *,
+    metrics: dict[str, float] | None = None,
+    tags: dict[str, str] | None = None,
+    alias: str | None = "challenger",
+    name: str = MODEL_NAME,
+    experiment: str = "agent-rl",
+    tracking_uri: str | None = None,
+) -> RegisteredVersion:
+    """Register a policy that is configuration, not weights (a prompted API model, a rule-based policy)."""
+    if not spec or not isinstance(spec, str):
+        raise ValueError("policy spec must be a non-empty string, e.g. 'heuristic' or 'http:{...}'")
+    return _register(lambda staged: {"policy_spec": spec}, metrics, tags, alias, name, experiment, tracking_uri)
+
+
+def experiment_id(client, name: str, tracking_uri: str | None = None) -> str:
+    """The experiment's id, created with its artifacts under AGENT_RL_HOME when the store is local."""
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    return client.create_experiment(name, artifact_location=settings.mlflow_artifact_location(tracking_uri))
+
+
+def _register(stage, metrics, tags, alias, name, experiment, tracking_uri) -> RegisteredVersion:
+    client = _client(tracking_uri)
+    tags = {k: str(v) for k, v in (tags or {}).items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = Path(tmp) / "model"
+        staged.mkdir()
+        manifest = stage(staged)
+        (staged / MODEL_MANIFEST).write_text(json.dumps(manifest))
+        run = client.create_run(experiment_id(client, experiment, tracking_uri), run_name=f"register-{name}", tags=tags)
+        run_id = run.info.run_id
+        for key, value in (metrics or {}).items():
+            client.log_metric(run_id, key, float(value))
+        client.log_artifacts(run_id, str(staged), artifact_path="model")
+        client.set_terminated(run_id)
     try:
         client.get_registered_model(name)
     except Exception:
-        client.create_registered_model(name, description="agent-rl email agent (LoRA adapter + base reference)")
-    source = f"runs:/{run_id}/model"
-    version = client.create_model_version(name, source=source, run_id=run_id, tags=tags)
+        client.create_registered_model(name, description="agent-rl email agent (LoRA adapters + base reference)")
+    version = client.create_model_version(name, source=f"runs:/{run_id}/model", run_id=run_id, tags=tags)
     for key, value in (metrics or {}).items():
         client.set_model_version_tag(name, version.version, f"metric.{key}", f"{float(value):.6g}")
     if alias:

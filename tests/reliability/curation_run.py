@@ -1,0 +1,43 @@
+"""Run the curation assets through Dagster on a small demo pool (shared by the privacy and idempotency tests)."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from agent_rl import settings
+from agent_rl.agent.heuristic import HeuristicConfig, HeuristicPolicy
+from agent_rl.agent.runner import EpisodeTask, run_episodes
+from agent_rl.inbox.store import open_inbox_store
+from agent_rl.records import Episode
+from agent_rl.scenarios.demo import build_demo_environment
+from assets import curation, environment, pool
+from assets.partitions import weekly
+from resources.curation import CurationResource
+from resources.stores import InboxStoreResource, PoolResource
+
+CURATION_ASSETS = [environment.inbox, environment.scenarios, pool.pool_episodes, curation.validated_episodes,
+                   curation.anonymization, curation.balanced_episodes, curation.sft_dataset, curation.grpo_dataset]
+CHECKS = [curation.enough_points, curation.clean_ratio, curation.category_diversity, curation.no_pii_leak]
+SMALL = {"n_inboxes": 2, "n_emails": 300}
+# Downstream of the privacy boundary: everything here must be free of personal data.
+ANONYMIZED_STAGES = ("anonymized_episodes", "anonymized_environment", "balanced_episodes", "sft_dataset", "grpo_dataset")
+
+
+def seed_pool(wrong_rate: float = 0.1) -> tuple[object, list[Episode]]:
+    """The demo inbox under AGENT_RL_HOME and heuristic-teacher episodes of this week in the default pool."""
+    store = open_inbox_store(settings.inbox_url())
+    env = build_demo_environment(store, seed=0, **SMALL)
+    train = [s for s in env.scenarios if s.split.value == "train"]
+    teacher = HeuristicPolicy(HeuristicConfig(scenarios=train, wrong_rate=wrong_rate), store=store)
+    episodes = run_episodes(teacher, [EpisodeTask.from_scenario(s) for s in train], store)
+    return store, episodes
+
+
+def materialize_curation(resource: CurationResource, instance: dg.DagsterInstance | None = None):
+    partition = weekly.get_partition_keys()[-1]
+    config = {"ops": {"inbox": {"config": SMALL}, "scenarios": {"config": SMALL}}}
+    result = dg.materialize(
+        CURATION_ASSETS + CHECKS, partition_key=partition, run_config=config, raise_on_error=False, instance=instance,
+        resources={"inbox_store": InboxStoreResource(), "pool": PoolResource(), "curation": resource},
+    )
+    return result, partition
