@@ -43,7 +43,7 @@ demo-fast: $(STAMP)
 # Dagster and MLflow side by side on loopback, on the storage the demo used.
 ui: $(STAMP)
 	trap 'kill 0' EXIT; \
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(AGENT_RL_HOME)/mlflow.db --host 127.0.0.1 --port 5000 & \
+	$(BIN)/mlflow server --backend-store-uri sqlite:///$(AGENT_RL_HOME)/mlflow.db --host 127.0.0.1 --port 5000 & \
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 bench: $(STAMP)

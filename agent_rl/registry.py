@@ -93,7 +93,13 @@ def experiment_id(client, name: str, tracking_uri: str | None = None) -> str:
     found = client.get_experiment_by_name(name)
     if found is not None:
         return found.experiment_id
-    return client.create_experiment(name, artifact_location=settings.mlflow_artifact_location(tracking_uri))
+    try:
+        return client.create_experiment(name, artifact_location=settings.mlflow_artifact_location(tracking_uri))
+    except Exception:  # created by another process in between
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
 
 
 def _register(stage, metrics, tags, alias, name, experiment, tracking_uri) -> RegisteredVersion:

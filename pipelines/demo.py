@@ -74,6 +74,17 @@ def put_routing(url: str, token: str, weights: dict[str, float], specs: dict[str
         raise RuntimeError(f"routing change refused: {response.status_code} {response.text}")
 
 
+def wait_for_routing(url: str, pool, timeout_s: float = 30.0) -> None:
+    """Until the arbiter routes by what the sensors just wrote to the pool (it re-reads it every second)."""
+    wanted = pool.get_routing().weights
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if httpx.get(f"{url}/v1/routing", timeout=10).json().get("weights") == wanted:
+            return
+        time.sleep(0.3)
+    raise RuntimeError(f"the arbiter did not pick up routing {wanted} within {timeout_s:.0f} s")
+
+
 def replay(url: str, scenarios, n: int, concurrency: int, key_prefix: str):
     from agent_rl.arbiter.replay import replay as replay_async
     from agent_rl.arbiter.replay import select_scenarios
@@ -153,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                 context = dg.build_sensor_context(instance=instance, resources=resources)
                 print(challenger_sensor(context))
                 for round_number in range(args.ab_rounds):
+                    wait_for_routing(url, pool)
                     replay(url, test, 100, concurrency=16, key_prefix=f"ab-{round_number}-{int(time.time())}")
                     outcome = rollout_sensor(dg.build_sensor_context(instance=instance, resources=resources))
                     message = getattr(outcome, "skip_message", str(outcome))

@@ -56,8 +56,11 @@ class HeuristicConfig(BaseModel):
     extra_turn_rate: float = Field(0.0, ge=0, le=1, description="share of episodes that waste one turn")
     seed: int = 0
     scenarios: list[Scenario] = Field(default_factory=list, description="oracle: golden answers by question text")
-    max_searches: int = Field(4, ge=1, description="searches before giving up")
-    max_reads: int = Field(3, ge=1, description="emails read before giving up")
+    # Short, clean trajectories are what the student imitates (every token is a trained token): the first
+    # search finds the gold email in ~95% of demo questions, so a second search and a second read are the rare
+    # fallback, and a question none of whose hits is about it is answered "I don't know" without reading.
+    max_searches: int = Field(2, ge=1, description="searches before giving up")
+    max_reads: int = Field(2, ge=1, description="emails read before giving up")
     version: str = "heuristic-v1"
 
     @model_validator(mode="after")
@@ -127,6 +130,9 @@ def _phrases(question: str) -> tuple[str, ...]:
         proper = (token[:1].isupper() or token[:1].isdigit()) and token.lower() not in STOP_WORDS and index > 0
         if proper:
             run.append(token)
+            if token != word and len(run) > 0:  # "Samuel's Regulatory Affairs": the possessive ends a name
+                phrases.append(" ".join(run))
+                run = []
         elif run:
             phrases.append(" ".join(run))
             run = []
@@ -261,15 +267,18 @@ class HeuristicPolicy(Policy):
         return None
 
     def _reading_step(self, state: _State, queries: list[dict[str, Any]]) -> PolicyTurn | None:
-        """Search, read the likeliest hits until a relevant email yields an answer; None when ready to answer."""
+        """Search, read the likeliest hit until a relevant email yields an answer; None when ready to answer."""
         if state.read_order and _answer_from(state.question, state.reads[state.read_order[-1]]):
             return None
-        unread = [h for h in state.hits if h not in state.reads]
+        unread = [h for h in state.hits if h not in state.reads and _hit_relevance(state.question, state.hit_text.get(h, "")) > 0]
         if unread and len(state.reads) < self.config.max_reads:
-            # The most relevant hit first, the newest among equals: a later email may correct an earlier one.
-            best = max(unread, key=lambda h: (_relevance(state.question, state.hit_text.get(h, "")), state.hit_date.get(h, "")))
-            if _relevance(state.question, state.hit_text.get(best, "")) > 0 or len(state.searches) >= len(queries):
-                return _call(state.turn, "read_email", {"message_id": best})
+            # A hit whose subject/snippet already shows an answer of the asked kind first, then the most relevant,
+            # the newest among equals (a later email may correct an earlier one).
+            best = max(unread, key=lambda h: (_shows_answer(state.question, state.hit_text.get(h, "")),
+                                              int(_hit_relevance(state.question, state.hit_text.get(h, ""))),
+                                              state.hit_date.get(h, ""),
+                                              _hit_relevance(state.question, state.hit_text.get(h, ""))))
+            return _call(state.turn, "read_email", {"message_id": best})
         if len(state.searches) < min(len(queries), self.config.max_searches):
             return _call(state.turn, "search_emails", queries[len(state.searches)])
         return None
@@ -430,7 +439,7 @@ _DATE_RE = re.compile(
 _TIME_RE = re.compile(r"\b\d{1,2}(?::\d{2})?\s*(?:[ap]\.?m\.?)(?!\w)|\b(?:noon|midnight)\b", re.IGNORECASE)
 _AMOUNT_RE = re.compile(
     r"(?:\$|USD\s?)\s?\d[\d,]*(?:\.\d+)?(?:\s?(?:million|billion|thousand|[kKmM]{1,2}|bn)\b)?"
-    r"|\b\d[\d,]*(?:\.\d+)?\s?(?:million|billion|thousand)?\s?(?:dollars|USD)\b"
+    r"|\b\d[\d,]*(?:\.\d+)?\s?(?:million|billion|thousand|[kKmM]{1,2}|bn)?\s?(?:dollars|USD)\b"
 )
 _COUNT_RE = re.compile(r"\b\d[\d,]*(?:\.\d+)?\b")
 _NOT_NAMES = set(
@@ -449,8 +458,9 @@ _STATUS_RE = re.compile(
 
 
 _CATEGORY_RULES = (
-    (Category.AMOUNT, re.compile(r"\bhow (?:much|many)\b|\bcost|\bprice|\bamount|\bbudget|\bfee\b|\bpaid\b|\bpay\b|\$")),
-    (Category.DATE, re.compile(r"\bwhen\b|what (?:date|day|time)|which (?:date|day)|\bdeadline\b|\bdue\b")),
+    (Category.AMOUNT, re.compile(r"\bhow (?:much|many)\b|\btotal\b|\bowe\b|\bcost|\bprice|\bamount|\bbudget|\bfee\b|\bpaid\b|\bpay\b|\$")),
+    (Category.DATE, re.compile(r"\bwhen\b|what (?:date|day|time)|which (?:date|day)|\bdeadline\b|\bdue\b"
+                               r"|\bdate\b|\btargeted\b")),
     (Category.PERSON, re.compile(r"\bwho\b|\bwhom\b|\bwhose\b|which person|name of")),
     (Category.LOCATION, re.compile(r"\bwhere\b|which (?:city|office|room|building|hotel|venue)|what (?:city|room|location|venue)")),
     (Category.STATUS, re.compile(r"\bstatus\b|\bapproved?\b|\brejected\b|\bdecisions?\b|\bdecided?\b|\bon hold\b|\bcancel|what happened")),
@@ -474,11 +484,13 @@ def _own_text(body: str) -> str:
     for line in body.splitlines():
         if line.strip() in ("--", "-- "):
             break
-        if not line.lstrip().startswith(">"):
-            lines.append(line)
+        if line.lstrip().startswith(">") or _REPLY_HEADER_RE.match(line.strip()):
+            continue  # quoted text and the "On <date>, <name> wrote:" line above it belong to the earlier email
+        lines.append(line)
     return "\n".join(lines)
 
 
+_REPLY_HEADER_RE = re.compile(r"^On .{6,200}wrote:$")
 _SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
@@ -498,6 +510,38 @@ def _relevance(question: str, text: str) -> float:
     return (1.0 if phrases else 0.0) + shared / 100 if (phrases or shared >= 2) else 0.0
 
 
+@lru_cache(maxsize=_TEXT_CACHE)
+def _hit_relevance(question: str, text: str) -> float:
+    """How likely a search hit (subject + snippet) is about the question: a snippet is a fragment, so one of the
+    question's names suffices (the full email must then contain them all, see _relevance)."""
+    lowered = text.lower()
+    phrases = _phrases(question)
+    named = sum(p.lower() in lowered for p in phrases)
+    words = _word_set(text)
+    shared = sum(w in words for w in _content_words(question))
+    if phrases and not named:
+        return 0.0
+    return named + shared / 100 if (named or shared >= 2) else 0.0
+
+
+@lru_cache(maxsize=_TEXT_CACHE)
+def _topic_coverage(question: str, text: str) -> float:
+    """Share of the question's topic words (beyond its names) the text has, by 5-letter stem: an email about the
+    same project but another event (a design review, not the site visit) must not answer the question."""
+    in_names = {w.lower() for p in _phrases(question) for w in p.split()}
+    topic = [w for w in _content_words(question) if w not in in_names and not w[:1].isdigit()]
+    if not topic:
+        return 1.0
+    stems = {w[:5] for w in _word_set(text)}
+    return sum(w[:5] in stems for w in topic) / len(topic)
+
+
+@lru_cache(maxsize=_TEXT_CACHE)
+def _shows_answer(question: str, text: str) -> bool:
+    """Whether a hit's subject + snippet already holds an answer of the question's kind."""
+    return _extract_answer(question, {"subject": "", "body": text}) is not None
+
+
 def _answer_from(question: str, email: dict[str, Any]) -> str | None:
     """An answer from `email` if it is about the question's subject, else None."""
     subject, body = email.get("subject", ""), email.get("body", "")
@@ -512,7 +556,8 @@ def _answer_from_text(question: str, subject: str, body: str) -> str | None:
 
 
 def _answer_from_email(question: str, email: dict[str, Any]) -> str | None:
-    if _relevance(question, f"{email.get('subject', '')} {email.get('body', '')}") <= 0:
+    text = f"{email.get('subject', '')} {email.get('body', '')}"
+    if _relevance(question, text) <= 0 or _topic_coverage(question, text) < 0.5:
         return None
     return _extract_answer(question, email)
 

@@ -199,6 +199,12 @@ def _engines() -> _Engines:
     from presidio_anonymizer import AnonymizerEngine
 
     offline_tld = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+    # Presidio's analyzer logs the words around every match at DEBUG ("Context list is: ..."): personal
+    # data in the logs of anyone debugging the pipeline. Its INFO and above carry no text.
+    for name in ("presidio-analyzer", "presidio-anonymizer"):
+        presidio_log = logging.getLogger(name)
+        if presidio_log.level < logging.INFO:  # unset (inherits) or DEBUG
+            presidio_log.setLevel(logging.INFO)
 
     class OfflineEmailRecognizer(EmailRecognizer):
         """Presidio's email recognizer with a tldextract that uses its bundled suffix list, never the network."""

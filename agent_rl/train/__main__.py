@@ -97,7 +97,9 @@ def _materialization_metadata(stage: str, summary: dict[str, Any]) -> dict[str, 
                         zero_variance_groups=summary.get("zero_variance_groups"),
                         rollouts_path=summary.get("rollouts_path"), outcomes=summary.get("outcomes"),
                         tool_calls=summary.get("tool_calls"), tool_failures=summary.get("tool_failures"))
-    return {k: v for k, v in metadata.items() if v is not None}
+    # Pipes takes raw scalars; structured values must say they are JSON.
+    return {k: ({"raw_value": v, "type": "json"} if isinstance(v, dict | list) else v)
+            for k, v in metadata.items() if v is not None}
 
 
 def main(argv: list[str] | None = None) -> int:

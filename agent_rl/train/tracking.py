@@ -147,7 +147,8 @@ class Tracker:
         if found is not None:
             return found.experiment_id
         try:
-            return self.client.create_experiment(name)
+            return self.client.create_experiment(
+                name, artifact_location=settings.mlflow_artifact_location(self.tracking_uri))
         except Exception:  # another process created it in between
             found = self.client.get_experiment_by_name(name)
             if found is None:

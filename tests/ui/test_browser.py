@@ -202,10 +202,8 @@ def walk_dagster_ui(driver, dagster_url: str, states: dict[str, AssetState], par
     with page(driver, "dagster-asset-lineage"):
         # Groups start collapsed; `expanded` opens them all (ids as the UI builds them without per-location groups).
         driver.get(f"{dagster_url}/asset-groups?expanded=" + ",".join(f"global@global:{g}" for g in groups))
-        wait_for_texts(driver, groups, timeout_s=120)
-        lines = set(wait_for_texts(driver, ["validated_episodes"], timeout_s=120).splitlines())
-        missing = [k for k in keys if not _shown_in_graph(k, lines)]
-        assert not missing, f"the asset graph does not show {missing}"
+        wait_for(driver, lambda text: all(_shown_in_graph(k, set(text.splitlines())) for k in keys),
+                 f"every asset of the code location in the graph: {keys}", timeout_s=120)
     with page(driver, "dagster-asset-catalog"):
         driver.get(f"{dagster_url}/assets")
         wait_for_texts(driver, keys, timeout_s=120)
