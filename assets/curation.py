@@ -13,7 +13,7 @@ from agent_rl import settings
 from agent_rl.curation.balance import balance_episodes
 from agent_rl.curation.datasets import grpo_rows, load_jsonl, save_jsonl, sft_rows
 from agent_rl.curation.privacy import anonymize_partition
-from agent_rl.curation.validate import ValidationConfig, evaluate_gates, validate_episodes
+from agent_rl.curation.validate import ValidationConfig, gate_results, validate_episodes
 from agent_rl.inbox.store import open_inbox_store
 from agent_rl.scenarios.demo import load_default_scenarios
 from assets.environment import inbox, scenarios
@@ -46,6 +46,8 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource):
     out = stage_dir("validated_episodes", partition)
     digest = save_jsonl(result.clean, out / "episodes.jsonl")
     report = {k: v for k, v in result.report.items() if isinstance(v, (int, float, str, dict, list))}
+    report.update(count_in=len(rows), clean=len(result.clean),
+                  category_names=sorted({r["task_category"] for r in result.clean if r.get("task_category")}))
     (out / "report.json").write_text(json.dumps(report, default=str, indent=1))
     reasons = Counter(reason.split(":")[0] for _, rs in result.quarantined for reason in rs)
     return dg.MaterializeResult(metadata={
@@ -58,11 +60,8 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource):
 
 def _gate_check(context: dg.AssetCheckExecutionContext, curation: CurationResource, name: str):
     report = json.loads((stage_dir("validated_episodes", context.partition_key) / "report.json").read_text())
-    clean = load_jsonl(stage_dir("validated_episodes", context.partition_key) / "episodes.jsonl")
-    from agent_rl.curation.validate import ValidationResult
-
-    result = ValidationResult(clean=clean, quarantined=[None] * int(report.get("quarantined", 0)), report=report)
-    gate = next(g for g in evaluate_gates(result, curation.gates()) if g.name == name)
+    gates = gate_results(report["count_in"], report["clean"], set(report["category_names"]), curation.gates())
+    gate = next(g for g in gates if g.name == name)
     return dg.AssetCheckResult(passed=gate.passed, description=gate.message,
                                metadata={"observed": gate.observed, "required": gate.required})
 

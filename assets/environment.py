@@ -1,6 +1,8 @@
 """The environment the agent acts in: the inbox store and the scenarios (questions with golden answers)."""
 
 
+import hashlib
+import json
 from collections import Counter
 
 import dagster as dg
@@ -18,6 +20,9 @@ class CorpusConfig(dg.Config):
     n_inboxes: int = Field(default=8, ge=1)
     n_emails: int = Field(default=4000, ge=10)
     ingest_path: str = Field(default="", description="ingest a real corpus (maildir, .tar.gz, CSV) instead")
+    llm_base_url: str = Field(default="", description="OpenAI-compatible endpoint that writes scenarios for a real corpus")
+    llm_model: str = Field(default="", description="model name at llm_base_url")
+    llm_api_key_env: str = Field(default="OPENAI_API_KEY", description="variable holding the endpoint's API key")
 
 
 @dg.asset(group_name="environment", description="Email inboxes the agent searches (demo corpus or ingested).")
@@ -45,15 +50,19 @@ def inbox(context: dg.AssetExecutionContext, config: CorpusConfig, inbox_store: 
 
 @dg.asset(group_name="environment", deps=[inbox],
           description="Questions with golden answers and source emails, split train/test by fact.")
-def scenarios(context: dg.AssetExecutionContext, config: CorpusConfig):
-    env = write_demo_scenarios(seed=config.seed, n_inboxes=config.n_inboxes, n_emails=config.n_emails)
-    items, path, digest = env.scenarios, env.path, env.content_hash
+def scenarios(context: dg.AssetExecutionContext, config: CorpusConfig, inbox_store: InboxStoreResource):
+    if config.ingest_path:
+        items, path, digest, extra = _llm_scenarios(config, inbox_store)
+    else:
+        env = write_demo_scenarios(seed=config.seed, n_inboxes=config.n_inboxes, n_emails=config.n_emails)
+        items, path, digest, extra = env.scenarios, env.path, env.content_hash, {}
     by_cat = Counter((s.category.value, s.split.value) for s in items)
     cats = sorted({c for c, _ in by_cat})
     table = "| category | train | test |\n|---|---|---|\n" + "\n".join(
         f"| {c} | {by_cat[(c, 'train')]} | {by_cat[(c, 'test')]} |" for c in cats)
     sample = "\n".join(f"- [{s.category.value}] {s.question} → {s.answer}" for s in items[:8])
     return dg.MaterializeResult(metadata={
+        **extra,
         "path": str(path),
         "content_hash": str(digest),
         "scenarios": len(items),
@@ -62,3 +71,24 @@ def scenarios(context: dg.AssetExecutionContext, config: CorpusConfig):
         "per_category": dg.MetadataValue.md(table),
         "sample": dg.MetadataValue.md(sample),
     })
+
+
+def _llm_scenarios(config: CorpusConfig, inbox_store: InboxStoreResource):
+    """ART-E style generation for an ingested corpus: the fact-based generator only knows the demo corpus."""
+    if not (config.llm_base_url and config.llm_model):
+        raise dg.Failure("an ingested corpus needs an LLM endpoint to write scenarios: set llm_base_url and llm_model")
+    from agent_rl.scenarios.chat import ChatEndpoint
+    from agent_rl.scenarios.demo import scenarios_path
+    from agent_rl.scenarios.generate import save_scenarios
+    from agent_rl.scenarios.llm_generator import LLMGeneratorConfig, generate_llm_scenarios
+
+    store = inbox_store.open()
+    emails = [email for address in store.inboxes() for email in store.iter_emails(address)]
+    endpoint = ChatEndpoint(base_url=config.llm_base_url, model=config.llm_model, api_key_env=config.llm_api_key_env)
+    items, report = generate_llm_scenarios(emails, LLMGeneratorConfig(endpoint=endpoint, seed=config.seed))
+    if not items:
+        raise dg.Failure(f"the LLM wrote no usable scenario: {report}")
+    path = save_scenarios(items, scenarios_path())
+    extra = {"generator": "llm", "llm_model": config.llm_model,
+             "generation_report": dg.MetadataValue.json(json.loads(json.dumps(report, default=lambda o: getattr(o, "__dict__", str(o)))))}
+    return items, path, hashlib.sha256(path.read_bytes()).hexdigest(), extra

@@ -45,6 +45,6 @@ def resources_for(profile: str | None = None) -> dict:
             # A random tiny model cannot beat anything: let it through to show registry and A/B.
             evaluation=EvaluationResource(max_scenarios=20, min_relative_improvement=-1.0, max_forgetting_drop=1.0),
             rollout=RolloutResource(min_samples_per_arm=20, min_samples_per_step=20, base_spec="tiny",
-                                    max_step_hours=0.05),
+                                    max_step_hours=0.02),
         )
     return resources

@@ -571,11 +571,15 @@ def _pydantic_summary(exc: ValidationError) -> str:
 
 def evaluate_gates(result: ValidationResult, config: GateConfig | None = None) -> list[GateResult]:
     """The blocking prerequisites for training: volume, clean ratio, category diversity."""
-    config = config or GateConfig()
     count_in = result.report.get("count_in", len(result.clean) + len(result.quarantined))
-    clean = len(result.clean)
-    ratio = clean / count_in if count_in else 0.0
     categories = {row.get("task_category") for row in result.clean if row.get("task_category")}
+    return gate_results(count_in, len(result.clean), categories, config)
+
+
+def gate_results(count_in: int, clean: int, categories: set[str], config: GateConfig | None = None) -> list[GateResult]:
+    """The gates from the counts alone (what a blocking check re-reads from the validation report)."""
+    config = config or GateConfig()
+    ratio = clean / count_in if count_in else 0.0
     return [
         GateResult("volume", clean >= config.min_points, clean, config.min_points,
                    f"{clean} clean episodes; at least {config.min_points} required"),

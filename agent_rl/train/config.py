@@ -52,11 +52,14 @@ class SFTSettings(BaseModel):
 
     lora: LoraSettings = Field(default_factory=LoraSettings)
     compute: ComputeSettings = Field(default_factory=ComputeSettings)
-    learning_rate: float = Field(2e-4, gt=0)
+    # CPU demo budget (bench/quality.py): ~64 teacher rows of ~1,450 tokens (~92k tokens, the cost) in 32 small
+    # optimizer steps. Batch 1 x accumulation 2: rows differ a lot in length and a padded batch pays for its
+    # longest row; more, smaller steps at a higher LoRA learning rate learn the tool-call format sooner.
+    learning_rate: float = Field(4e-4, gt=0)
     num_train_epochs: float = Field(1.0, gt=0)
-    max_steps: int = Field(25, description="optimizer steps; -1 trains num_train_epochs")
-    per_device_train_batch_size: PositiveInt = 4
-    gradient_accumulation_steps: PositiveInt = 1
+    max_steps: int = Field(32, description="optimizer steps; -1 trains num_train_epochs")
+    per_device_train_batch_size: PositiveInt = 1
+    gradient_accumulation_steps: PositiveInt = 2
     warmup_ratio: float = Field(
         0.0, ge=0, lt=1, description="share of steps warming up; the first warmup step has lr 0 (a lost step on CPU)"
     )
@@ -69,7 +72,7 @@ class SFTSettings(BaseModel):
         "(batches pad to their longest row, so a generous limit costs nothing; 2048 dropped 14 of 386 demo rows)",
     )
     logging_steps: PositiveInt = 1
-    save_steps: PositiveInt = Field(10, description="checkpoint every N steps (resume point after a crash)")
+    save_steps: PositiveInt = Field(16, description="checkpoint every N steps (resume point after a crash)")
     save_total_limit: PositiveInt = Field(2, description="checkpoints kept in out_dir")
     close_after_answer: bool = Field(
         True,
@@ -83,6 +86,8 @@ class SFTSettings(BaseModel):
         base = {
             "compute": ComputeSettings(use_cpu=False, bf16=True, gradient_checkpointing=True),
             "per_device_train_batch_size": 16,
+            "gradient_accumulation_steps": 1,
+            "learning_rate": 2e-4,
             "max_steps": 200,
             "lora": LoraSettings(r=32, alpha=64),
             "max_length": 4096,
@@ -118,8 +123,8 @@ class PromptFilterSettings(BaseModel):
     samples_per_prompt: PositiveInt = Field(2, description="episodes per prompt in the sampled pre-pass")
     min_rate: float = Field(0.0, ge=0, le=1, description="keep prompts solved more often than this ...")
     max_rate: float = Field(1.0, ge=0, le=1, description="... and less often than this (strict bounds)")
-    max_candidates: PositiveInt = Field(48, description="prompts looked at by the pre-pass (bounds its cost)")
-    temperature: float = Field(1.0, gt=0)
+    max_candidates: PositiveInt = Field(24, description="prompts looked at by the pre-pass (bounds its cost)")
+    temperature: float = Field(0.8, gt=0, description="as GRPO's sampling temperature, so rates predict variance")
     keep_when_empty: bool = Field(
         True, description="if no prompt passes, train on the unfiltered ones (reported) instead of failing"
     )
@@ -132,8 +137,10 @@ class GRPOSettings(BaseModel):
 
     lora: LoraSettings = Field(default_factory=LoraSettings, description="fresh adapter used only when beta > 0")
     compute: ComputeSettings = Field(default_factory=ComputeSettings)
-    learning_rate: float = Field(2e-5, gt=0)
-    max_steps: PositiveInt = 10
+    # CPU demo budget: a step (2 prompts x 4 rollouts of ~3 turns, then the loss over ~1.4k tokens each) takes
+    # ~1.5 min on one core, so a few steps at a LoRA-sized learning rate; the SFT model already has the format.
+    learning_rate: float = Field(5e-5, gt=0)
+    max_steps: PositiveInt = 6
     num_generations: int = Field(4, ge=2, description="group size G")
     per_device_train_batch_size: PositiveInt = Field(8, description="completions per step; a multiple of G")
     gradient_accumulation_steps: PositiveInt = 1
@@ -142,10 +149,11 @@ class GRPOSettings(BaseModel):
     epsilon: float = Field(0.2, gt=0)
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"] = "dapo"
     scale_rewards: Literal["group", "batch", "none"] = "group"
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(0.8, gt=0, description="below 1: a 135M model sampled at 1.0 breaks long ids")
     top_p: float = Field(1.0, gt=0, le=1)
     max_completion_length: PositiveInt = Field(
-        1024, description="token budget of the whole multi-turn completion, tool results included"
+        1280, description="token budget of the whole multi-turn completion, tool results included "
+                          "(a 3-turn demo episode is ~800-1,000 tokens; a truncated one is a wasted rollout)"
     )
     max_tool_calling_iterations: PositiveInt = Field(4, description="turn budget: tool rounds per episode")
     mask_truncated_completions: bool = False
@@ -191,6 +199,8 @@ class GRPOSettings(BaseModel):
             "max_steps": 200,
             "beta": 0.0,
             "max_completion_length": 4096,
+            "temperature": 1.0,
+            "learning_rate": 1e-5,
             "max_tool_calling_iterations": 8,
             "prompt_filter": PromptFilterSettings(samples_per_prompt=4, max_candidates=1024),
         }

@@ -167,3 +167,47 @@ def test_odd_conversations_never_make_it_raise(conversations, rate):
     turns = policy.act(conversations, tool_schemas())
     assert len(turns) == len(conversations)
     assert all(isinstance(t, PolicyTurn) and (t.tool_calls or t.parse_error) for t in turns)
+
+
+def test_reader_without_oracle_is_a_good_short_teacher_on_the_demo(demo):
+    # Its correct episodes become SFT data: they must be common, right, and short (every token is trained).
+    store, scenarios = demo
+    episodes = play(HeuristicPolicy(HeuristicConfig(), store=store), scenarios, store)
+    outcomes = Counter(e.outcome for e in episodes)
+    assert outcomes[Outcome.CORRECT] / len(episodes) >= 0.8
+    assert outcomes[Outcome.WRONG] / len(episodes) <= 0.08
+    assert sum(e.turns for e in episodes) / len(episodes) <= 3.6
+    correct = [e for e in episodes if e.outcome == Outcome.CORRECT]
+    assert sum(e.turns == 3 for e in correct) / len(correct) >= 0.7  # search, read, answer
+
+
+def test_reader_reads_the_hit_that_shows_the_answer_and_skips_quoted_headers(sqlite_url):
+    store = open_inbox_store(sqlite_url)
+    emails = [
+        ("<f1@x>", "Harbor pipeline follow-up", "Do we have the action items for the Harbor pipeline? Thanks, Lee"),
+        ("<f2@x>", "Harbor pipeline ownership",
+         "After talking with Sam, we're putting Nora Quist in charge of the Harbor pipeline. Best, Ann"),
+        ("<f3@x>", "Re: Moving to Tulsa",
+         "Correction on my Tulsa move: the target is now July 15, 2001. Best, Omar\n"
+         "On Mon, May 14, 2001 at 9:38 AM, Omar Haddad <omar@x> wrote:\n> Target date is June 2, 2001."),
+    ]
+    store.add_emails(Email(message_id=mid, inbox=INBOX, date=datetime(2001, 5, 20 - i, tzinfo=timezone.utc), subject=subject,
+                           sender="pat@example.com", to=(INBOX,), body=body) for i, (mid, subject, body) in enumerate(emails))
+    questions = [("Who is in charge of the Harbor pipeline now?", "Nora Quist", "<f2@x>", Category.PERSON),
+                 ("What's the target date for Omar's move to Tulsa?", "July 15, 2001", "<f3@x>", Category.DATE)]
+    scenarios = [Scenario(id=f"q{i}", inbox_id=INBOX, question=q, answer=a, source_ids=[src], category=c,
+                          split=Split.TEST, query_date=DAY) for i, (q, a, src, c) in enumerate(questions)]
+    episodes = play(HeuristicPolicy(), scenarios, store)
+    store.close()
+    for episode, scenario in zip(episodes, scenarios):
+        assert episode.outcome == Outcome.CORRECT, (scenario.question, episode.final_answer)
+        assert episode.turns == 3  # the right email is the first one read
+
+
+def test_reader_says_idk_when_the_emails_are_about_another_event_of_the_same_project(small_store):
+    # The Westfield emails tell about a review, an invoice, a lead, an offsite, a capex request; not a site visit.
+    scenario = Scenario(id="sv", inbox_id=INBOX, question="When is the Westfield site visit scheduled?",
+                        answer="I don't know", source_ids=[], category=Category.UNANSWERABLE, split=Split.TEST,
+                        query_date=DAY)
+    [episode] = play(HeuristicPolicy(), [scenario], small_store)
+    assert episode.outcome == Outcome.CORRECT and episode.final_answer == "I don't know"

@@ -241,3 +241,15 @@ def test_no_argument_makes_a_tool_raise(tools, keywords, sender, after, before, 
     ):
         assert isinstance(result, str)
         assert result == "Answer recorded." or isinstance(json.loads(result), (list, dict))
+
+
+def test_search_shows_five_hits_unless_asked_for_more(store):
+    from agent_rl.agent.tools import DEFAULT_RESULTS
+
+    for i in range(8):
+        store.add_emails([Email(message_id=f"<many{i}@x>", inbox=ALICE, date=datetime(2001, 5, 1, i, tzinfo=timezone.utc),
+                                subject=f"Widget note {i}", sender="pat@example.com", to=(ALICE,), body="widget widget")])
+    tools = make_tools(store, ALICE, QUERY_DATE)
+    assert DEFAULT_RESULTS == 5
+    assert len(json.loads(tools.search_emails(["widget"]))) == 5
+    assert len(json.loads(tools.search_emails(["widget"], max_results=8))) == 8

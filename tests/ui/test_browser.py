@@ -225,8 +225,9 @@ def walk_dagster_ui(driver, dagster_url: str, states: dict[str, AssetState], par
         names = [c.name for c in states[key].checks]
         with page(driver, f"dagster-checks-{key}"):
             driver.get(f"{dagster_url}/assets/{key}?view=checks")
-            text = wait_for_texts(driver, [*names, "Passed"], timeout_s=90)
-            assert text.count("Succeeded") >= len(names), f"the checks tab of {key} does not show every check succeeded"
+            # The list's statuses arrive after the names: wait for one status per check (or a failure).
+            text = wait_for(driver, lambda t: all(n in t for n in names) and "Passed" in t and (
+                t.count("Succeeded") >= len(names) or "Failed" in t), f"the status of the checks {names}", timeout_s=90)
             assert "Failed" not in text, f"the checks tab of {key} shows a failed check"
 
 

@@ -77,8 +77,9 @@ def wait_for_texts(driver, texts: list[str], timeout_s: float = 90) -> str:
     return wait_for(driver, lambda text: all(t in text for t in texts), repr(texts), timeout_s)
 
 
-def settle(driver, quiet_s: float = 1.5, timeout_s: float = 20) -> None:
-    """Wait until the page text stops changing for `quiet_s` (spinners gone, lazy parts drawn) before a screenshot."""
+def settle(driver, quiet_s: float = 1.0, timeout_s: float = 4) -> None:
+    """Before a screenshot, wait until the page text stops changing for `quiet_s` (lazy parts drawn), at most
+    `timeout_s`: pages with a live clock (refresh countdowns, "n seconds ago") never stop changing."""
     deadline = time.monotonic() + timeout_s
     last, since = page_text(driver), time.monotonic()
     while time.monotonic() < deadline:

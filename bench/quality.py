@@ -1,0 +1,210 @@
+"""The quality bar of issue 5, end to end on CPU: does SFT + GRPO make SmolLM2-135M-Instruct good at the inbox task?
+
+Builds the demo environment in a scratch AGENT_RL_HOME, plays the heuristic teacher (no oracle) on the train
+scenarios, turns its good episodes into SFT rows and the train scenarios into GRPO prompts, then trains with the
+default SFTSettings / GRPOSettings (what the Dagster demo uses) and evaluates on held-out test scenarios: the
+prompted base model, the teacher, after SFT and after SFT+GRPO. Reports accuracy, valid tool-call rate,
+hallucination rate and average turns side by side, training time (wall and CPU) with tokens/s next to the
+machine's fp32 matmul roofline, and the load average next to every timing (the 2 cores are shared).
+Last line: one JSON object with the table, timings, targets and "meets_target".
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/quality.py [--eval-n 48] [--sft-steps N] [--grpo-steps N]
+        [--home DIR] [--model DIR] [--skip-base] [--skip-grpo]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TARGETS = {"accuracy_min": 0.70, "valid_tool_call_rate_min": 0.95, "hallucination_rate_max": 0.10,
+           "avg_turns_max": 3.0, "train_minutes_max": 20.0}
+DEFAULT_MODEL = Path(__file__).resolve().parents[1] / ".data" / "models" / "smollm2-135m-instruct"
+TIMINGS: dict[str, dict[str, float]] = {}
+
+
+def load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+@contextmanager
+def timed(name: str):
+    """Wall and CPU seconds of a stage with the 1-minute load average before and after (shared cores)."""
+    before, wall, cpu = load(), time.perf_counter(), time.process_time()
+    print(f"=== {name} (load {before})", flush=True)
+    record: dict[str, float] = {}
+    yield record
+    record.update(wall_s=round(time.perf_counter() - wall, 1), cpu_s=round(time.process_time() - cpu, 1),
+                  load_before=before, load_after=load())
+    TIMINGS[name] = record
+    print(f"--- {name}: {record}", flush=True)
+
+
+def matmul_gflops(seconds: float = 2.0) -> float:
+    """Single-thread fp32 matmul speed (the training roofline: ~6 x parameters FLOPs per trained token)."""
+    import torch
+
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    a @ b
+    n, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        a @ b
+        n += 1
+    return 2 * 1024**3 * n / (time.perf_counter() - started) / 1e9
+
+
+def row_of(metrics) -> dict[str, float]:
+    return {"accuracy": metrics.accuracy, "valid_tool_call_rate": metrics.valid_tool_call_rate,
+            "hallucination_rate": metrics.hallucination_rate, "idk_rate": metrics.idk_rate,
+            "format_error_rate": metrics.format_error_rate, "source_accuracy": metrics.source_accuracy,
+            "avg_turns": metrics.avg_turns, "avg_tokens": metrics.avg_tokens, "n": metrics.n}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--home", type=Path, default=None, help="scratch AGENT_RL_HOME (default: a temp dir)")
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="prepared SmolLM2 checkpoint directory")
+    parser.add_argument("--eval-n", type=int, default=48, help="held-out test scenarios per evaluation")
+    parser.add_argument("--sft-steps", type=int, default=None, help="override SFTSettings.max_steps")
+    parser.add_argument("--grpo-steps", type=int, default=None, help="override GRPOSettings.max_steps")
+    parser.add_argument("--sft", type=str, default="{}", help="JSON overrides of SFTSettings")
+    parser.add_argument("--grpo", type=str, default="{}", help="JSON overrides of GRPOSettings")
+    parser.add_argument("--skip-base", action="store_true", help="do not evaluate the prompted base model")
+    parser.add_argument("--skip-grpo", action="store_true", help="stop after SFT")
+    args = parser.parse_args(argv)
+
+    home = args.home or Path(tempfile.mkdtemp(prefix="agent-rl-quality-"))
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["AGENT_RL_HOME"] = str(home)
+    if not (args.model / "config.json").is_file():
+        raise SystemExit(f"--model {args.model}: no prepared checkpoint there (run `agent-rl model prepare`)")
+
+    import torch
+
+    from agent_rl.agent.heuristic import HeuristicConfig, HeuristicPolicy
+    from agent_rl.agent.local_policy import LocalPolicy
+    from agent_rl.agent.runner import EpisodeTask, run_episodes
+    from agent_rl.curation.datasets import grpo_rows, save_jsonl, sft_rows
+    from agent_rl.evaluate.harness import EvalConfig, evaluate_policy
+    from agent_rl.inbox.store import open_inbox_store
+    from agent_rl.policy_specs import load_stacked
+    from agent_rl.records import Split
+    from agent_rl.scenarios.demo import build_demo_environment
+    from agent_rl.train.adapters import adapter_stack
+    from agent_rl.train.config import GRPOSettings, SFTSettings
+    from agent_rl.train.grpo import train_grpo
+    from agent_rl.train.sft import tokenize_rows, train_sft
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    sft_settings = SFTSettings(**{**json.loads(args.sft), **({"max_steps": args.sft_steps} if args.sft_steps else {})})
+    grpo_settings = GRPOSettings(**{**json.loads(args.grpo),
+                                    **({"max_steps": args.grpo_steps} if args.grpo_steps else {})})
+    eval_config = EvalConfig(split=Split.TEST, max_scenarios=args.eval_n, seed=0)
+    table: dict[str, dict[str, float]] = {}
+    figures: dict[str, object] = {"home": str(home), "eval_n": args.eval_n, "threads": torch.get_num_threads(),
+                                  "sft_settings": sft_settings.model_dump(mode="json"),
+                                  "grpo_settings": grpo_settings.model_dump(mode="json", exclude={"rubric"})}
+
+    gflops = matmul_gflops()
+    params = sum(p.numel() for p in __import__("transformers").AutoModelForCausalLM.from_pretrained(
+        str(args.model), dtype=torch.float32).parameters())
+    figures["matmul_gflops_1thread"] = round(gflops, 1)
+    figures["roofline_tokens_per_s"] = round(gflops * 1e9 / (6 * params), 1)
+
+    store_url = f"sqlite:///{home / 'inbox.db'}"
+    store = open_inbox_store(store_url)
+    with timed("environment"):
+        env = build_demo_environment(store)
+    train = [s for s in env.scenarios if s.split == Split.TRAIN]
+
+    with timed("teacher data"):
+        teacher = HeuristicPolicy(HeuristicConfig(), store=store)
+        episodes = run_episodes(teacher, [EpisodeTask.from_scenario(s) for s in train], store)
+        rows = sft_rows([e.model_dump(mode="json") for e in episodes])
+        save_jsonl(rows, home / "sft.jsonl")
+        save_jsonl(grpo_rows(train), home / "grpo.jsonl")
+    from transformers import AutoTokenizer
+
+    tokenized = tokenize_rows(AutoTokenizer.from_pretrained(str(args.model)), rows, sft_settings.max_length,
+                              sft_settings.close_after_answer)
+    figures["sft_rows"] = len(rows)
+    figures["sft_tokens_per_row"] = round(tokenized.total_tokens / max(1, len(tokenized.input_ids)), 1)
+    figures["sft_trained_tokens_per_row"] = round(tokenized.trained_tokens / max(1, len(tokenized.input_ids)), 1)
+    figures["sft_rows_cut"] = len(tokenized.dropped)
+
+    with timed("eval teacher"):
+        table["heuristic_teacher"] = row_of(evaluate_policy(HeuristicPolicy(HeuristicConfig(), store=store),
+                                                            env.scenarios, store, eval_config).metrics)
+    if not args.skip_base:
+        with timed("eval base"):
+            base = LocalPolicy(str(args.model), batch_size=16, version="base")
+            table["prompted_base"] = row_of(evaluate_policy(base, env.scenarios, store, eval_config).metrics)
+            del base
+
+    with timed("train sft") as sft_timing:
+        sft = train_sft(args.model, home / "sft.jsonl", home / "sft", sft_settings)
+    figures["sft"] = {"steps": sft.steps, "rows_used": sft.rows_used, "cut_rows": sft.cut_rows,
+                      "tokens_this_run": round(sft.tokens_per_second * sft.seconds), "seconds": round(sft.seconds, 1),
+                      "tokens_per_s_wall": round(sft.tokens_per_second, 1),
+                      "tokens_per_s_cpu": round(sft.tokens_per_second * sft.seconds / max(sft_timing["cpu_s"], 1e-9), 1),
+                      "first_loss": sft.losses[0] if sft.losses else None, "last_loss": sft.losses[-1] if sft.losses else None}
+    with timed("eval sft"):
+        policy = load_stacked(str(args.model), [sft.adapter_dir], version="sft")
+        policy.config = policy.config.model_copy(update={"batch_size": 16, "reuse_prefix_cache": True})
+        table["after_sft"] = row_of(evaluate_policy(policy, env.scenarios, store, eval_config).metrics)
+        del policy
+
+    train_seconds = sft.seconds
+    if not args.skip_grpo:
+        with timed("train grpo") as grpo_timing:
+            grpo = train_grpo(args.model, sft.adapter_dir, home / "grpo.jsonl", store_url, home / "grpo", grpo_settings)
+        grpo_tokens = int(max((h.get("num_tokens", 0) for h in grpo.history), default=0))
+        train_seconds += grpo_timing["wall_s"]
+        figures["grpo"] = {"steps": grpo.steps, "seconds_in_trainer": round(grpo.seconds, 1),
+                           "wall_s_with_filter": grpo_timing["wall_s"], "filter": grpo.filter,
+                           "groups": grpo.groups, "zero_variance_groups": grpo.zero_variance_groups,
+                           "outcomes": grpo.outcomes, "reward_means": [round(r, 3) for r in grpo.reward_means],
+                           "tokens": grpo_tokens, "tokens_per_s_wall": round(grpo_tokens / max(grpo.seconds, 1e-9), 1),
+                           "tokens_per_s_cpu": round(grpo_tokens / max(grpo_timing["cpu_s"], 1e-9), 1)}
+        with timed("eval grpo"):
+            _, stack = adapter_stack(grpo.adapter_dir)
+            policy = load_stacked(str(args.model), stack, version="sft+grpo")
+            policy.config = policy.config.model_copy(update={"batch_size": 16, "reuse_prefix_cache": True})
+            table["after_sft_grpo"] = row_of(evaluate_policy(policy, env.scenarios, store, eval_config).metrics)
+            del policy
+    store.close()
+
+    final = table.get("after_sft_grpo") or table["after_sft"]
+    sft_row = table["after_sft"]
+    checks = {
+        "accuracy": final["accuracy"] >= TARGETS["accuracy_min"],
+        "valid_tool_calls": final["valid_tool_call_rate"] >= TARGETS["valid_tool_call_rate_min"],
+        "hallucination": final["hallucination_rate"] <= TARGETS["hallucination_rate_max"],
+        "turns": final["avg_turns"] <= TARGETS["avg_turns_max"],
+        "train_time": train_seconds / 60 <= TARGETS["train_minutes_max"],
+        "grpo_beats_sft": "after_sft_grpo" in table and (final["accuracy"] > sft_row["accuracy"]
+                                                         or final["hallucination_rate"] < sft_row["hallucination_rate"]),
+    }
+    print("\n{:<18} {:>8} {:>10} {:>8} {:>6} {:>6}".format("policy", "accuracy", "valid_call", "halluc", "idk", "turns"))
+    for name, row in table.items():
+        print("{:<18} {:>8.3f} {:>10.3f} {:>8.3f} {:>6.3f} {:>6.2f}".format(
+            name, row["accuracy"], row["valid_tool_call_rate"], row["hallucination_rate"], row["idk_rate"], row["avg_turns"]))
+    print(json.dumps({"benchmark": "quality", "table": table, "timings": TIMINGS, "figures": figures,
+                      "train_minutes": round(train_seconds / 60, 2), "target": TARGETS, "checks": checks,
+                      "meets_target": all(checks.values())}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
