@@ -2,7 +2,6 @@
 
 
 import hashlib
-import json
 from collections import Counter
 
 import dagster as dg
@@ -90,5 +89,8 @@ def _llm_scenarios(config: CorpusConfig, inbox_store: InboxStoreResource):
         raise dg.Failure(f"the LLM wrote no usable scenario: {report}")
     path = save_scenarios(items, scenarios_path())
     extra = {"generator": "llm", "llm_model": config.llm_model,
-             "generation_report": dg.MetadataValue.json(json.loads(json.dumps(report, default=lambda o: getattr(o, "__dict__", str(o)))))}
+             "generation_report": dg.MetadataValue.json({
+                 "batches": report.batches, "accepted": report.accepted, "failed_batches": report.failed_batches,
+                 "dropped": {": ".join(map(str, k)) if isinstance(k, tuple) else str(k): n
+                             for k, n in report.dropped.items()}})}
     return items, path, hashlib.sha256(path.read_bytes()).hexdigest(), extra

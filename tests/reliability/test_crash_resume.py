@@ -21,7 +21,7 @@ from agent_rl.curation.datasets import load_jsonl, save_jsonl, sft_rows
 from agent_rl.inbox.store import open_inbox_store
 from reliability_support import ROOT, build_world
 
-MAX_STEPS = 30
+MAX_STEPS = 12
 
 
 def _env() -> dict[str, str]:
