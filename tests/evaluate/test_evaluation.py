@@ -1,0 +1,85 @@
+"""Held-out evaluation: the metrics users compare, `agent-rl eval --json`, and the validation gates."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from agent_rl import settings
+from agent_rl.agent.heuristic import HeuristicConfig, HeuristicPolicy
+from agent_rl.cli import app
+from agent_rl.evaluate.harness import EvalConfig, evaluate_policy, select_scenarios
+from agent_rl.evaluate.metrics import compute_metrics
+from agent_rl.evaluate.report import GateSettings, forgetting_gate, improvement_gate, relative_improvement
+from agent_rl.inbox.store import open_inbox_store
+from agent_rl.records import Episode, Outcome
+from agent_rl.scenarios.demo import build_demo_environment
+
+METRIC_KEYS = {"accuracy", "source_accuracy", "hallucination_rate", "idk_rate", "avg_turns", "avg_tokens",
+               "latency_ms_p50", "cost_per_1k_usd"}
+
+
+@pytest.fixture
+def env():
+    store = open_inbox_store(settings.inbox_url())
+    environment = build_demo_environment(store, seed=0, n_inboxes=3, n_emails=600)
+    yield store, environment
+    store.close()
+
+
+def test_eval_cli_prints_one_json_object_with_the_contract_metrics(env):
+    result = CliRunner().invoke(app, ["eval", "--policy", "heuristic", "--split", "test", "--n", "12", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output.strip().splitlines()[-1])
+    assert report["policy"] == "heuristic" and report["n"] == 12
+    assert METRIC_KEYS <= set(report["metrics"])
+    assert report["metrics"]["accuracy"] > 0.5  # the rule-based reader answers most questions
+    assert report["metrics"]["avg_turns"] >= 2
+
+
+def test_eval_cli_names_an_unknown_policy(env):
+    result = CliRunner().invoke(app, ["eval", "--policy", "no-such-policy", "--json"])
+    assert result.exit_code == 2 and "no-such-policy" in result.output
+
+
+def test_same_seed_same_questions_and_oracle_teacher_is_perfect(env):
+    store, environment = env
+    config = EvalConfig(max_scenarios=12, seed=3)
+    assert select_scenarios(environment.scenarios, config) == select_scenarios(environment.scenarios, config)
+    oracle = HeuristicPolicy(HeuristicConfig(scenarios=environment.scenarios), store=store)
+    result = evaluate_policy(oracle, environment.scenarios, store, config)
+    m = result.metrics
+    assert (m.n, m.accuracy, m.hallucination_rate, m.valid_tool_call_rate) == (12, 1.0, 0.0, 1.0)
+    assert m.source_accuracy == 1.0 and m.cost_per_1k_usd > 0
+
+
+def test_metrics_count_hallucinations_idk_and_invalid_turns():
+    def episode(outcome, answer, calls):
+        messages = [{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": c}} for c in calls]}
+                    if calls else {"role": "assistant", "content": "plain text"}]
+        return Episode(inbox_id="a@x", question="q", policy_version="v", outcome=outcome, final_answer=answer,
+                       messages=messages, turns=1)
+
+    m = compute_metrics([episode(Outcome.CORRECT, "June 5", ["return_final_answer"]),
+                         episode(Outcome.WRONG, "June 9", ["return_final_answer"]),
+                         episode(Outcome.IDK, "I don't know", ["return_final_answer"]),
+                         episode(Outcome.FORMAT_ERROR, None, [])])
+    assert (m.accuracy, m.hallucination_rate, m.idk_rate, m.format_error_rate) == (0.25, 0.25, 0.25, 0.25)
+    assert m.valid_tool_call_rate == 0.75
+
+
+def test_improvement_gate_is_relative_to_the_champion():
+    settings_ = GateSettings(min_relative_improvement=0.10)
+    assert relative_improvement(0.55, 0.50) == pytest.approx(0.10)
+    assert relative_improvement(0.3, 0.0) == float("inf") and relative_improvement(0.0, 0.0) == 0.0
+
+    def metrics(accuracy):
+        return compute_metrics([]).model_copy(update={"accuracy": accuracy})
+
+    assert improvement_gate(metrics(0.56), metrics(0.50), settings_).passed
+    gate = improvement_gate(metrics(0.53), metrics(0.50), settings_)
+    assert not gate.passed and "at least +10%" in gate.message
+    assert forgetting_gate(0.5, 0.55, GateSettings(max_forgetting_drop=0.1)).passed
+    assert not forgetting_gate(0.2, 0.55, GateSettings(max_forgetting_drop=0.1)).passed
