@@ -9,7 +9,7 @@ machine's fp32 matmul roofline, and the load average next to every timing (the 2
 Last line: one JSON object with the table, timings, targets and "meets_target".
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/quality.py [--eval-n 48] [--sft-steps N] [--grpo-steps N]
-        [--home DIR] [--model DIR] [--skip-base] [--skip-grpo]
+        [--home DIR] [--model DIR] [--base-n 16] [--skip-base] [--skip-grpo] [--sft JSON] [--grpo JSON]
 """
 
 from __future__ import annotations
@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grpo-steps", type=int, default=None, help="override GRPOSettings.max_steps")
     parser.add_argument("--sft", type=str, default="{}", help="JSON overrides of SFTSettings")
     parser.add_argument("--grpo", type=str, default="{}", help="JSON overrides of GRPOSettings")
+    parser.add_argument("--base-n", type=int, default=16,
+                        help="test scenarios for the prompted base model (it writes up to 256 tokens of prose per "
+                             "episode and never calls a tool: a small sample says as much)")
     parser.add_argument("--skip-base", action="store_true", help="do not evaluate the prompted base model")
     parser.add_argument("--skip-grpo", action="store_true", help="stop after SFT")
     args = parser.parse_args(argv)
@@ -149,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_base:
         with timed("eval base"):
             base = LocalPolicy(str(args.model), batch_size=16, version="base")
-            table["prompted_base"] = row_of(evaluate_policy(base, env.scenarios, store, eval_config).metrics)
+            base_config = eval_config.model_copy(update={"max_scenarios": min(args.base_n, args.eval_n)})
+            table["prompted_base"] = row_of(evaluate_policy(base, env.scenarios, store, base_config).metrics)
             del base
 
     with timed("train sft") as sft_timing:

@@ -235,9 +235,17 @@ def load_model(model_path: str | Path, bf16: bool = False):
 
 
 def last_checkpoint(out_dir: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    return get_last_checkpoint(str(out_dir)) if out_dir.is_dir() else None
+    """The newest complete checkpoint: a kill during a save leaves a folder without trainer_state.json
+    (the Trainer writes it last), which resuming from would crash on."""
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        return None
+    steps = []
+    for folder in out_dir.glob("checkpoint-*"):
+        suffix = folder.name.removeprefix("checkpoint-")
+        if suffix.isdigit() and (folder / "trainer_state.json").is_file():
+            steps.append((int(suffix), folder))
+    return str(max(steps)[1]) if steps else None
 
 
 def write_manifest(adapter_dir: Path, base_model: str | Path, stack: list[str | Path]) -> None:

@@ -87,8 +87,6 @@ def test_sigkilled_training_resumes_from_its_last_checkpoint_and_reaches_the_sam
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="agent_rl.train.sft.last_checkpoint takes the highest checkpoint-N folder even "
-                   "when a kill cut its save short (no trainer_state.json); it should skip incomplete ones")
 def test_a_checkpoint_cut_short_by_the_kill_is_skipped_on_resume(episodes, tmp_path):
     from agent_rl.train.config import SFTSettings
     from agent_rl.train.sft import train_sft

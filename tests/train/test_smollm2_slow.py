@@ -20,7 +20,8 @@ def test_smollm2_sft_three_steps_learns_a_teacher_trajectory(train_data, tmp_pat
     one_row = tmp_path / "one.jsonl"
     one_row.write_text(min(rows, key=len) + "\n")
     result = train_sft(model, one_row, tmp_path / "sft",
-                       SFTSettings(max_steps=3, per_device_train_batch_size=1, learning_rate=3e-4, save_steps=3))
+                       SFTSettings(max_steps=3, per_device_train_batch_size=1, gradient_accumulation_steps=1,
+                                   learning_rate=3e-4, save_steps=3))
     assert result.steps == 3 and result.cut_rows == 0 and not result.dropped
     assert all(math.isfinite(x) for x in result.losses)
     assert result.losses[-1] < result.losses[0]  # the teacher's tool calls are learnable

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ui_browser import chromium, screenshot, settle, wait_for, wait_for_texts
@@ -33,6 +34,11 @@ MODEL_NAME = "agent-rl-email"
 CONTRACT_ASSETS = {"inbox", "scenarios", "pool_episodes", "validated_episodes", "anonymized_episodes",
                    "anonymized_environment", "balanced_episodes", "sft_dataset", "grpo_dataset", "sft_adapter",
                    "grpo_adapter", "evaluation_report", "registered_model"}
+
+# MLflow UI preferences in localStorage (mlflow 3.17): promo dialog dismissed, assistant panel closed.
+MLFLOW_RETURNING_USER = {"_mlflow_model_registry_promo_modal_dismissed_v1": "true",
+                         "mlflow.assistant.fab.autoOpenedOnFirstLoad_v1": "true",
+                         "mlflow.assistant.panelOpen_v1": "false"}
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -83,13 +89,17 @@ def loop_state(tmp_path_factory, artifacts) -> LoopState:
     # The demo's cwd is a tmp dir: MLflow's default artifact root (./mlruns) must not land in the checkout.
     workdir = base / "work"
     workdir.mkdir()
-    log_path = artifacts / "logs" / "demo.log"
-    with open(log_path, "wb") as log:
-        demo = subprocess.run(
-            [sys.executable, "-m", "pipelines.demo", "--fast", "--port", str(free_port()), "--ab-rounds", "2"],
-            env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=1800)
+    # `--ab-rounds 0`: the challenger sensor starts the A/B test, but no rounds of replayed traffic: the tiny
+    # random model can only be rolled back, which tests/ab covers; the UIs need the registry, not the verdict.
+    demo = start("demo", [sys.executable, "-m", "pipelines.demo", "--fast", "--port", str(free_port()),
+                          "--ab-rounds", "0"], env=env, cwd=workdir, url="", log_dir=artifacts / "logs")
+    try:
+        returncode = demo.process.wait(timeout=1800)
+    finally:
+        stop(demo)  # its own process group: a demo that hangs takes its arbiter with it
+    log_path = demo.log_path
     output = log_path.read_text(errors="replace")
-    assert demo.returncode == 0, f"the fast demo failed ({demo.returncode}); see {log_path}:\n{output[-4000:]}"
+    assert returncode == 0, f"the fast demo failed ({returncode}); see {log_path}:\n{output[-4000:]}"
     match = re.search(r"retraining job on partition (\S+)", output)
     assert match, f"the demo never ran the retraining job; see {log_path}"
     assert "challenger registered: True" in output, f"the retraining job registered no model; see {log_path}"
@@ -98,6 +108,7 @@ def loop_state(tmp_path_factory, artifacts) -> LoopState:
                               env=env, cwd=workdir, capture_output=True, text=True, timeout=300)
     assert promoted.returncode == 0, f"promotion failed:\n{promoted.stdout}\n{promoted.stderr}"
     result = json.loads(promoted.stdout.strip().splitlines()[-1])
+    (artifacts / "logs" / "promotion.json").write_text(json.dumps(result) + "\n")
     return LoopState(env, workdir, Path(env["AGENT_RL_HOME"]), match.group(1), result["version"],
                      result["promoted_by"])
 
@@ -114,39 +125,45 @@ def _dagster_location_loaded(url: str):
     return ready
 
 
-@pytest.fixture(scope="module")
-def dagster_url(loop_state, artifacts) -> Iterator[str]:
-    port = free_port()
-    server = start("dagster-webserver", [str(BIN / "dagster-webserver"), "-w", str(ROOT / "workspace.yaml"),
-                                         "-h", "127.0.0.1", "-p", str(port)],
-                   env=loop_state.env, cwd=ROOT, url=f"http://127.0.0.1:{port}", log_dir=artifacts / "logs")
-    try:
-        wait_until(server, _dagster_location_loaded(server.url), timeout_s=300)
-        # The first visit of a fresh instance opens a "join the community" dialog over every page; mark it seen.
-        query(server.url, "mutation { setNuxSeen }")
-        yield server.url
-    finally:
-        stop(server)
-
-
 def _mlflow_artifact_root(state: LoopState) -> str:
     """Where agent_rl puts a local store's artifacts (settings.mlflow_artifact_location), so the server agrees."""
     return (state.home / "mlartifacts").as_uri()
 
 
+@dataclass
+class UIs:
+    dagster: str
+    mlflow: str
+
+
 @pytest.fixture(scope="module")
-def mlflow_url(loop_state, artifacts) -> Iterator[str]:
-    port = free_port()
-    command = [str(BIN / "mlflow"), "server", "--backend-store-uri", loop_state.env["MLFLOW_TRACKING_URI"],
-               "--default-artifact-root", _mlflow_artifact_root(loop_state), "--no-serve-artifacts",
-               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    server = start("mlflow-server", command, env=loop_state.env, cwd=loop_state.workdir,
-                   url=f"http://127.0.0.1:{port}", log_dir=artifacts / "logs")
+def uis(loop_state, artifacts) -> Iterator[UIs]:
+    """The Dagster webserver and the MLflow server on the demo's stores, started together (both take ~20-30 s)."""
+    logs = artifacts / "logs"
+    servers: list[Server] = []
     try:
-        wait_until(server, lambda client: client.get(f"{server.url}/health").status_code == 200, timeout_s=180)
-        yield server.url
+        port = free_port()
+        dagster = start("dagster-webserver", [str(BIN / "dagster-webserver"), "-w", str(ROOT / "workspace.yaml"),
+                                              "-h", "127.0.0.1", "-p", str(port)],
+                        env=loop_state.env, cwd=ROOT, url=f"http://127.0.0.1:{port}", log_dir=logs)
+        servers.append(dagster)
+        port = free_port()
+        mlflow = start("mlflow-server", [str(BIN / "mlflow"), "server",
+                                         "--backend-store-uri", loop_state.env["MLFLOW_TRACKING_URI"],
+                                         "--default-artifact-root", _mlflow_artifact_root(loop_state),
+                                         "--no-serve-artifacts", "--host", "127.0.0.1", "--port", str(port),
+                                         "--workers", "1"],
+                       env={**loop_state.env, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"},
+                       cwd=loop_state.workdir, url=f"http://127.0.0.1:{port}", log_dir=logs)
+        servers.append(mlflow)
+        wait_until(dagster, _dagster_location_loaded(dagster.url), timeout_s=300)
+        # A fresh instance opens a "join the community" dialog over the first page; mark it seen.
+        query(dagster.url, "mutation { setNuxSeen }")
+        wait_until(mlflow, lambda client: client.get(f"{mlflow.url}/health").status_code == 200, timeout_s=300)
+        yield UIs(dagster.url, mlflow.url)
     finally:
-        stop(server)
+        for server in servers:
+            stop(server)
 
 
 @pytest.fixture(scope="module")
@@ -175,13 +192,22 @@ def _shown_in_graph(key: str, lines: set[str]) -> bool:
                for head, _, tail in (line.partition("…") for line in lines if "…" in line))
 
 
+def _catalog_rows(text: str, keys: list[str]) -> dict[str, str]:
+    """The asset catalog's text cut into one piece per asset row (a row starts with the asset's key)."""
+    lines = text.splitlines()
+    starts = sorted((lines.index(key), key) for key in keys)
+    ends = [start for start, _ in starts[1:]] + [len(lines)]
+    return {key: "\n".join(lines[start:end]) for (start, key), end in zip(starts, ends)}
+
+
 def _latest_materialization(text: str) -> str:
     """The "Latest materialization" part of an asset's overview page."""
     _, _, rest = text.partition("Latest materialization")
     return re.split(r"Latest check results|Asset history|Description", rest, maxsplit=1)[0].strip()
 
 
-def test_dagster_ui_shows_every_asset_materialized_with_checks_passed(loop_state, dagster_url, driver):
+def test_dagster_ui_shows_every_asset_materialized_with_checks_passed(loop_state, uis, driver):
+    dagster_url = uis.dagster
     # Cross-check through the webserver's GraphQL API first: a clear message if the state itself is wrong.
     states = asset_states(dagster_url, loop_state.partition)
     assert CONTRACT_ASSETS <= states.keys(), f"assets missing from the code location: {CONTRACT_ASSETS - states.keys()}"
@@ -206,7 +232,17 @@ def walk_dagster_ui(driver, dagster_url: str, states: dict[str, AssetState], par
                  f"every asset of the code location in the graph: {keys}", timeout_s=120)
     with page(driver, "dagster-asset-catalog"):
         driver.get(f"{dagster_url}/assets")
-        wait_for_texts(driver, keys, timeout_s=120)
+        # Wait for the status column too: a partition count, or "Materialized" for an unpartitioned asset.
+        text = wait_for(driver, lambda t: all(k in t.splitlines() for k in keys) and t.count(" partitions") +
+                        t.count("Materialized") >= len(keys), "every asset with its status", timeout_s=120)
+        for key, row in _catalog_rows(text, keys).items():
+            if states[key].partitioned:
+                # Per partition status: materialized, missing, failed, in progress, then "N partitions".
+                counts = re.search(r"(\d+)\n(\d+)\n(\d+)\n(\d+)\n(\d+) partitions", row)
+                assert counts and int(counts[1]) >= 1 and counts[3] == counts[4] == "0", \
+                    f"catalog row of {key} does not show a materialized partition and none failed: {row!r}"
+            else:
+                assert "Materialized" in row and "Failed" not in row, f"catalog row of {key}: {row!r}"
     for key in keys:
         with page(driver, f"dagster-asset-{key}"):
             suffix = f"?partition={partition}" if states[key].partitioned else ""
@@ -231,14 +267,18 @@ def walk_dagster_ui(driver, dagster_url: str, states: dict[str, AssetState], par
             assert "Failed" not in text, f"the checks tab of {key} shows a failed check"
 
 
-def test_mlflow_ui_shows_registered_model_with_champion_alias(loop_state, mlflow_url, driver):
-    import httpx
+def test_mlflow_ui_shows_registered_model_with_champion_alias(loop_state, uis, driver):
+    mlflow_url = uis.mlflow
 
     alias = httpx.get(f"{mlflow_url}/api/2.0/mlflow/registered-models/alias",
                       params={"name": MODEL_NAME, "alias": "champion"}, timeout=30)
     assert alias.status_code == 200, alias.text
     assert alias.json()["model_version"]["version"] == loop_state.champion_version
 
+    # A returning user's settings, so no first-visit dialog or assistant panel covers the registry.
+    driver.get(f"{mlflow_url}/health")
+    driver.execute_script("for (const [k, v] of Object.entries(arguments[0])) window.localStorage.setItem(k, v);",
+                          MLFLOW_RETURNING_USER)
     with page(driver, "mlflow-models"):
         driver.get(f"{mlflow_url}/#/models")
         text = wait_for_texts(driver, [MODEL_NAME, "champion"], timeout_s=120)
@@ -246,7 +286,11 @@ def test_mlflow_ui_shows_registered_model_with_champion_alias(loop_state, mlflow
         assert re.search(rf"champion\s*:\s*Version {loop_state.champion_version}\b", text), text[:2000]
     with page(driver, "mlflow-model-agent-rl-email"):
         driver.get(f"{mlflow_url}/#/models/{MODEL_NAME}")
-        wait_for_texts(driver, [MODEL_NAME, "champion", f"Version {loop_state.champion_version}"], timeout_s=120)
+        text = wait_for_texts(driver, [MODEL_NAME, "champion", f"Version {loop_state.champion_version}"],
+                              timeout_s=120)
+        # The versions table: the alias sits on the champion's own row.
+        assert re.search(rf"Version {loop_state.champion_version}\n(?:[^\n]*\n){{0,12}}?@\s*champion", text), \
+            f"the champion alias is not on version {loop_state.champion_version}'s row: {text[:2000]!r}"
     with page(driver, "mlflow-model-version-champion"):
         driver.get(f"{mlflow_url}/#/models/{MODEL_NAME}/versions/{loop_state.champion_version}")
         wait_for_texts(driver, [f"Version {loop_state.champion_version}", "champion"], timeout_s=120)

@@ -3,6 +3,7 @@ and screenshots kept as test artifacts."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tempfile
@@ -77,14 +78,19 @@ def wait_for_texts(driver, texts: list[str], timeout_s: float = 90) -> str:
     return wait_for(driver, lambda text: all(t in text for t in texts), repr(texts), timeout_s)
 
 
+def _without_digits(text: str) -> str:
+    """Clocks ("Loaded 12 seconds ago", refresh countdowns) tick forever; only their digits change."""
+    return re.sub(r"\d+", "#", text)
+
+
 def settle(driver, quiet_s: float = 1.0, timeout_s: float = 4) -> None:
     """Before a screenshot, wait until the page text stops changing for `quiet_s` (lazy parts drawn), at most
-    `timeout_s`: pages with a live clock (refresh countdowns, "n seconds ago") never stop changing."""
+    `timeout_s`."""
     deadline = time.monotonic() + timeout_s
-    last, since = page_text(driver), time.monotonic()
+    last, since = _without_digits(page_text(driver)), time.monotonic()
     while time.monotonic() < deadline:
         time.sleep(0.3)
-        now = page_text(driver)
+        now = _without_digits(page_text(driver))
         if now != last:
             last, since = now, time.monotonic()
         elif time.monotonic() - since >= quiet_s:
