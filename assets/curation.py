@@ -4,7 +4,6 @@ write the SFT and GRPO datasets. Failing gates are blocking checks, so training 
 
 import json
 import os
-import shutil
 from collections import Counter
 
 import dagster as dg

@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
+from collections.abc import Sequence
 from datetime import datetime, timezone
+from typing import Any
 from email.utils import parseaddr
 
 from agent_rl.inbox.store import MAX_RESULTS
@@ -73,3 +75,13 @@ def leading_snippet(body: str) -> str:
     words = body.split()
     text = " ".join(words[:SNIPPET_WORDS])
     return text + ("…" if len(words) > SNIPPET_WORDS else "")
+
+
+def email_from_row(row: Sequence[Any], date: datetime | None, recipients: dict[str, list[str]]) -> Email:
+    """An Email from a row of (id, inbox, message_id, date, subject, sender, body, folder, file, ...);
+    each backend decodes its own date column."""
+    return Email(
+        message_id=row[2], inbox=row[1], date=date, subject=row[4], sender=row[5], body=row[6], folder=row[7],
+        file=row[8], to=tuple(recipients.get("to", ())), cc=tuple(recipients.get("cc", ())),
+        bcc=tuple(recipients.get("bcc", ())),
+    )

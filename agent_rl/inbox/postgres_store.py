@@ -17,6 +17,7 @@ from agent_rl.inbox.backend_rules import (
     check_max_results,
     clean_text,
     content_hash,
+    email_from_row,
     keyword_terms,
     leading_snippet,
     sender_key,
@@ -286,19 +287,7 @@ class PostgresInboxStore(InboxStore):
 
     @staticmethod
     def _email(row: sa.Row, recipients: dict[str, list[str]]) -> Email:
-        return Email(
-            message_id=row[2],
-            inbox=row[1],
-            date=_local(row[3], row[9]),
-            subject=row[4],
-            sender=row[5],
-            body=row[6],
-            folder=row[7],
-            file=row[8],
-            to=tuple(recipients.get("to", ())),
-            cc=tuple(recipients.get("cc", ())),
-            bcc=tuple(recipients.get("bcc", ())),
-        )
+        return email_from_row(row, _local(row[3], row[9]), recipients)
 
     def inboxes(self) -> list[str]:
         with self.engine.connect() as conn:

@@ -19,6 +19,7 @@ from agent_rl.inbox.backend_rules import (
     check_max_results,
     clean_text,
     content_hash,
+    email_from_row,
     keyword_terms,
     leading_snippet,
     sender_key,
@@ -408,19 +409,7 @@ class SQLiteInboxStore(InboxStore):
 
     @staticmethod
     def _email(row: tuple, recipients: dict[str, list[str]]) -> Email:
-        return Email(
-            message_id=row[2],
-            inbox=row[1],
-            date=datetime.fromisoformat(row[3]) if row[3] else None,
-            subject=row[4],
-            sender=row[5],
-            body=row[6],
-            folder=row[7],
-            file=row[8],
-            to=tuple(recipients.get("to", ())),
-            cc=tuple(recipients.get("cc", ())),
-            bcc=tuple(recipients.get("bcc", ())),
-        )
+        return email_from_row(row, datetime.fromisoformat(row[3]) if row[3] else None, recipients)
 
     def inboxes(self) -> list[str]:
         with self._lock:

@@ -147,7 +147,6 @@ ROUTING = {"weights": {"heuristic": 1.0}, "reason": "take over", "actor": "mallo
 
 def _attempts(url: str) -> list[tuple[str, dict, dict]]:
     """Ways to send a routing change without the right bearer header (the token itself appears in some)."""
-    put = f"{url}/v1/routing"
     return [
         ("no header", {}, {}),
         ("empty bearer", {"Authorization": "Bearer"}, {}),
