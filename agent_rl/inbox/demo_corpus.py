@@ -262,8 +262,8 @@ class _Builder:
             raise AssertionError(f"demo corpus wrote the same email twice: {subject!r}")
         self._contents.add(content)
         self._seq += 1
-        local = inbox.email.split("@")[0].replace(".", "")
-        message_id = f"<{self._seq:06d}.{self.rng.getrandbits(40):010x}.{local}@mail.{DOMAIN}>"
+        # No person's name in the id: ids pass through anonymization unchanged (citations must still match).
+        message_id = f"<{self._seq:06d}.{self.rng.getrandbits(40):010x}@mail.{DOMAIN}>"
         date = date.replace(microsecond=0)
         email = Email(
             message_id=message_id,
