@@ -9,7 +9,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+
+
+def _shared_dir() -> Path:
+    """The team's shared data: AGENT_RL_SHARED, else ../shared beside the checkout, else /work/shared (a clone
+    elsewhere, as CI makes, still finds it)."""
+    candidates = [os.environ.get("AGENT_RL_SHARED"), ROOT.parent / "shared", "/work/shared"]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "data").is_dir():
+            return Path(candidate)
+    return ROOT.parent / "shared"
+
+
+SHARED = _shared_dir()
 ENRON_CSV = SHARED / "data" / "enron-sample" / "emails_sample.csv"
 ENRON_ANNOTATED = SHARED / "data" / "enron-sample" / "enron_annotated.json"
 ARTE_QUESTIONS = SHARED / "data" / "art-e-questions"

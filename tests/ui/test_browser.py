@@ -162,8 +162,7 @@ def uis(loop_state, artifacts) -> Iterator[UIs]:
         wait_until(mlflow, lambda client: client.get(f"{mlflow.url}/health").status_code == 200, timeout_s=300)
         yield UIs(dagster.url, mlflow.url)
     finally:
-        for server in servers:
-            stop(server)
+        stop(*servers)
 
 
 @pytest.fixture(scope="module")
