@@ -38,6 +38,15 @@ def adapter_dir(stage: str, partition: str):
     return stage_dir(stage, partition) / "adapter"
 
 
+def trained_adapters(partition: str) -> list:
+    """The adapters to apply on the base model, in order, as GRPO recorded them: GRPO either kept training the
+    SFT adapter (beta = 0: one adapter) or trained a fresh one on the merged SFT model (beta > 0: two)."""
+    from agent_rl.train.sft import MANIFEST
+
+    manifest = json.loads((adapter_dir("grpo_adapter", partition) / MANIFEST).read_text())
+    return manifest["adapters"]
+
+
 @dg.asset(group_name="training", partitions_def=weekly, deps=[sft_dataset],
           description="LoRA adapter from SFT on successful trajectories (assistant tokens only).")
 def sft_adapter(context: dg.AssetExecutionContext, compute: TrainingCompute, training: TrainingResource,

@@ -18,7 +18,7 @@ from agent_rl.policy_specs import load_policy, load_stacked
 from agent_rl.records import Scenario
 from assets.curation import stage_dir
 from assets.partitions import weekly
-from assets.training import adapter_dir, grpo_adapter
+from assets.training import grpo_adapter, trained_adapters
 from resources.evaluation import EvaluationResource
 from resources.registry import MlflowResource
 from resources.training import TrainingResource
@@ -44,7 +44,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
     env = stage_dir("anonymized_environment", partition)
     scenarios = [Scenario.model_validate(row) for row in load_jsonl(env / "scenarios.jsonl")]
     store = open_inbox_store(f"sqlite:///{env / 'inbox.db'}")
-    adapters = [adapter_dir("sft_adapter", partition), adapter_dir("grpo_adapter", partition)]
+    adapters = trained_adapters(partition)
     champion_spec = _champion_spec(mlflow)
     specs = {"candidate": None, "base": training.base_model}
     if champion_spec != "base":
@@ -121,7 +121,7 @@ def registered_model(context: dg.AssetExecutionContext, training: TrainingResour
         meta = event.asset_materialization.metadata if event and event.asset_materialization else {}
         hashes[f"{stage}_hash"] = getattr(meta.get("content_hash"), "value", "")
     version = registry.register_candidate(
-        [adapter_dir("sft_adapter", partition), adapter_dir("grpo_adapter", partition)],
+        trained_adapters(partition),
         training.base_model,
         metrics={k: v for k, v in candidate.items() if isinstance(v, (int, float))},
         tags={"dagster_run_id": context.run_id, "partition": partition, **hashes,
