@@ -12,7 +12,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-fast demo demo-fast ui bench clean
+.PHONY: setup test test-fast test-browser demo demo-fast ui bench clean
 
 setup: $(STAMP)
 
@@ -29,7 +29,12 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
+	bash tests/ui/install_browser.sh
 	$(BIN)/python -m pytest -q tests
+
+test-browser: $(STAMP)
+	bash tests/ui/install_browser.sh
+	$(BIN)/python -m pytest -q -m browser tests/ui
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not browser" tests
@@ -43,7 +48,7 @@ demo-fast: $(STAMP)
 # Dagster and MLflow side by side on loopback, on the storage the demo used.
 ui: $(STAMP)
 	trap 'kill 0' EXIT; \
-	$(BIN)/mlflow server --backend-store-uri sqlite:///$(AGENT_RL_HOME)/mlflow.db --host 127.0.0.1 --port 5000 & \
+	$(BIN)/mlflow server --backend-store-uri sqlite:///$(AGENT_RL_HOME)/mlflow.db --default-artifact-root file://$(AGENT_RL_HOME)/mlartifacts --host 127.0.0.1 --port 5000 & \
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 bench: $(STAMP)

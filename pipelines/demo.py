@@ -162,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
                              for e in result.get_asset_materialization_events())
             print(f"retraining run {result.run_id}: {'success' if result.success else 'FAILED'}; "
                   f"challenger registered: {registered}")
+            # A failed gate is the loop working (nothing registered); a crashed step is the demo failing.
+            check_steps = {f"{c.asset_key.to_python_identifier()}_{c.check_name}" for c in failed_checks}
+            crashed = [e.step_key for e in result.get_step_failure_events() if e.step_key not in check_steps]
 
         decision = None
         if registered:
@@ -179,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
                         break
 
     print_summary(pool, partition, decision, started)
+    if crashed:
+        print(f"FAILED steps: {', '.join(crashed)} (see the run in the Dagster UI)")
+        return 1
     return 0
 
 

@@ -199,6 +199,15 @@ def _catalog_rows(text: str, keys: list[str]) -> dict[str, str]:
     return {key: "\n".join(lines[start:end]) for (start, key), end in zip(starts, ends)}
 
 
+def _catalog_status(row: str, partitioned: bool):
+    """A catalog row's status once loaded, else None. Partitioned: the counts (materialized, missing, failed,
+    in progress) shown before "N partitions"; unpartitioned: the status word."""
+    if partitioned:
+        counts = re.search(r"(\d+)\n(\d+)\n(\d+)\n(\d+)\n\d+ partitions", row)
+        return tuple(int(c) for c in counts.groups()) if counts else None
+    return next((word for word in ("Materialized", "Failed", "Never materialized") if word in row), None)
+
+
 def _latest_materialization(text: str) -> str:
     """The "Latest materialization" part of an asset's overview page."""
     _, _, rest = text.partition("Latest materialization")
@@ -231,17 +240,18 @@ def walk_dagster_ui(driver, dagster_url: str, states: dict[str, AssetState], par
                  f"every asset of the code location in the graph: {keys}", timeout_s=120)
     with page(driver, "dagster-asset-catalog"):
         driver.get(f"{dagster_url}/assets")
-        # Wait for the status column too: a partition count, or "Materialized" for an unpartitioned asset.
-        text = wait_for(driver, lambda t: all(k in t.splitlines() for k in keys) and t.count(" partitions") +
-                        t.count("Materialized") >= len(keys), "every asset with its status", timeout_s=120)
+        # Rows fill their status column one by one ("—" until then): wait for every row's status.
+        text = wait_for(driver, lambda t: all(k in t.splitlines() for k in keys) and all(
+            _catalog_status(row, states[key].partitioned) is not None for key, row in _catalog_rows(t, keys).items()),
+            "every asset with its status", timeout_s=120)
         for key, row in _catalog_rows(text, keys).items():
+            status = _catalog_status(row, states[key].partitioned)
             if states[key].partitioned:
-                # Per partition status: materialized, missing, failed, in progress, then "N partitions".
-                counts = re.search(r"(\d+)\n(\d+)\n(\d+)\n(\d+)\n(\d+) partitions", row)
-                assert counts and int(counts[1]) >= 1 and counts[3] == counts[4] == "0", \
+                materialized, _missing, failed, in_progress = status
+                assert materialized >= 1 and failed == in_progress == 0, \
                     f"catalog row of {key} does not show a materialized partition and none failed: {row!r}"
             else:
-                assert "Materialized" in row and "Failed" not in row, f"catalog row of {key}: {row!r}"
+                assert status == "Materialized", f"catalog row of {key} shows {status!r}: {row!r}"
     for key in keys:
         with page(driver, f"dagster-asset-{key}"):
             suffix = f"?partition={partition}" if states[key].partitioned else ""
@@ -287,9 +297,11 @@ def test_mlflow_ui_shows_registered_model_with_champion_alias(loop_state, uis, d
         driver.get(f"{mlflow_url}/#/models/{MODEL_NAME}")
         text = wait_for_texts(driver, [MODEL_NAME, "champion", f"Version {loop_state.champion_version}"],
                               timeout_s=120)
-        # The versions table: the alias sits on the champion's own row.
-        assert re.search(rf"Version {loop_state.champion_version}\n(?:[^\n]*\n){{0,12}}?@\s*champion", text), \
-            f"the champion alias is not on version {loop_state.champion_version}'s row: {text[:2000]!r}"
+        # The versions table: the alias sits on the champion's own row (up to the next row or the table's end).
+        row = re.search(rf"\nVersion {loop_state.champion_version}\n(.*?)(?:\nVersion \d+\n|\nPrevious\n|$)",
+                        text, re.S)
+        assert row and re.search(r"@\s*champion", row[1]), \
+            f"the champion alias is not on version {loop_state.champion_version}'s row: {text[:3000]!r}"
     with page(driver, "mlflow-model-version-champion"):
         driver.get(f"{mlflow_url}/#/models/{MODEL_NAME}/versions/{loop_state.champion_version}")
         wait_for_texts(driver, [f"Version {loop_state.champion_version}", "champion"], timeout_s=120)

@@ -74,7 +74,7 @@ def _signal(server: Server, sig: int) -> None:
         pass
 
 
-def stop(*servers: Server, grace_s: float = 20) -> None:
+def stop(*servers: Server, grace_s: float = 10) -> None:
     """SIGTERM each server's process group (all at once, so their shutdowns overlap), then SIGKILL what is
     left after `grace_s`."""
     running = [s for s in servers if s.process.poll() is None]
