@@ -33,6 +33,8 @@ def resources_for(profile: str | None = None) -> dict:
     if profile == "demo":
         # A 135M model serves on 2 CPU cores: decide on tens of episodes per arm, expecting a large lift.
         resources["rollout"] = RolloutResource(min_samples_per_arm=20, min_samples_per_step=20, tau_squared=0.09)
+        # Three models are evaluated on CPU: 30 held-out questions each keep validation to minutes.
+        resources["evaluation"] = EvaluationResource(max_scenarios=30)
     elif profile == "fast":
         resources.update(
             curation=CurationResource(min_points=300),

@@ -8,7 +8,8 @@ answers through `return_final_answer`, breaks the format, or runs out of budget.
 - format_error: an unparsable tool call, an unknown tool, a turn of plain text with no tool
   call (answers must come through return_final_answer so they carry sources), or a policy
   that raised or returned garbage;
-- ran_out: no answer within max_turns, the context-token budget or the wall-clock timeout.
+- ran_out: no answer within max_turns, the context-token budget or the wall-clock timeout, or a model
+  that loops (the same tool call max_repeated_calls times).
 Bad tool *arguments* are not format errors: the tool answers with an error the model can fix.
 Nothing a policy does makes the runner raise.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -43,6 +44,9 @@ class RunnerConfig(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     max_turns: PositiveInt = Field(8, description="assistant turns before an unanswered episode has run out")
+    max_repeated_calls: PositiveInt = Field(
+        3, description="the same tool call (name and arguments) this many times ends the episode as run out: "
+        "a looping model learns nothing new from its repeats, and playing them out costs the most tokens")
     max_context_tokens: PositiveInt = Field(
         6000, description="an episode whose latest prompt + completion tokens exceed this has run out"
     )
@@ -85,6 +89,7 @@ class _Live:
     outcome: Outcome | None = None
     format_error: FormatErrorKind | None = None
     ended: float = 0.0
+    call_counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def done(self) -> bool:
@@ -212,6 +217,8 @@ def _apply_turn(episode: _Live, turn: Any) -> None:
         episode.outcome, episode.format_error = Outcome.FORMAT_ERROR, FormatErrorKind.UNKNOWN_TOOL
         return
     for call in calls:
+        key = json.dumps([call.name, call.arguments], sort_keys=True, default=str)
+        episode.call_counts[key] = episode.call_counts.get(key, 0) + 1
         result = call_tool(episode.tools, call.name, call.arguments)
         tool_message: dict[str, Any] = {"role": "tool", "name": call.name, "content": result}
         if call.id:
@@ -252,6 +259,7 @@ def _check_budgets(episode: _Live, turn: PolicyTurn, config: RunnerConfig, start
         episode.turns >= config.max_turns
         or context > config.max_context_tokens
         or time.perf_counter() - started > config.timeout_s
+        or max(episode.call_counts.values(), default=0) >= config.max_repeated_calls
     ):
         episode.outcome = Outcome.RAN_OUT
 

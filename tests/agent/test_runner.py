@@ -162,9 +162,20 @@ def test_another_inboxs_email_is_not_found(store):
 
 
 def test_a_policy_that_loops_runs_out_of_turns(store):
-    episode = run_episode(ScriptedPolicy([SEARCH]), EpisodeTask.from_scenario(scenario()), store, RunnerConfig(max_turns=5))
+    config = RunnerConfig(max_turns=5, max_repeated_calls=10)
+    episode = run_episode(ScriptedPolicy([SEARCH]), EpisodeTask.from_scenario(scenario()), store, config)
     assert episode.outcome == Outcome.RAN_OUT and episode.turns == 5
     assert episode.reward == pytest.approx(0.1)  # found the gold email in search results: partial credit only
+
+
+def test_a_policy_repeating_the_same_call_is_stopped_early(store):
+    episode = run_episode(ScriptedPolicy([SEARCH]), EpisodeTask.from_scenario(scenario()), store,
+                          RunnerConfig(max_turns=8, max_repeated_calls=3))
+    assert episode.outcome == Outcome.RAN_OUT and episode.turns == 3  # not 8: the repeats teach nothing
+    varied = ScriptedPolicy([SEARCH, PolicyTurn(tool_calls=[ToolCall("search_emails", {"keywords": ["other"]})]), SEARCH,
+                             PolicyTurn(tool_calls=[ToolCall("search_emails", {"keywords": ["third"]})])])
+    episode = run_episode(varied, EpisodeTask.from_scenario(scenario()), store, RunnerConfig(max_turns=8, max_repeated_calls=3))
+    assert episode.turns >= 4  # different searches are not a loop
 
 
 def test_token_budget_and_timeout_end_episodes(store):
