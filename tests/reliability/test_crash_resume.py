@@ -122,7 +122,7 @@ SLOW_WRITER = textwrap.dedent("""
 """)
 
 
-def _kill_when(process: subprocess.Popen, marker: str, extra_wait_s: float = 0.0) -> None:
+def _kill_when(process: subprocess.Popen, marker: str, extra_wait_s: float = 0.0, may_finish: bool = False) -> None:
     for line in process.stdout:
         if marker in line:
             break
@@ -131,6 +131,8 @@ def _kill_when(process: subprocess.Popen, marker: str, extra_wait_s: float = 0.0
     time.sleep(extra_wait_s)
     process.send_signal(signal.SIGKILL)
     process.wait(60)
+    if may_finish and process.returncode == 0:
+        return  # it finished before the kill landed
     assert process.returncode == -signal.SIGKILL
 
 
@@ -176,6 +178,9 @@ def test_a_killed_anonymization_leaves_the_previous_output_whole(episodes, tmp_p
     save_jsonl(previous, target)
     process = subprocess.Popen([sys.executable, "-c", ANONYMIZER, str(tmp_path / "validated.jsonl"), str(target)],
                                stdout=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path)
-    _kill_when(process, "anonymizing", extra_wait_s=1.0)
-    assert load_jsonl(target) == previous
+    _kill_when(process, "anonymizing", extra_wait_s=1.0, may_finish=True)
+    # Whole or nothing: the previous partition, or (on a machine fast enough to finish before the kill) the
+    # complete new one - never a partial file.
+    rows = load_jsonl(target)
+    assert rows == previous or (len(rows) == 20 * len(played) and all(r.get("episode_id") for r in rows))
     assert [p.name for p in target.parent.glob("*.jsonl")] == ["episodes.jsonl"]
