@@ -157,7 +157,7 @@ def balanced_episodes(context: dg.AssetExecutionContext, curation: CurationResou
 def sft_dataset(context: dg.AssetExecutionContext, curation: CurationResource):
     partition = context.partition_key
     episodes = load_jsonl(stage_dir("balanced_episodes", partition) / "episodes.jsonl")
-    rows = sft_rows(episodes, min_quality=curation.min_quality)
+    rows = sft_rows(episodes, min_quality=curation.min_quality, max_idk_share=curation.max_idk_share)
     if not rows:
         raise dg.Failure(f"no episode of partition {partition} reaches quality {curation.min_quality}: nothing to learn from")
     digest = save_jsonl(rows, stage_dir("sft_dataset", partition) / "train.jsonl")

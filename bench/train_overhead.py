@@ -76,7 +76,7 @@ def run_bare(model: Path, url: str, rows: Path, out: Path, settings) -> float:
     dataset = Dataset.from_list([{**r, "query_date": str(r.get("query_date") or "")} for r in data])
     tokenizer = AutoTokenizer.from_pretrained(str(model), padding_side="left")
     trainer = GRPOTrainer(
-        model=load_model(model), reward_funcs=make_reward_funcs(settings.rubric),
+        model=load_model(model, settings.compute), reward_funcs=make_reward_funcs(settings.rubric),
         args=_grpo_config(settings, out, list(REWARD_GROUPS)), train_dataset=dataset, processing_class=tokenizer,
         peft_config=lora_config(settings.lora),
         environment_factory=lambda: InboxEnvironment(store, max_turns=settings.max_tool_calling_iterations + 1),

@@ -35,6 +35,9 @@ def resources_for(profile: str | None = None) -> dict:
         resources["rollout"] = RolloutResource(min_samples_per_arm=20, min_samples_per_step=20, tau_squared=0.09)
         # Three models are evaluated on CPU: 30 held-out questions each keep validation to minutes.
         resources["evaluation"] = EvaluationResource(max_scenarios=30)
+        # Training runs alone on the demo machine (the arbiter idles meanwhile): give it every core. Production
+        # keeps one thread, where a busy neighbour makes a multi-threaded torch 40-350x slower.
+        resources["compute"] = TrainingCompute(omp_num_threads=max(1, os.cpu_count() or 1))
     elif profile == "fast":
         resources.update(
             curation=CurationResource(min_points=300),

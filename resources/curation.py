@@ -14,6 +14,8 @@ class CurationResource(ConfigurableResource):
     min_categories: int = Field(default=5, ge=0)
     cap_per_category: int = Field(default=2000, ge=1, description="balanced episodes per task category")
     min_quality: float = Field(default=0.8, ge=0, le=1, description="SFT keeps correct episodes at least this good")
+    max_idk_share: float | None = Field(
+        default=0.1, ge=0, lt=1, description="most SFT rows answering \"I don't know\" (share; None = no cap)")
     canaries: list[str] = Field(default_factory=list, description="planted PII that must never survive curation")
 
     def gates(self) -> GateConfig:

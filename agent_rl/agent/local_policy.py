@@ -30,7 +30,7 @@ class LocalPolicyConfig(BaseModel):
     batch_size: PositiveInt = Field(8, description="conversations generated together in one forward batch")
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
-        "float32", description="'auto' picks bfloat16 on CUDA and float32 on CPU")
+        "auto", description="'auto' picks bfloat16 on CUDA and on CPUs with AMX (fast bf16 matmul), else float32")
     version: str | None = Field(None, description="recorded on episodes; defaults to the model/adapter names")
     reuse_prefix_cache: bool = Field(
         True, description="keep the attention cache of the system prompt + tool schemas between calls; only safe "
@@ -280,16 +280,16 @@ def _load(config: LocalPolicyConfig) -> tuple[Any, Any, Path]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agent_rl.agent.models import resolve_model
+    from agent_rl.agent.precision import resolve_dtype
 
     path = resolve_model(config.model)
     device = config.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype_name = config.dtype
-    if dtype_name == "auto":
-        dtype_name = "bfloat16" if device == "cuda" else "float32"
+    dtype = resolve_dtype(config.dtype, device)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype_name))
+    # Adapters merge in fp32 (a low-rank update added to bf16 weights would round away), then cast.
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32 if config.adapter else dtype)
     if config.adapter:
         from peft import PeftModel
 
@@ -297,6 +297,6 @@ def _load(config: LocalPolicyConfig) -> tuple[Any, Any, Path]:
         if not (adapter / "adapter_config.json").is_file():
             raise ValueError(f"adapter {config.adapter!r} is not a PEFT adapter directory (no adapter_config.json)")
         # Merged for inference: one matmul per layer instead of base + low-rank path.
-        model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+        model = PeftModel.from_pretrained(model, adapter).merge_and_unload().to(dtype)
     model.to(device).eval()
     return model, tokenizer, path

@@ -37,7 +37,10 @@ class ComputeSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     use_cpu: bool = Field(True, description="train on CPU even if an accelerator is visible")
-    bf16: bool = Field(False, description="bf16 mixed precision; TRL turns it on by default, which is slow on CPU")
+    bf16: bool = Field(False, description="bf16 mixed precision (autocast); TRL turns it on by default, slow on CPU")
+    base_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="dtype of the frozen base weights (LoRA adapters always train in fp32); 'auto' = bf16 "
+        "on CUDA and on CPUs with AMX, where it halves the step time, else fp32 (agent/precision.py)")
     gradient_checkpointing: bool = Field(
         False, description="recompute activations in backward; TRL's default, ~30% slower and pointless on CPU"
     )
@@ -205,3 +208,29 @@ class GRPOSettings(BaseModel):
             "prompt_filter": PromptFilterSettings(samples_per_prompt=4, max_candidates=1024),
         }
         return cls(**{**base, **overrides})
+
+
+def common_trainer_args(settings: SFTSettings | GRPOSettings, out_dir: str) -> dict[str, Any]:
+    """The `TrainingArguments` both stages set the same way: schedule, checkpoints, compute, quiet logging."""
+    compute = settings.compute
+    return {
+        "output_dir": out_dir,
+        "learning_rate": settings.learning_rate,
+        "max_steps": settings.max_steps,
+        "per_device_train_batch_size": settings.per_device_train_batch_size,
+        "gradient_accumulation_steps": settings.gradient_accumulation_steps,
+        "warmup_steps": settings.warmup_ratio,  # transformers 5: a float < 1 is a ratio of the steps
+        "lr_scheduler_type": settings.lr_scheduler_type,
+        "max_grad_norm": settings.max_grad_norm,
+        "logging_steps": settings.logging_steps,
+        "save_strategy": "steps",
+        "save_steps": settings.save_steps,
+        "save_total_limit": settings.save_total_limit,
+        "seed": compute.seed,
+        "use_cpu": compute.use_cpu,
+        "bf16": compute.bf16,
+        "gradient_checkpointing": compute.gradient_checkpointing,
+        "dataloader_num_workers": compute.dataloader_num_workers,
+        "report_to": "none",
+        "disable_tqdm": True,
+    }

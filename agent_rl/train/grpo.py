@@ -21,7 +21,7 @@ from typing import Any
 
 from agent_rl.agent.tools import TOOL_NAMES
 from agent_rl.reward.rubric import score
-from agent_rl.train.config import GRPOSettings
+from agent_rl.train.config import GRPOSettings, common_trainer_args
 from agent_rl.train.environment import InboxEnvironment, observe
 from agent_rl.train.prompt_filter import FilterReport, filter_prompts
 from agent_rl.train.rewards import REWARD_GROUPS, grouped, make_reward_funcs
@@ -154,7 +154,6 @@ def _rollout_record(env: InboxEnvironment, obs, total: float, components: dict[s
 def _grpo_config(settings: GRPOSettings, out_dir: Path, group_names: list[str]):
     from trl import GRPOConfig
 
-    compute = settings.compute
     vllm: dict[str, Any] = {}
     if settings.use_vllm:
         vllm = {"use_vllm": True, "vllm_mode": settings.vllm_mode,
@@ -162,11 +161,7 @@ def _grpo_config(settings: GRPOSettings, out_dir: Path, group_names: list[str]):
         if settings.vllm_server_base_url:
             vllm["vllm_server_base_url"] = settings.vllm_server_base_url
     return GRPOConfig(
-        output_dir=str(out_dir),
-        learning_rate=settings.learning_rate,
-        max_steps=settings.max_steps,
-        per_device_train_batch_size=settings.per_device_train_batch_size,
-        gradient_accumulation_steps=settings.gradient_accumulation_steps,
+        **common_trainer_args(settings, str(out_dir)),
         num_generations=settings.num_generations,
         num_iterations=settings.num_iterations,
         beta=settings.beta,
@@ -180,20 +175,6 @@ def _grpo_config(settings: GRPOSettings, out_dir: Path, group_names: list[str]):
         mask_truncated_completions=settings.mask_truncated_completions,
         generation_kwargs=settings.generation_kwargs,
         reward_weights=settings.reward_weights.as_list(group_names),
-        warmup_steps=settings.warmup_ratio,
-        lr_scheduler_type=settings.lr_scheduler_type,
-        max_grad_norm=settings.max_grad_norm,
-        logging_steps=settings.logging_steps,
-        save_strategy="steps",
-        save_steps=settings.save_steps,
-        save_total_limit=settings.save_total_limit,
-        seed=compute.seed,
-        use_cpu=compute.use_cpu,
-        bf16=compute.bf16,
-        gradient_checkpointing=compute.gradient_checkpointing,
-        dataloader_num_workers=compute.dataloader_num_workers,
-        report_to="none",
-        disable_tqdm=True,
         log_completions=False,
         **vllm,
     )
@@ -202,9 +183,10 @@ def _grpo_config(settings: GRPOSettings, out_dir: Path, group_names: list[str]):
 def load_policy_for_grpo(model_path: str | Path, sft_adapter: str | Path | None, settings: GRPOSettings):
     """(model, peft_config, adapter stack). beta == 0: keep training the SFT adapter itself. beta > 0: merge SFT
     into the base and train a fresh adapter, so TRL's reference (adapter disabled) is the SFT policy."""
+    import torch
     from peft import PeftModel
 
-    model = load_model(model_path, settings.compute.bf16)
+    model = load_model(model_path, settings.compute)
     if sft_adapter is None:
         return model, lora_config(settings.lora), []
     sft_adapter = Path(sft_adapter)
@@ -212,8 +194,10 @@ def load_policy_for_grpo(model_path: str | Path, sft_adapter: str | Path | None,
         raise ValueError(f"sft_adapter {sft_adapter} is not a PEFT adapter directory (no adapter_config.json)")
     if settings.beta == 0:
         return PeftModel.from_pretrained(model, str(sft_adapter), is_trainable=True), None, []
-    merged = PeftModel.from_pretrained(model, str(sft_adapter)).merge_and_unload()
-    return merged, lora_config(settings.lora), [sft_adapter]
+    # Merge in fp32 (a low-rank update added to bf16 weights would round away), then back to the training dtype.
+    dtype = model.dtype
+    merged = PeftModel.from_pretrained(load_model(model_path, dtype=torch.float32), str(sft_adapter)).merge_and_unload()
+    return merged.to(dtype), lora_config(settings.lora), [sft_adapter]
 
 
 def train_grpo(

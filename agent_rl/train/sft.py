@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_rl.train.config import SFTSettings
+from agent_rl.train.config import SFTSettings, common_trainer_args
 from agent_rl.train.environment import ANSWER_ACK
 from agent_rl.train.tracking import MetricsCallback, Tracker, file_sha256
 
@@ -227,11 +227,19 @@ def lora_config(lora, task_type: str = "CAUSAL_LM"):
                       modules_to_save=list(lora.modules_to_save) or None)
 
 
-def load_model(model_path: str | Path, bf16: bool = False):
+def load_model(model_path: str | Path, compute=None, dtype=None):
+    """The base model to train adapters on: in `dtype` if given, else as `compute` says (bf16 autocast or
+    `base_dtype`; the frozen base in bf16 is ~2x faster per step on AMX CPUs, adapters stay fp32)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.bfloat16 if bf16 else torch.float32)
+    from agent_rl.agent.precision import resolve_dtype
+
+    if dtype is None:
+        device = "cpu" if compute is None or compute.use_cpu or not torch.cuda.is_available() else "cuda"
+        dtype = torch.bfloat16 if compute is not None and compute.bf16 else resolve_dtype(
+            compute.base_dtype if compute is not None else "float32", device)
+    return AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype)
 
 
 def last_checkpoint(out_dir: Path) -> str | None:
@@ -246,6 +254,38 @@ def last_checkpoint(out_dir: Path) -> str | None:
         if suffix.isdigit() and (folder / "trainer_state.json").is_file():
             steps.append((int(suffix), folder))
     return str(max(steps)[1]) if steps else None
+
+
+def _lean_trainer_class():
+    """SFTTrainer whose loss is the model's own cross-entropy on the labels we built.
+
+    TRL's compute_loss adds a fused log-prob head plus entropy and accuracy over every position; with a bf16 base
+    on CPU that made a step ~2x slower than the plain forward/backward (84 vs 167 tokens/s on one core). We keep
+    the token accuracy (cheap from the logits the loss needs anyway) and drop the entropy.
+    """
+    from transformers import Trainer
+    from trl import SFTTrainer
+
+    class LeanSFTTrainer(SFTTrainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            import torch
+
+            loss, outputs = Trainer.compute_loss(self, model, inputs, return_outputs=True,
+                                                 num_items_in_batch=num_items_in_batch)
+            mode = "train" if model.training else "eval"
+            with torch.no_grad():
+                labels = inputs["labels"][:, 1:]
+                mask = labels != -100
+                if bool(mask.any()):
+                    predicted = outputs.logits[:, :-1, :][mask].argmax(-1)
+                    self._metrics[mode]["mean_token_accuracy"].append((predicted == labels[mask]).float().mean().item())
+            if mode == "train":  # tokens seen, padding excluded (what TRL's own compute_loss counts)
+                seen = inputs["attention_mask"].sum() if "attention_mask" in inputs else inputs["input_ids"].numel()
+                self._total_train_tokens += int(self.accelerator.gather_for_metrics(torch.as_tensor(seen)).sum())
+            self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+            return (loss, outputs) if return_outputs else loss
+
+    return LeanSFTTrainer
 
 
 def write_manifest(adapter_dir: Path, base_model: str | Path, stack: list[str | Path]) -> None:
@@ -284,31 +324,12 @@ def train_sft(
     dataset = Dataset.from_dict({"input_ids": data.input_ids, "labels": data.labels})
 
     torch.manual_seed(settings.compute.seed)
-    model = load_model(model_path, settings.compute.bf16)
-    compute = settings.compute
+    model = load_model(model_path, settings.compute)
     config = SFTConfig(
-        output_dir=str(out_dir),
+        **common_trainer_args(settings, str(out_dir)),
         max_length=settings.max_length,
-        learning_rate=settings.learning_rate,
         num_train_epochs=settings.num_train_epochs,
-        max_steps=settings.max_steps,
-        per_device_train_batch_size=settings.per_device_train_batch_size,
-        gradient_accumulation_steps=settings.gradient_accumulation_steps,
-        warmup_steps=settings.warmup_ratio,  # transformers 5: a float < 1 is a ratio of the steps
-        lr_scheduler_type=settings.lr_scheduler_type,
         weight_decay=settings.weight_decay,
-        max_grad_norm=settings.max_grad_norm,
-        logging_steps=settings.logging_steps,
-        save_strategy="steps",
-        save_steps=settings.save_steps,
-        save_total_limit=settings.save_total_limit,
-        seed=compute.seed,
-        use_cpu=compute.use_cpu,
-        bf16=compute.bf16,
-        gradient_checkpointing=compute.gradient_checkpointing,
-        dataloader_num_workers=compute.dataloader_num_workers,
-        report_to="none",
-        disable_tqdm=True,
         dataset_num_proc=None,
     )
     stage = None
@@ -321,7 +342,7 @@ def train_sft(
             dataset_hashes={"sft_rows": file_sha256(rows_jsonl)},
         )
     callback = MetricsCallback(stage)
-    trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
+    trainer = _lean_trainer_class()(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=lora_config(settings.lora), callbacks=[callback, *(callbacks or [])])
     resume = last_checkpoint(out_dir)
     if resume:

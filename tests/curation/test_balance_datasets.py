@@ -2,7 +2,8 @@
 import pytest
 
 from agent_rl.curation.balance import BalanceConfig, balance_episodes
-from agent_rl.curation.datasets import grpo_rows, load_jsonl, quality, save_jsonl, sft_rows
+from agent_rl.curation.datasets import final_answer, grpo_rows, load_jsonl, quality, save_jsonl, sft_rows
+from agent_rl.reward.judge import is_idk
 
 
 def _rows(counts):
@@ -35,7 +36,7 @@ def test_quality_comes_from_the_rubric():
 
 
 def test_sft_rows_are_consistent_trl_conversations(demo_env):
-    rows = sft_rows(demo_env.episodes, min_quality=0.8)
+    rows = sft_rows(demo_env.episodes, min_quality=0.8, max_idk_share=None)
     good = [e for e in demo_env.episodes if quality(e) >= 0.8]
     assert rows and len(rows) == len(good) < len(demo_env.episodes)
     names = {t["function"]["name"] for t in rows[0]["tools"]}
@@ -48,6 +49,24 @@ def test_sft_rows_are_consistent_trl_conversations(demo_env):
                 assert isinstance(call["function"]["arguments"], dict)
                 assert None not in call["function"]["arguments"].values()
                 assert set(call) == {"type", "function"}
+
+
+def test_sft_rows_cap_the_share_of_i_dont_know_answers(demo_env):
+    def is_idk_row(row):
+        return is_idk(final_answer(row["messages"]))
+
+    every = sft_rows(demo_env.episodes, min_quality=0.8, max_idk_share=None)
+    idk = sum(map(is_idk_row, every))
+    assert idk / len(every) > 0.1, "the demo teacher answers some questions with I don't know"
+    capped = sft_rows(demo_env.episodes, min_quality=0.8, max_idk_share=0.1)
+    kept_idk = sum(map(is_idk_row, capped))
+    assert 0 < kept_idk / len(capped) <= 0.1
+    assert len(capped) - kept_idk == len(every) - idk, "answered rows are never dropped"
+    order = [row for row in every if row in capped]
+    assert order == capped, "input order is kept"
+    assert not any(map(is_idk_row, sft_rows(demo_env.episodes, max_idk_share=0.0)))
+    with pytest.raises(ValueError, match="max_idk_share"):
+        sft_rows(demo_env.episodes, max_idk_share=1.0)
 
 
 def test_grpo_rows_hold_what_the_environment_needs(demo_env):

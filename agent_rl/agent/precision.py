@@ -1,0 +1,45 @@
+"""Which dtype to compute in: bf16 where the hardware multiplies it fast, fp32 elsewhere.
+
+On CPUs with AMX (Intel Sapphire Rapids and later) oneDNN runs bf16 matrix multiplies ~3x faster than fp32
+(measured here: 277 vs ~95 GFLOP/s for a 1400x576x1536 product on one core) and, unlike fp32 MKL, a batch of
+8 rows costs about what one row does - so training with a bf16 frozen base is ~2x faster and batched decoding
+scales with the batch. Without AMX, bf16 on a CPU is emulated and slower: keep fp32 there.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Literal
+
+DtypeName = Literal["auto", "float32", "bfloat16", "float16"]
+
+
+@functools.cache
+def cpu_has_fast_bf16() -> bool:
+    """True when the CPU has AMX bf16 tiles (read from /proc/cpuinfo; False where that file does not exist)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return "amx_bf16" in line.split()
+    except OSError:
+        pass
+    return False
+
+
+def resolve_dtype_name(name: DtypeName | str, device: str = "cpu") -> str:
+    """'auto' -> bfloat16 on CUDA and on AMX CPUs, float32 otherwise; explicit names pass through."""
+    if name not in ("auto", "float32", "bfloat16", "float16"):
+        raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {name!r}")
+    if name != "auto":
+        return name
+    if device.startswith("cuda") or cpu_has_fast_bf16():
+        return "bfloat16"
+    return "float32"
+
+
+def resolve_dtype(name: DtypeName | str, device: str = "cpu"):
+    """The torch dtype for `name` on `device` (see resolve_dtype_name)."""
+    import torch
+
+    return getattr(torch, resolve_dtype_name(name, device))
