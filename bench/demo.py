@@ -38,9 +38,11 @@ def run_demo(profile: str, port: int) -> dict:
     seconds = time.perf_counter() - started
     stages = {m.group(2).strip(): float(m.group(1)) for m in re.finditer(r"^\s*([\d.]+) s  (.+)$", result.stdout, re.M)}
     decision = re.search(r"^A/B decision: (.+)$", result.stdout, re.M)
+    log = Path(tempfile.gettempdir()) / f"agent-rl-demo-{profile}.log"  # the printed summary, kept for reading
+    log.write_text(result.stdout + "\n--- stderr ---\n" + result.stderr[-20000:])
     shutil.rmtree(home, ignore_errors=True)
     return {"profile": profile, "seconds": round(seconds, 1), "exit_code": result.returncode, "stages": stages,
-            "decision": decision.group(1) if decision else None, "target_s": TARGETS_S[profile],
+            "decision": decision.group(1) if decision else None, "target_s": TARGETS_S[profile], "log": str(log),
             "stdout_tail": result.stdout[-1500:] if result.returncode else ""}
 
 
