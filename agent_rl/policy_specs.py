@@ -36,7 +36,7 @@ def load_stacked(base_model: str, adapters: list[str | Path], version: str, dtyp
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     for adapter in adapters:
         model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    model.to(resolve_dtype(dtype)).eval()
+    model.to(resolve_dtype(dtype, hidden_size=model.config.hidden_size)).eval()
     return LocalPolicy.from_model(model, tokenizer, version=version)
 
 

@@ -103,7 +103,7 @@ def main() -> None:
     url, rows = build_data(root)
     tiny = args.model == "tiny"
     settings = GRPOSettings(
-        max_steps=args.steps, num_generations=2, per_device_train_batch_size=4,
+        max_steps=args.steps, num_generations=2, per_device_train_batch_size=4, gradient_accumulation_steps=1,
         max_completion_length=1200 if tiny else 512, max_tool_calling_iterations=2,
         prompt_filter=PromptFilterSettings(mode="none"), save_steps=10_000,
         generation_kwargs={"sequence_bias": forced_call_bias(model)} if tiny else None,

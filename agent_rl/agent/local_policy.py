@@ -280,13 +280,13 @@ def _load(config: LocalPolicyConfig) -> tuple[Any, Any, Path]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agent_rl.agent.models import resolve_model
-    from agent_rl.agent.precision import resolve_dtype
+    from agent_rl.agent.precision import hidden_size_of, resolve_dtype
 
     path = resolve_model(config.model)
     device = config.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = resolve_dtype(config.dtype, device)
+    dtype = resolve_dtype(config.dtype, device, hidden_size_of(path))
     tokenizer = AutoTokenizer.from_pretrained(path)
     # Adapters merge in fp32 (a low-rank update added to bf16 weights would round away), then cast.
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32 if config.adapter else dtype)

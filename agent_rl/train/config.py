@@ -75,6 +75,9 @@ class SFTSettings(BaseModel):
         description="longest tokenized row kept; longer rows are dropped with a reason, never truncated "
         "(batches pad to their longest row, so a generous limit costs nothing; 2048 dropped 14 of 386 demo rows)",
     )
+    pad_to_multiple_of: PositiveInt | None = Field(
+        None, description="pad each batch to a multiple of this many tokens: a few shapes instead of one per row "
+        "length, so oneDNN reuses its per-shape kernels (bf16 on CPU)")
     logging_steps: PositiveInt = 1
     save_steps: PositiveInt = Field(16, description="checkpoint every N steps (resume point after a crash)")
     save_total_limit: PositiveInt = Field(2, description="checkpoints kept in out_dir")
@@ -142,13 +145,16 @@ class GRPOSettings(BaseModel):
 
     lora: LoraSettings = Field(default_factory=LoraSettings, description="fresh adapter used only when beta > 0")
     compute: ComputeSettings = Field(default_factory=ComputeSettings)
-    # CPU demo budget: a step (2 prompts x 4 rollouts of ~3 turns, then the loss over ~1.4k tokens each) takes
-    # ~1.5 min on one core, so a few steps at a LoRA-sized learning rate; the SFT model already has the format.
+    # CPU budget: a step (2 prompts x 4 rollouts of ~3 turns through TRL's generate, then the loss) took 299 s on
+    # 2 cores (bf16 base, 11.5 GB peak), so a few steps at a LoRA-sized learning rate.
     learning_rate: float = Field(5e-5, gt=0)
     max_steps: PositiveInt = 4
     num_generations: int = Field(4, ge=2, description="group size G")
-    per_device_train_batch_size: PositiveInt = Field(8, description="completions per step; a multiple of G")
-    gradient_accumulation_steps: PositiveInt = 1
+    # Generation batch = per_device_train_batch_size x gradient_accumulation_steps (TRL steps_per_generation):
+    # 2 prompts x G=4 rollouts generated together, the loss back-propagated 2 completions at a time. The whole
+    # batch of 8 ~1.9k-token completions in one backward pass needed >22 GB on CPU (killed by the OOM killer).
+    per_device_train_batch_size: PositiveInt = Field(2, description="completions per backward pass")
+    gradient_accumulation_steps: PositiveInt = Field(4, description="micro-batches per optimizer step")
     num_iterations: PositiveInt = Field(1, description="optimizer passes per generated batch (mu)")
     beta: float = Field(0.0, ge=0, description="KL coefficient; 0 loads no reference model")
     epsilon: float = Field(0.2, gt=0)

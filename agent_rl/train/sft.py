@@ -233,12 +233,12 @@ def load_model(model_path: str | Path, compute=None, dtype=None):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from agent_rl.agent.precision import resolve_dtype
+    from agent_rl.agent.precision import hidden_size_of, resolve_dtype
 
     if dtype is None:
         device = "cpu" if compute is None or compute.use_cpu or not torch.cuda.is_available() else "cuda"
         dtype = torch.bfloat16 if compute is not None and compute.bf16 else resolve_dtype(
-            compute.base_dtype if compute is not None else "float32", device)
+            compute.base_dtype if compute is not None else "float32", device, hidden_size_of(model_path))
     return AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype)
 
 
@@ -330,6 +330,7 @@ def train_sft(
         max_length=settings.max_length,
         num_train_epochs=settings.num_train_epochs,
         weight_decay=settings.weight_decay,
+        pad_to_multiple_of=settings.pad_to_multiple_of,
         dataset_num_proc=None,
     )
     stage = None

@@ -43,7 +43,7 @@ def test_tiny_sft_then_grpo_calls_tools_masks_results_and_tracks_mlflow(train_da
     assert sft.cut_rows == 0
 
     settings = GRPOSettings(
-        max_steps=1, num_generations=2, per_device_train_batch_size=4, max_completion_length=1200,
+        max_steps=1, num_generations=2, per_device_train_batch_size=4, gradient_accumulation_steps=1, max_completion_length=1200,
         max_tool_calling_iterations=2, prompt_filter=PromptFilterSettings(mode="none"),
         generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"])},
     )
