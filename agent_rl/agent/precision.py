@@ -13,7 +13,7 @@ from typing import Literal
 
 DtypeName = Literal["auto", "float32", "bfloat16", "float16"]
 # Below this hidden size the matrices are too small for bf16 to pay for its conversions (the tiny test model,
-# hidden 64, generated 8x slower in bf16 than in fp32 here).
+# hidden 64, generated 8 x 128 tokens in 0.76 s in bf16 vs 0.53 s in fp32 here).
 MIN_BF16_HIDDEN_SIZE = 256
 
 

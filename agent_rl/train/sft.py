@@ -306,7 +306,7 @@ def train_sft(
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTConfig
 
     settings = settings or SFTSettings()
     out_dir = Path(out_dir)
