@@ -23,20 +23,15 @@ def load_stacked(base_model: str, adapters: list[str | Path], version: str, dtyp
     """The base model with each adapter merged in order (SFT, then GRPO), as a local policy.
 
     Merging happens in fp32; the merged model is then cast to `dtype` ('auto': bf16 where it is fast)."""
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from agent_rl.agent.local_policy import LocalPolicy
     from agent_rl.agent.models import resolve_model
-    from agent_rl.agent.precision import resolve_dtype
+    from agent_rl.agent.precision import hidden_size_of, load_merged, resolve_dtype
 
     path = resolve_model(base_model)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    for adapter in adapters:
-        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    model.to(resolve_dtype(dtype, hidden_size=model.config.hidden_size)).eval()
+    model = load_merged(path, adapters, resolve_dtype(dtype, hidden_size=hidden_size_of(path))).eval()
     return LocalPolicy.from_model(model, tokenizer, version=version)
 
 

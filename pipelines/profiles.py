@@ -48,8 +48,9 @@ def resources_for(profile: str | None = None) -> dict:
             training=TrainingResource(
                 base_model="tiny",
                 sft_overrides=json.dumps({"max_steps": 4, "save_steps": 2}),
-                grpo_overrides=json.dumps({"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
-                                           "max_completion_length": 256, "prompt_filter": {"mode": "none"}}),
+                grpo_overrides=json.dumps({"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 4,
+                                           "gradient_accumulation_steps": 1, "max_completion_length": 256,
+                                           "prompt_filter": {"mode": "none"}}),
             ),
             # A random tiny model cannot beat anything: let it through to show registry and A/B.
             evaluation=EvaluationResource(max_scenarios=20, min_relative_improvement=-1.0, max_forgetting_drop=1.0),

@@ -280,7 +280,7 @@ def _load(config: LocalPolicyConfig) -> tuple[Any, Any, Path]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agent_rl.agent.models import resolve_model
-    from agent_rl.agent.precision import hidden_size_of, resolve_dtype
+    from agent_rl.agent.precision import hidden_size_of, load_merged, resolve_dtype
 
     path = resolve_model(config.model)
     device = config.device
@@ -288,15 +288,13 @@ def _load(config: LocalPolicyConfig) -> tuple[Any, Any, Path]:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = resolve_dtype(config.dtype, device, hidden_size_of(path))
     tokenizer = AutoTokenizer.from_pretrained(path)
-    # Adapters merge in fp32 (a low-rank update added to bf16 weights would round away), then cast.
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32 if config.adapter else dtype)
     if config.adapter:
-        from peft import PeftModel
-
         adapter = Path(config.adapter)
         if not (adapter / "adapter_config.json").is_file():
             raise ValueError(f"adapter {config.adapter!r} is not a PEFT adapter directory (no adapter_config.json)")
         # Merged for inference: one matmul per layer instead of base + low-rank path.
-        model = PeftModel.from_pretrained(model, adapter).merge_and_unload().to(dtype)
+        model = load_merged(path, [adapter], dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     model.to(device).eval()
     return model, tokenizer, path

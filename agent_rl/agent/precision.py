@@ -51,6 +51,20 @@ def resolve_dtype(name: DtypeName | str, device: str = "cpu", hidden_size: int |
     return getattr(torch, resolve_dtype_name(name, device, hidden_size))
 
 
+def load_merged(base, adapters, dtype):
+    """The base checkpoint with each PEFT adapter merged in order, cast to `dtype` at the end.
+
+    Merging happens in fp32: a low-rank update added to bf16 weights would mostly round away."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+    for adapter in adapters:
+        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    return model.to(dtype)
+
+
 def hidden_size_of(model_path) -> int | None:
     """The model's hidden size from its config.json, None if unreadable (then size does not decide)."""
     import json

@@ -28,13 +28,12 @@ def adapter_stack(adapter_dir: str | Path) -> tuple[Path, list[Path]]:
 def merge_adapter_stack(adapter_dir: str | Path, out_dir: str | Path) -> Path:
     """Write base + merged adapters as a checkpoint directory any policy can load (LocalPolicy, vLLM)."""
     import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from agent_rl.agent.precision import load_merged
 
     base, stack = adapter_stack(adapter_dir)
-    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
-    for adapter in stack:
-        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    model = load_merged(base, stack, torch.float32)
     out_dir = Path(out_dir)
     model.save_pretrained(str(out_dir))
     AutoTokenizer.from_pretrained(str(stack[-1] if (stack[-1] / "tokenizer_config.json").exists() else base)

@@ -25,7 +25,16 @@ from agent_rl.train.config import GRPOSettings, common_trainer_args
 from agent_rl.train.environment import InboxEnvironment, observe
 from agent_rl.train.prompt_filter import FilterReport, filter_prompts
 from agent_rl.train.rewards import REWARD_GROUPS, grouped, make_reward_funcs
-from agent_rl.train.sft import ADAPTER_DIR, MANIFEST, last_checkpoint, load_model, lora_config, read_jsonl, write_manifest
+from agent_rl.train.sft import (
+    ADAPTER_DIR,
+    MANIFEST,
+    last_checkpoint,
+    load_model,
+    lora_config,
+    read_jsonl,
+    training_dtype,
+    write_manifest,
+)
 from agent_rl.train.tracking import MetricsCallback, Tracker, file_sha256
 
 log = logging.getLogger(__name__)
@@ -183,21 +192,20 @@ def _grpo_config(settings: GRPOSettings, out_dir: Path, group_names: list[str]):
 def load_policy_for_grpo(model_path: str | Path, sft_adapter: str | Path | None, settings: GRPOSettings):
     """(model, peft_config, adapter stack). beta == 0: keep training the SFT adapter itself. beta > 0: merge SFT
     into the base and train a fresh adapter, so TRL's reference (adapter disabled) is the SFT policy."""
-    import torch
     from peft import PeftModel
 
-    model = load_model(model_path, settings.compute)
+    from agent_rl.agent.precision import load_merged
+
     if sft_adapter is None:
-        return model, lora_config(settings.lora), []
+        return load_model(model_path, settings.compute), lora_config(settings.lora), []
     sft_adapter = Path(sft_adapter)
     if not (sft_adapter / "adapter_config.json").is_file():
         raise ValueError(f"sft_adapter {sft_adapter} is not a PEFT adapter directory (no adapter_config.json)")
     if settings.beta == 0:
+        model = load_model(model_path, settings.compute)
         return PeftModel.from_pretrained(model, str(sft_adapter), is_trainable=True), None, []
-    # Merge in fp32 (a low-rank update added to bf16 weights would round away), then back to the training dtype.
-    dtype = model.dtype
-    merged = PeftModel.from_pretrained(load_model(model_path, dtype=torch.float32), str(sft_adapter)).merge_and_unload()
-    return merged.to(dtype), lora_config(settings.lora), [sft_adapter]
+    merged = load_merged(model_path, [sft_adapter], training_dtype(model_path, settings.compute))
+    return merged, lora_config(settings.lora), [sft_adapter]
 
 
 def train_grpo(

@@ -227,19 +227,26 @@ def lora_config(lora, task_type: str = "CAUSAL_LM"):
                       modules_to_save=list(lora.modules_to_save) or None)
 
 
-def load_model(model_path: str | Path, compute=None, dtype=None):
-    """The base model to train adapters on: in `dtype` if given, else as `compute` says (bf16 autocast or
-    `base_dtype`; the frozen base in bf16 is ~2x faster per step on AMX CPUs, adapters stay fp32)."""
+def training_dtype(model_path: str | Path, compute=None):
+    """dtype of the frozen base as `compute` says: bf16 with autocast, else `base_dtype` (the frozen base in bf16
+    is ~2x faster per step on AMX CPUs; adapters stay fp32). No settings: fp32."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     from agent_rl.agent.precision import hidden_size_of, resolve_dtype
 
-    if dtype is None:
-        device = "cpu" if compute is None or compute.use_cpu or not torch.cuda.is_available() else "cuda"
-        dtype = torch.bfloat16 if compute is not None and compute.bf16 else resolve_dtype(
-            compute.base_dtype if compute is not None else "float32", device, hidden_size_of(model_path))
-    return AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype)
+    if compute is None:
+        return torch.float32
+    if compute.bf16:
+        return torch.bfloat16
+    device = "cpu" if compute.use_cpu or not torch.cuda.is_available() else "cuda"
+    return resolve_dtype(compute.base_dtype, device, hidden_size_of(model_path))
+
+
+def load_model(model_path: str | Path, compute=None):
+    """The base model to train adapters on, in `training_dtype`."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(model_path), dtype=training_dtype(model_path, compute))
 
 
 def last_checkpoint(out_dir: Path) -> str | None:
