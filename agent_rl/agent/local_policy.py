@@ -30,7 +30,7 @@ class LocalPolicyConfig(BaseModel):
     batch_size: PositiveInt = Field(8, description="conversations generated together in one forward batch")
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
-        "auto", description="'auto' picks bfloat16 on CUDA and on CPUs with AMX (fast bf16 matmul), else float32")
+        "auto", description="'auto' picks bfloat16 on CUDA and on CPUs with AMX or AVX512_BF16 (fast bf16 matmul), else float32")
     version: str | None = Field(None, description="recorded on episodes; defaults to the model/adapter names")
     reuse_prefix_cache: bool = Field(
         True, description="keep the attention cache of the system prompt + tool schemas between calls; only safe "

@@ -212,3 +212,43 @@ def test_merged_adapter_checkpoint_matches_base_plus_adapter(train_data, tmp_pat
         peft = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(sft.adapter_dir))(ids).logits
         plain = AutoModelForCausalLM.from_pretrained(base)(ids).logits
     assert torch.allclose(merged, peft, atol=1e-4) and not torch.allclose(merged, plain, atol=1e-4)
+
+
+def test_trained_positions_loss_equals_the_models_own_loss_and_gradients(train_data):
+    """The lm_head runs only where a token is trained, yet loss and LoRA gradients are the full forward's."""
+    import torch
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agent_rl.train.config import LoraSettings
+    from agent_rl.train.sft import lora_config, read_jsonl, tokenize_rows, trained_positions_loss
+
+    tokenizer = AutoTokenizer.from_pretrained(train_data["tiny"])
+    data = tokenize_rows(tokenizer, read_jsonl(train_data["sft"])[:2], 10**6)
+    width = max(len(ids) for ids in data.input_ids)
+    pad = tokenizer.pad_token_id or 0
+    batch = {  # two rows of different length, right-padded as the collator does
+        "input_ids": torch.tensor([ids + [pad] * (width - len(ids)) for ids in data.input_ids]),
+        "attention_mask": torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids in data.input_ids]),
+        "labels": torch.tensor([labels + [-100] * (width - len(labels)) for labels in data.labels]),
+    }
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(train_data["tiny"], dtype=torch.float32),
+                           lora_config(LoraSettings(r=4, alpha=8)))
+    for name, param in model.named_parameters():  # non-zero B so gradients reach both LoRA matrices
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.02)
+    items = int((batch["labels"][:, 1:] != -100).sum())
+
+    reference = model(**batch, num_items_in_batch=items).loss
+    reference.backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    loss, outputs, accuracy = trained_positions_loss(model, batch, items)
+    loss.backward()
+
+    assert outputs.logits.shape[1] < width // 2  # the vocabulary projection skipped most positions
+    assert torch.allclose(loss, reference, rtol=1e-5, atol=1e-6)
+    assert 0.0 <= accuracy <= 1.0 and expected
+    for name, grad in expected.items():
+        assert torch.allclose(dict(model.named_parameters())[name].grad, grad, rtol=1e-4, atol=1e-7), name
