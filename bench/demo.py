@@ -49,8 +49,9 @@ def run_demo(profile: str, port: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="also time the full SmolLM2 demo (about 30 min)")
+    parser.add_argument("--skip-fast", action="store_true", help="with --full: time only the full demo")
     args = parser.parse_args()
-    runs = [run_demo("fast", 8721)]
+    runs = [] if args.full and args.skip_fast else [run_demo("fast", 8721)]
     if args.full:
         runs.append(run_demo("full", 8722))
     for run in runs:

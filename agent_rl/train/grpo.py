@@ -194,17 +194,23 @@ def load_policy_for_grpo(model_path: str | Path, sft_adapter: str | Path | None,
     into the base and train a fresh adapter, so TRL's reference (adapter disabled) is the SFT policy."""
     from peft import PeftModel
 
+    from agent_rl.agent.attention import use_grouped_decode_attention
     from agent_rl.agent.precision import load_merged
 
+    def base():  # TRL's rollouts decode token by token: read the GQA cache in place (agent/attention.py)
+        model = load_model(model_path, settings.compute)
+        use_grouped_decode_attention(model)
+        return model
+
     if sft_adapter is None:
-        return load_model(model_path, settings.compute), lora_config(settings.lora), []
+        return base(), lora_config(settings.lora), []
     sft_adapter = Path(sft_adapter)
     if not (sft_adapter / "adapter_config.json").is_file():
         raise ValueError(f"sft_adapter {sft_adapter} is not a PEFT adapter directory (no adapter_config.json)")
     if settings.beta == 0:
-        model = load_model(model_path, settings.compute)
-        return PeftModel.from_pretrained(model, str(sft_adapter), is_trainable=True), None, []
+        return PeftModel.from_pretrained(base(), str(sft_adapter), is_trainable=True), None, []
     merged = load_merged(model_path, [sft_adapter], training_dtype(model_path, settings.compute))
+    use_grouped_decode_attention(merged)
     return merged, lora_config(settings.lora), [sft_adapter]
 
 
