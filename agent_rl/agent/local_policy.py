@@ -134,6 +134,7 @@ class LocalPolicy(Policy):
         # Positions count only real tokens, so padding anywhere in a row changes nothing for that row.
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         stop = torch.tensor(self.stop_token_ids, device=ids.device)
+        self._calls += 1
         generator = None
         if self.config.temperature > 0 and self.config.seed is not None:
             # A different but reproducible stream per call: same seed, same sequence of episodes.
@@ -233,7 +234,15 @@ class LocalPolicy(Policy):
         with self._lock:
             return self._generate_locked(prompts, system_length, max_new_tokens)
 
-    def _generate_locked(self, prompts: list[list[int]], system_length: int, max_new_tokens: int) -> list[PolicyTurn]:
+    def generate_ids(self, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+        """Each prompt's new token ids, up to and including its stop token (as a trainer wants them): one padded
+        batch, the prompts' common prefix computed once, finished rows leaving the batch."""
+        if not prompts:
+            return []
+        with self._lock:
+            return self._decode(self._batch(prompts, 0), max_new_tokens)
+
+    def _batch(self, prompts: list[list[int]], system_length: int) -> dict[str, Any]:
         from transformers import DynamicCache
 
         shared = _common_prefix_length(prompts)
@@ -244,8 +253,10 @@ class LocalPolicy(Policy):
             batch = {k: v.to(self.model.device) for k, v in batch.items()}
         if "past_key_values" not in batch:
             batch["past_key_values"] = DynamicCache(config=self.model.config)
-        self._calls += 1
-        rows = self._decode(batch, max_new_tokens)
+        return batch
+
+    def _generate_locked(self, prompts: list[list[int]], system_length: int, max_new_tokens: int) -> list[PolicyTurn]:
+        rows = self._decode(self._batch(prompts, system_length), max_new_tokens)
         turns = []
         for prompt, row in zip(prompts, rows):
             completion = _until_stop(row, self.stop_token_ids)

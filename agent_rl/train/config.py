@@ -167,6 +167,10 @@ class GRPOSettings(BaseModel):
                           "(a 3-turn demo episode is ~800-1,000 tokens; a truncated one is a wasted rollout)"
     )
     max_tool_calling_iterations: PositiveInt = Field(4, description="turn budget: tool rounds per episode")
+    cached_rollouts: bool = Field(
+        True, description="generate rollout turns with the prefix-cached decoder (shared system prompt computed once "
+                          "per round, finished rows leave the batch) instead of transformers generate(); ignored "
+                          "with vLLM, multimodal inputs, top_k/min_p/repetition_penalty or distributed training")
     mask_truncated_completions: bool = False
     generation_kwargs: dict[str, Any] | None = Field(
         None, description="extra transformers/vLLM sampling options (TRL generation_kwargs), e.g. sequence_bias"

@@ -80,8 +80,11 @@ def _trainer_class():
     class AgentGRPOTrainer(GRPOTrainer):
         """GRPOTrainer plus rollout bookkeeping; generation, tool loop, masking and loss are TRL's."""
 
-        def __init__(self, *args, group_weights: list[float], rubric, rollouts_kept: int = 256, **kwargs):
+        def __init__(self, *args, group_weights: list[float], rubric, rollouts_kept: int = 256,
+                     cached_rollouts: bool = True, **kwargs):
             super().__init__(*args, **kwargs)
+            self.cached_rollouts = cached_rollouts
+            self._rollout_decoder = None
             # TRL lists environment methods alphabetically; serving (and SFT) show the tools in TOOL_NAMES order.
             # Same schemas, same order => the GRPO prompt is token-identical to the one the model sees in production.
             for name, tools in self._env_tools.items():
@@ -98,6 +101,40 @@ def _trainer_class():
             self.tool_failures = 0
             self.outcomes: Counter[str] = Counter()
             self.last_batch: dict[str, Any] = {}  # masks of the latest generated batch (tests inspect them)
+
+        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
+                                  has_tool_images=False):
+            """One generation round of the rollouts. With `cached_rollouts`, our decoder instead of generate(): the
+            rows' common prefix (system prompt + tool schemas, ~650 tokens) is computed once per round instead of
+            once per row, finished rows leave the batch, and decoding reads the GQA cache in place (eval mode;
+            LoRA dropout is 0 so eval and train forwards are the same function). Same contract as TRL's
+            transformers path: new ids up to and including the stop token, no sampling logprobs."""
+            if not self._cached_rollouts_apply(images, multimodal_fields):
+                return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                     has_tool_images)
+            model = self.accelerator.unwrap_model(self.model)
+            if self._rollout_decoder is None:
+                from agent_rl.agent.local_policy import LocalPolicy
+
+                self._rollout_decoder = LocalPolicy.from_model(
+                    model, self.processing_class, version="grpo-rollout", temperature=self.temperature,
+                    top_p=self.top_p, batch_size=max(1, len(prompt_ids)), reuse_prefix_cache=False)
+                self._rollout_decoder.stop_token_ids = sorted(set(self.eos_token_ids))
+            was_training = model.training
+            model.eval()
+            try:
+                completion_ids = self._rollout_decoder.generate_ids(list(prompt_ids), self.max_completion_length)
+            finally:
+                model.train(was_training)
+            return completion_ids, None
+
+        def _cached_rollouts_apply(self, images, multimodal_fields) -> bool:
+            from accelerate.utils import DistributedType
+
+            return (self.cached_rollouts and not self.use_vllm and not self.use_transformers_continuous_batching
+                    and not images and not multimodal_fields and not self.args.generation_kwargs
+                    and self.accelerator.distributed_type == DistributedType.NO
+                    and not self.top_k and self.min_p is None and self.repetition_penalty == 1.0)
 
         def _generate_and_score_completions(self, inputs):
             output = super()._generate_and_score_completions(inputs)
@@ -296,6 +333,7 @@ def train_grpo(
         group_weights=settings.reward_weights.as_list(group_names),
         rubric=settings.rubric,
         rollouts_kept=settings.rollouts_kept,
+        cached_rollouts=settings.cached_rollouts,
     )
     started = time.perf_counter()
     try:

@@ -252,3 +252,47 @@ def test_trained_positions_loss_equals_the_models_own_loss_and_gradients(train_d
     assert 0.0 <= accuracy <= 1.0 and expected
     for name, grad in expected.items():
         assert torch.allclose(dict(model.named_parameters())[name].grad, grad, rtol=1e-4, atol=1e-7), name
+
+
+def test_cached_rollout_turns_generate_what_transformers_generate_does(train_data, tmp_path, monkeypatch):
+    """The prefix-cached rollout decoder is an optimisation only: at a near-zero temperature (effectively
+    greedy) each round's completion ids equal those of TRL's generate() path, stop token included."""
+    import agent_rl.train.grpo as grpo_module
+
+    rounds: list[tuple[list, list]] = []
+    original = grpo_module._trainer_class
+
+    def comparing():
+        cls = original()
+
+        class Comparing(cls):
+            def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
+                                      has_tool_images=False):
+                assert self._cached_rollouts_apply(images, multimodal_fields)
+                if not rounds:  # a random model rarely says <|im_end|>: stop on a token it does say, mid-row
+                    self.cached_rollouts = False
+                    first, _ = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations)
+                    self.eos_token_ids = [*self.eos_token_ids, int(first[0][5])]
+                    self.generation_config.eos_token_id = list(self.eos_token_ids)
+                self.cached_rollouts = False
+                theirs, _ = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations)
+                self.cached_rollouts = True
+                ours, logprobs = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations)
+                rounds.append((ours, theirs))
+                return ours, logprobs
+
+        return Comparing
+
+    monkeypatch.setattr(grpo_module, "_trainer_class", comparing)
+    settings = GRPOSettings(
+        max_steps=1, num_generations=2, per_device_train_batch_size=4, gradient_accumulation_steps=1,
+        max_completion_length=48, max_tool_calling_iterations=1, temperature=1e-4,
+        prompt_filter=PromptFilterSettings(mode="none"),
+    )
+    grpo_module.train_grpo(train_data["tiny"], None, train_data["grpo"], train_data["store_url"], tmp_path / "grpo",
+                           settings)
+    assert rounds, "no generation round ran"
+    for ours, theirs in rounds:
+        assert len(ours) == len(theirs) == 4
+        assert ours == [list(map(int, ids)) for ids in theirs]
+    assert any(len(ids) < 48 for ours, _ in rounds for ids in ours)  # rows stopped early and left the batch
