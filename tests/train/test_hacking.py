@@ -125,3 +125,19 @@ def test_findings_are_json_serializable_for_check_metadata():
     findings = detect_reward_hacking(rollouts)
     assert findings
     json.dumps([f.as_dict() for f in findings])
+
+
+def test_penalised_guesses_loops_and_padding_are_not_hacking():
+    """What did not pay is being trained away: a weak policy's wrong guesses, loops and unread citations that
+    scored below zero raise no finding (the evaluation's hallucination gate covers them)."""
+    rollouts = clean_rollouts()
+    rollouts[0] = _episode(QUESTIONS[0][0], "March 17", ["m1"], reward=-1.0)
+    rollouts[1] = _episode(QUESTIONS[1][0], "$99,000", [], reward=-1.2)
+    rollouts[2] = _episode(*QUESTIONS[2][:2], [QUESTIONS[2][2]], reward=-0.5,
+                           extra_calls=[("search_emails", {"keywords": ["budget"]})] * 4)
+    rollouts[3] = _episode(*QUESTIONS[3][:2], [QUESTIONS[3][2]], sources=["m1", "m5"], reward=-1.0)
+    assert detect_reward_hacking(rollouts) == []
+    # The same shapes that paid off are flagged.
+    for rollout in rollouts[:4]:
+        rollout["reward"], rollout["outcome"] = 1.1, "correct"
+    assert {"unsupported_answer", "tool_call_spam", "padded_sources"} <= {f.kind for f in detect_reward_hacking(rollouts)}
