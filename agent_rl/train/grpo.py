@@ -85,6 +85,7 @@ def _trainer_class():
             super().__init__(*args, **kwargs)
             self.cached_rollouts = cached_rollouts
             self._rollout_decoder = None
+            self._skip_positions = None  # tool-result positions of the micro-batch being scored
             # TRL lists environment methods alphabetically; serving (and SFT) show the tools in TOOL_NAMES order.
             # Same schemas, same order => the GRPO prompt is token-identical to the one the model sees in production.
             for name, tools in self._env_tools.items():
@@ -127,6 +128,42 @@ def _trainer_class():
             finally:
                 model.train(was_training)
             return completion_ids, None
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            """TRL's loss on a micro-batch without its all-padding columns, scoring only generated tokens.
+
+            TRL pads every micro-batch to the whole generation batch's longest prompt and completion. Dropping
+            columns no row of the micro-batch uses changes no loss term (padding is masked, 'dapo' normalises by
+            the global token count) but lets attention take its unmasked causal path: one 1,500-token row plus
+            one 1,100-token row took 12.4 s to train as two single rows vs 19.5 s as one padded batch of 2. And
+            log-probabilities are only needed where tool_mask is 1: tool results (~80% of a completion) are
+            masked out of the loss, so the fused LM head skips them (see _get_per_token_logps_and_entropies)."""
+            inputs = trim_padding(inputs)
+            tool_mask = inputs.get("tool_mask")
+            self._skip_positions = None if tool_mask is None else tool_mask == 0
+            try:
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            finally:
+                self._skip_positions = None
+
+        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
+                                               batch_size=None, compute_entropy=False, compute_aux_loss=False,
+                                               **multimodal):
+            skip = self._skip_positions
+            if (skip is None or compute_aux_loss or any(v is not None for v in multimodal.values())
+                    or tuple(skip.shape) != (input_ids.size(0), logits_to_keep)):
+                return super()._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                    compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal)
+            # As TRL's own call, plus label -100 (not scored) on tool-result tokens: their log-probs come back 0,
+            # and the loss and the entropy metric multiply them by tool_mask = 0.
+            labels = input_ids.masked_fill(attention_mask == 0, -100)
+            labels[:, :-logits_to_keep] = -100
+            labels[:, -logits_to_keep:] = labels[:, -logits_to_keep:].masked_fill(skip, -100)
+            with self.accelerator.autocast():
+                outputs = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, fused_lm_head=True)
+            entropies = outputs.entropy[:, -logits_to_keep:] if compute_entropy else None
+            return outputs.log_probs[:, -logits_to_keep:], entropies, None
 
         def _cached_rollouts_apply(self, images, multimodal_fields) -> bool:
             from accelerate.utils import DistributedType
@@ -173,6 +210,35 @@ def _trainer_class():
             return output
 
     return AgentGRPOTrainer
+
+
+# Micro-batch tensors aligned with the prompt / the completion columns (text-only GRPO).
+_PROMPT_KEYS = ("prompt_ids", "prompt_mask")
+_COMPLETION_KEYS = ("completion_ids", "completion_mask", "tool_mask", "old_per_token_logps",
+                    "sampling_per_token_logps", "ref_per_token_logps", "importance_sampling_ratio")
+_MULTIMODAL_KEYS = ("pixel_values", "image_grid_thw", "token_type_ids", "mm_token_type_ids", "num_images")
+
+
+def trim_padding(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The micro-batch without the leading prompt columns and trailing completion columns that are padding in
+    every one of its rows (multimodal batches are returned unchanged)."""
+    if any(inputs.get(key) is not None for key in _MULTIMODAL_KEYS):
+        return inputs
+    prompt_used = inputs["prompt_mask"].bool().any(0).nonzero()
+    completion_used = inputs["completion_mask"].bool().any(0).nonzero()
+    start = int(prompt_used[0]) if len(prompt_used) else 0
+    end = int(completion_used[-1]) + 1 if len(completion_used) else 1
+    prompt_width, completion_width = inputs["prompt_ids"].shape[1], inputs["completion_ids"].shape[1]
+    if start == 0 and end == completion_width:
+        return inputs
+    trimmed = dict(inputs)
+    for key in _PROMPT_KEYS:
+        if getattr(inputs.get(key), "ndim", 0) == 2 and inputs[key].shape[1] == prompt_width:
+            trimmed[key] = inputs[key][:, start:]
+    for key in _COMPLETION_KEYS:
+        if getattr(inputs.get(key), "ndim", 0) == 2 and inputs[key].shape[1] == completion_width:
+            trimmed[key] = inputs[key][:, :end]
+    return trimmed
 
 
 def _rollout_record(env: InboxEnvironment, obs, total: float, components: dict[str, float], step: int,

@@ -296,3 +296,55 @@ def test_cached_rollout_turns_generate_what_transformers_generate_does(train_dat
         assert len(ours) == len(theirs) == 4
         assert ours == [list(map(int, ids)) for ids in theirs]
     assert any(len(ids) < 48 for ours, _ in rounds for ids in ours)  # rows stopped early and left the batch
+
+
+@pytest.mark.parametrize("micro_batch", [1, 4])
+def test_trimmed_micro_batches_scoring_generated_tokens_give_trls_loss(train_data, tmp_path, monkeypatch, micro_batch):
+    """Dropping all-padding columns and skipping tool-result positions in the LM head is an optimisation only:
+    each micro-batch's gradient equals that of TRL's own compute_loss on the untrimmed micro-batch."""
+    import torch
+    from trl import GRPOTrainer
+
+    import agent_rl.train.grpo as grpo_module
+
+    seen: list[tuple[float, float, int, int]] = []
+    original = grpo_module._trainer_class
+
+    def comparing():
+        cls = original()
+
+        class Comparing(cls):
+            def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+                # Forced identical rollouts score alike (advantage 0, loss 0): give the rows advantages of both signs.
+                rows = inputs["advantages"].shape[0]
+                inputs = {**inputs, "advantages": torch.linspace(-1.0, 1.0, rows) if rows > 1 else torch.ones(1)}
+                params = [p for p in model.parameters() if p.requires_grad]
+                ours = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+                ours_grads = torch.autograd.grad(ours, params, retain_graph=True, allow_unused=True)
+                reference = GRPOTrainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
+                reference_grads = torch.autograd.grad(reference, params, allow_unused=True)
+                # On-policy, the loss value is -A x token share whatever the log-probs; its gradient is where they act.
+                difference = max(float((a - b).abs().max()) for a, b in zip(ours_grads, reference_grads, strict=True)
+                                 if a is not None and b is not None)
+                scale = max(float(b.abs().max()) for b in reference_grads if b is not None)
+                width = inputs["prompt_ids"].shape[1] + inputs["completion_ids"].shape[1]
+                trimmed = grpo_module.trim_padding(inputs)
+                seen.append((difference, scale, width, trimmed["prompt_ids"].shape[1] + trimmed["completion_ids"].shape[1]))
+                return ours
+
+        return Comparing
+
+    monkeypatch.setattr(grpo_module, "_trainer_class", comparing)
+    settings = GRPOSettings(
+        max_steps=1, num_generations=2, per_device_train_batch_size=micro_batch,
+        gradient_accumulation_steps=4 // micro_batch, max_completion_length=600, max_tool_calling_iterations=2,
+        prompt_filter=PromptFilterSettings(mode="none"),
+        generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"])},
+    )
+    grpo_module.train_grpo(train_data["tiny"], None, train_data["grpo"], train_data["store_url"], tmp_path / "grpo",
+                           settings)
+    assert len(seen) == 4 // micro_batch
+    for difference, scale, _, _ in seen:
+        assert scale > 0 and difference <= 1e-4 * scale, (difference, scale)
+    if micro_batch == 1:  # rows of different lengths: every single-row micro-batch lost its padding
+        assert any(trimmed < width for _, _, width, trimmed in seen)
