@@ -2,8 +2,8 @@
 time (same model, prompts and greedy decoding). Default model: the prepared SmolLM2-135M-Instruct (built from
 the wheel's GGUF if missing); `--model tiny` for a quick run. Run with OMP_NUM_THREADS=1. Last line: JSON report.
 
-`--dtype auto` (the policy default) is bf16 on CPUs with AMX: fp32 MKL multiplies a batch of 8 rows at ~3x the
-cost of one row on this machine, bf16 oneDNN at ~1x, which is what batching needs. Besides end-to-end turns
+`--dtype auto` (the policy default) is bf16 on CPUs with AMX or AVX512_BF16: fp32 MKL multiplies a batch of
+8 rows at ~3x the cost of one row (AMX machine), bf16 oneDNN at ~1x, which is what batching needs. Besides end-to-end turns
 (prefill + decode, rows stopping at different lengths), the report times one decoding step at batch 1 and at
 batch N with a warm attention cache, the part of a turn that batching speeds up.
 """
