@@ -35,7 +35,24 @@ def test_decoding_step_matches_sdpa_with_padding(dtype, tolerance, boolean_mask)
     assert torch.allclose(got.float(), expected.float(), atol=tolerance, rtol=tolerance)
 
 
-def test_prompts_and_training_take_the_sdpa_path_unchanged():
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_prompt_attention_with_padding_matches_sdpa(dtype, tolerance):
+    """Several query tokens after a cached prefix (a continued conversation), rows left-padded differently."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    module = SimpleNamespace(num_key_value_groups=3, training=False, is_causal=True)
+    generator = torch.Generator().manual_seed(2)
+    query = torch.randn(2, 6, 7, 16, generator=generator).to(dtype)
+    key, value = (torch.randn(2, 2, 30, 16, generator=generator).to(dtype) for _ in range(2))
+    mask = torch.ones(30, 30, dtype=torch.bool).tril()[-7:].expand(2, 1, 7, 30).clone()
+    mask[1, ..., :9] = False
+    expected, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.25)
+    got, _ = grouped_decode_attention(module, query, key, value, mask, scaling=0.25)
+    assert got.shape == expected.shape == (2, 7, 6, 16)
+    assert torch.allclose(got.float(), expected.float(), atol=tolerance, rtol=tolerance)
+
+
+def test_training_takes_the_sdpa_path_unchanged():
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     module = SimpleNamespace(num_key_value_groups=3, training=True, is_causal=True)
