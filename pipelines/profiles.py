@@ -38,7 +38,7 @@ def resources_for(profile: str | None = None) -> dict:
         # Training runs alone on the demo machine (the arbiter idles meanwhile): give it every core. Production
         # keeps one thread, where a busy neighbour makes a multi-threaded torch 40-350x slower.
         resources["compute"] = TrainingCompute(omp_num_threads=max(1, os.cpu_count() or 1))
-        # A GRPO step (8 multi-turn rollouts through TRL's generate + the loss) takes ~5 min on 2 cores: two
+        # A GRPO step (8 multi-turn rollouts + 8 single-row backward passes) takes ~3 min on 2 cores: two
         # steps keep the demo near its 30-minute budget; the library default (4) is for a patient CPU run.
         resources["training"] = TrainingResource(
             grpo_overrides=json.dumps({"max_steps": 2, "prompt_filter": {"mode": "none"}}))
