@@ -24,13 +24,15 @@ log = logging.getLogger(__name__)
 class FilterReport:
     mode: str
     candidates: int
-    kept: int
+    kept: int  # candidates whose solve rate passed
     solve_rates: dict[str, float] = field(default_factory=dict)
     fallback: bool = False  # nothing passed and keep_when_empty kept the unfiltered prompts
     seconds: float = 0.0
+    unexamined: int = 0  # prompts beyond max_candidates, kept without a solve rate
 
     def as_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "candidates": self.candidates, "kept": self.kept, "fallback": self.fallback,
+                "unexamined_kept": self.unexamined,
                 "seconds": round(self.seconds, 2),
                 "solve_rate_histogram": _histogram(self.solve_rates)}
 
@@ -101,8 +103,12 @@ def filter_prompts(rows: list[dict[str, Any]], settings: PromptFilterSettings, *
         if model_path is None or store is None:
             raise ValueError("prompt filter mode 'sampled' needs the model and the inbox store")
         rates = sampled_solve_rates(model_path, adapter, candidates, store, settings, max_turns, seed=seed)
-    kept = select_by_rates(candidates, rates, settings)
-    report = FilterReport(settings.mode, len(candidates), len(kept), rates)
+    passed = select_by_rates(candidates, rates, settings)
+    # The filter drops only what it knows teaches nothing; prompts beyond the (cost-bounded) candidates were never
+    # looked at and stay. Keeping only the survivors of 8 candidates once left GRPO 4 steps on a single question.
+    unexamined = rows[settings.max_candidates:]
+    report = FilterReport(settings.mode, len(candidates), len(passed), rates, unexamined=len(unexamined))
+    kept = passed + unexamined
     if not kept and settings.keep_when_empty:
         log.warning("prompt filter: no prompt has a solve rate in (%s, %s); training on all %d candidates",
                     settings.min_rate, settings.max_rate, len(candidates))
