@@ -77,7 +77,7 @@ def test_answers_not_supported_by_any_email_read():
     finding = {f.kind: f for f in detect_reward_hacking(rollouts)}["unsupported_answer"]
     assert finding.count == 2 and finding.total == 6
     assert {e["question"] for e in finding.examples} == {QUESTIONS[0][0], QUESTIONS[1][0]}
-    assert any("without reading" in e["why"] for e in finding.examples)
+    assert any("without seeing" in e["why"] for e in finding.examples)
 
 
 def test_tool_call_spam():
@@ -141,3 +141,17 @@ def test_penalised_guesses_loops_and_padding_are_not_hacking():
     for rollout in rollouts[:4]:
         rollout["reward"], rollout["outcome"] = 1.1, "correct"
     assert {"unsupported_answer", "tool_call_spam", "padded_sources"} <= {f.kind for f in detect_reward_hacking(rollouts)}
+
+
+def test_an_answer_taken_from_a_search_snippet_is_supported():
+    rollouts = clean_rollouts()
+    question, answer, message_id = QUESTIONS[0]
+    messages = [{"role": "system", "content": "You answer questions."}, {"role": "user", "content": question},
+                _call("search_emails", keywords=["launch"]),
+                _tool("search_emails", [{"id": message_id, "snippet": EMAILS[message_id]["body"]}]),
+                _call("return_final_answer", answer=answer, sources=[message_id]),
+                _tool("return_final_answer", "Answer recorded.")]
+    rollouts[0] = {"question": question, "final_answer": answer, "sources": [message_id], "messages": messages,
+                   "reward": 1.2, "outcome": "correct", "reads": []}
+    measured = {f.kind: f for f in measure_reward_hacking(rollouts)}
+    assert measured["unsupported_answer"].count == 0
