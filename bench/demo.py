@@ -40,7 +40,11 @@ def run_demo(profile: str, port: int) -> dict:
     decision = re.search(r"^A/B decision: (.+)$", result.stdout, re.M)
     log = Path(tempfile.gettempdir()) / f"agent-rl-demo-{profile}.log"  # the printed summary, kept for reading
     log.write_text(result.stdout + "\n--- stderr ---\n" + result.stderr[-20000:])
-    shutil.rmtree(home, ignore_errors=True)
+    failed = result.returncode != 0 or "FAILED" in result.stdout
+    if failed:  # keep the run's storage (rollouts, check results, Dagster logs) for reading
+        print(f"{profile}: the run failed; its storage is kept in {home}")
+    else:
+        shutil.rmtree(home, ignore_errors=True)
     return {"profile": profile, "seconds": round(seconds, 1), "exit_code": result.returncode, "stages": stages,
             "decision": decision.group(1) if decision else None, "target_s": TARGETS_S[profile], "log": str(log),
             "stdout_tail": result.stdout[-1500:] if result.returncode else ""}

@@ -158,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             failed_checks = [e for e in result.get_asset_check_evaluations() if not e.passed]
             for check in failed_checks:
                 print(f"check failed: {check.asset_key.to_user_string()}.{check.check_name}: {check.description}")
+                for line in _flagged_examples(check.metadata):
+                    print(f"    {line}")
             registered = any(e.asset_key.to_user_string() == "registered_model"
                              for e in result.get_asset_materialization_events())
             print(f"retraining run {result.run_id}: {'success' if result.success else 'FAILED'}; "
@@ -208,6 +210,22 @@ def print_summary(pool, partition: str, decision: str | None, started: float) ->
         print(f"{seconds:8.1f} s  {name}")
     print(f"{time.perf_counter() - started:8.1f} s  total")
     print("Open the UIs: `make ui` (Dagster http://127.0.0.1:3000, MLflow http://127.0.0.1:5000)")
+
+
+
+
+def _flagged_examples(metadata: dict, per_finding: int = 2) -> list[str]:
+    """A failed check's example episodes (findings that carry `examples`), one line each, so the summary shows
+    why without opening the UI."""
+    lines = []
+    for name, value in (metadata or {}).items():
+        data = getattr(value, "data", value)
+        if not isinstance(data, dict) or not data.get("triggered"):
+            continue
+        for example in (data.get("examples") or [])[:per_finding]:
+            lines.append(f"{name}: {example.get('why')} | Q: {str(example.get('question'))[:90]!r} | "
+                         f"A: {str(example.get('final_answer'))[:60]!r}")
+    return lines
 
 
 if __name__ == "__main__":
