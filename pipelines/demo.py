@@ -212,8 +212,6 @@ def print_summary(pool, partition: str, decision: str | None, started: float) ->
     print("Open the UIs: `make ui` (Dagster http://127.0.0.1:3000, MLflow http://127.0.0.1:5000)")
 
 
-
-
 def _flagged_examples(metadata: dict, per_finding: int = 2) -> list[str]:
     """A failed check's example episodes (findings that carry `examples`), one line each, so the summary shows
     why without opening the UI."""

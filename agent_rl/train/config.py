@@ -145,8 +145,8 @@ class GRPOSettings(BaseModel):
 
     lora: LoraSettings = Field(default_factory=LoraSettings, description="fresh adapter used only when beta > 0")
     compute: ComputeSettings = Field(default_factory=ComputeSettings)
-    # CPU budget: a step (2 prompts x 4 rollouts of ~3 turns through TRL's generate, then the loss) took 299 s on
-    # 2 cores (bf16 base, 11.5 GB peak), so a few steps at a LoRA-sized learning rate.
+    # CPU budget: a step (2 prompts x 4 rollouts of ~3 turns, then the loss) takes ~180-210 s on 2 cores (bf16
+    # base, cached rollouts), so a few steps at a LoRA-sized learning rate.
     learning_rate: float = Field(5e-5, gt=0)
     max_steps: PositiveInt = 4
     num_generations: int = Field(4, ge=2, description="group size G")

@@ -117,9 +117,10 @@ def _trainer_class():
             if self._rollout_decoder is None:
                 from agent_rl.agent.local_policy import LocalPolicy
 
+                # from_model also switches the model to the grouped decoding attention (agent/attention.py).
                 self._rollout_decoder = LocalPolicy.from_model(
                     model, self.processing_class, version="grpo-rollout", temperature=self.temperature,
-                    top_p=self.top_p, batch_size=max(1, len(prompt_ids)), reuse_prefix_cache=False)
+                    top_p=self.top_p, reuse_prefix_cache=False)
                 self._rollout_decoder.stop_token_ids = sorted(set(self.eos_token_ids))
             was_training = model.training
             model.eval()
@@ -297,23 +298,17 @@ def load_policy_for_grpo(model_path: str | Path, sft_adapter: str | Path | None,
     into the base and train a fresh adapter, so TRL's reference (adapter disabled) is the SFT policy."""
     from peft import PeftModel
 
-    from agent_rl.agent.attention import use_grouped_decode_attention
     from agent_rl.agent.precision import load_merged
 
-    def base():  # TRL's rollouts decode token by token: read the GQA cache in place (agent/attention.py)
-        model = load_model(model_path, settings.compute)
-        use_grouped_decode_attention(model)
-        return model
-
     if sft_adapter is None:
-        return base(), lora_config(settings.lora), []
+        return load_model(model_path, settings.compute), lora_config(settings.lora), []
     sft_adapter = Path(sft_adapter)
     if not (sft_adapter / "adapter_config.json").is_file():
         raise ValueError(f"sft_adapter {sft_adapter} is not a PEFT adapter directory (no adapter_config.json)")
     if settings.beta == 0:
-        return PeftModel.from_pretrained(base(), str(sft_adapter), is_trainable=True), None, []
+        model = load_model(model_path, settings.compute)
+        return PeftModel.from_pretrained(model, str(sft_adapter), is_trainable=True), None, []
     merged = load_merged(model_path, [sft_adapter], training_dtype(model_path, settings.compute))
-    use_grouped_decode_attention(merged)
     return merged, lora_config(settings.lora), [sft_adapter]
 
 
