@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import Engine, and_, create_engine, delete, event, func, inspect, or_, select, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.pool import StaticPool
 
@@ -139,6 +140,16 @@ def _make_engine(url: str) -> Engine:
     raise ValueError(f"pool URL {url!r}: expected sqlite:///PATH or postgresql://HOST/DB")
 
 
+def _make_writer(engine: Engine) -> Engine | None:
+    """PostgreSQL: a second engine for episode inserts, in autocommit mode and without pre-ping (see
+    `PoolRepository._insert_autocommit`). SQLite commits locally, so it needs none."""
+    if engine.dialect.name != "postgresql":
+        return None
+    return create_engine(
+        engine.url, json_serializer=_json_dumps, isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=8
+    )
+
+
 def _episode_row(episode: Episode) -> dict[str, Any]:
     row = episode.model_dump(mode="python")
     row["created_at"] = _as_utc(episode.created_at)
@@ -160,6 +171,7 @@ class PoolRepository:
         self.url = settings.sqlalchemy_url(url or settings.pool_url())
         self.engine = engine or _make_engine(self.url)
         self._insert = postgresql.insert if self.engine.dialect.name == "postgresql" else sqlite.insert
+        self._writer = _make_writer(self.engine) if engine is None else None  # a given engine is used as is
         self._ensure_schema()
 
     # -- schema -------------------------------------------------------------------------------
@@ -189,6 +201,8 @@ class PoolRepository:
             conn.execute(select(1))
 
     def close(self) -> None:
+        if self._writer is not None:
+            self._writer.dispose()
         self.engine.dispose()
 
     # -- episodes -----------------------------------------------------------------------------
@@ -209,9 +223,31 @@ class PoolRepository:
             .on_conflict_do_nothing(index_elements=["episode_id"])
             .returning(schema.episodes.c.episode_id)
         )
+        if self._writer is not None and len(rows) <= self._writer.dialect.insertmanyvalues_page_size:
+            return self._insert_autocommit(stmt, list(rows.values()))
         with self.engine.begin() as conn:
             inserted = conn.execute(stmt, list(rows.values())).all()
         return len(inserted)
+
+    def _insert_autocommit(self, stmt: Any, rows: list[dict[str, Any]]) -> int:
+        """Send the insert as one autocommitted statement, retried once on a dropped connection.
+
+        One INSERT is atomic by itself and durable when it returns (synchronous commit), so the
+        transaction adds nothing but round trips: this is 1 instead of 4 (ping, BEGIN, INSERT,
+        COMMIT), 0.9 vs 1.4 ms per arbiter batch here. Without the ping, a connection the server
+        closed (restart, idle timeout) shows up as an error on use; retrying is safe because the
+        insert skips episode_ids already stored.
+        """
+        try:
+            return self._insert_once(stmt, rows)
+        except DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+            return self._insert_once(stmt, rows)
+
+    def _insert_once(self, stmt: Any, rows: list[dict[str, Any]]) -> int:
+        with self._writer.connect() as conn:
+            return len(conn.execute(stmt, rows).all())
 
     def get(self, episode_id: str) -> Episode | None:
         with self.engine.connect() as conn:

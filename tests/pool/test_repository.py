@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -10,6 +11,7 @@ from sqlalchemy import update
 
 from agent_rl.pool import ExportCursor, PoolRepository, SchemaVersionError, UnknownEpisodeError, schema
 from agent_rl.records import Category, Episode, Outcome
+from tests.conftest import PG_ADMIN_URL
 
 T0 = datetime(2025, 3, 3, 12, 0, tzinfo=timezone.utc)
 
@@ -225,3 +227,25 @@ def test_default_url_is_a_sqlite_file_under_agent_rl_home(tmp_path):
     assert repo.engine.dialect.name == "sqlite"
     assert str(tmp_path / "home") in repo.url
     repo.close()
+
+
+@pytest.mark.postgres
+def test_postgres_insert_survives_connections_the_server_closed(pg_url):
+    """Inserts skip the connection ping; a connection the server dropped is replaced, nothing is lost."""
+    from sqlalchemy import create_engine
+
+    name = f"agent_rl_test_{uuid.uuid4().hex[:8]}"
+    pool = PoolRepository(f"{pg_url}&application_name={name}")
+    try:
+        assert pool.insert_episodes([make_episode(0)]) == 1
+        admin = create_engine(PG_ADMIN_URL)
+        with admin.begin() as conn:  # what a server restart or an idle timeout does to pooled connections
+            killed = conn.exec_driver_sql(
+                f"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '{name}'"
+            ).scalar()
+        admin.dispose()
+        assert killed >= 1
+        assert pool.insert_episodes([make_episode(1), make_episode(0)]) == 1
+        assert pool.count() == 2
+    finally:
+        pool.close()
