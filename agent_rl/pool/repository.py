@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import Engine, and_, create_engine, delete, event, func, inspect, or_, select, update
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
 from agent_rl import settings
