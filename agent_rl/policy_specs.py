@@ -25,14 +25,16 @@ def load_stacked(base_model: str, adapters: list[str | Path], version: str, dtyp
     Merging happens in fp32; the merged model is then cast to `dtype` ('auto': bf16 where it is fast)."""
     from transformers import AutoTokenizer
 
-    from agent_rl.agent.local_policy import LocalPolicy
+    from agent_rl.agent.local_policy import LocalPolicy, LocalPolicyConfig
     from agent_rl.agent.models import resolve_model
     from agent_rl.agent.precision import hidden_size_of, load_merged, resolve_dtype
 
     path = resolve_model(base_model)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = load_merged(path, adapters, resolve_dtype(dtype, hidden_size=hidden_size_of(path))).eval()
-    return LocalPolicy.from_model(model, tokenizer, version=version)
+    # Frozen weights: keep the system prompt's and earlier turns' attention caches between calls.
+    return LocalPolicy.from_model(model, tokenizer, version=version, reuse_prefix_cache=True,
+                                  turn_cache_tokens=LocalPolicyConfig.model_fields["turn_cache_tokens"].default)
 
 
 def load_registered(ref: str, tracking_uri: str | None = None) -> Policy:

@@ -10,6 +10,9 @@ Last line: one JSON object with the table, timings, targets and "meets_target".
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/quality.py [--eval-n 48] [--sft-steps N] [--grpo-steps N]
         [--home DIR] [--model DIR] [--base-n 16] [--skip-base] [--skip-grpo] [--sft JSON] [--grpo JSON]
+
+Every trained row also gets the evaluation's forgetting probe (general questions, no tools) next to the base
+model's, as the demo's forgetting gate compares them.
 """
 
 from __future__ import annotations
@@ -99,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     from agent_rl.agent.local_policy import LocalPolicy
     from agent_rl.agent.runner import EpisodeTask, run_episodes
     from agent_rl.curation.datasets import grpo_rows, save_jsonl, sft_rows
-    from agent_rl.evaluate.harness import EvalConfig, evaluate_policy
+    from agent_rl.evaluate.harness import EvalConfig, evaluate_policy, forgetting_probe
     from agent_rl.inbox.store import open_inbox_store
     from agent_rl.policy_specs import load_stacked
     from agent_rl.records import Split
@@ -149,12 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     with timed("eval teacher"):
         table["heuristic_teacher"] = row_of(evaluate_policy(HeuristicPolicy(HeuristicConfig(), store=store),
                                                             env.scenarios, store, eval_config).metrics)
-    if not args.skip_base:
-        with timed("eval base"):
-            base = LocalPolicy(str(args.model), batch_size=16, version="base")
+    with timed("eval base"):
+        base = LocalPolicy(str(args.model), batch_size=16, version="base")
+        figures["base_forgetting_probe"] = forgetting_probe(base)  # what the trained rows' probe is held to
+        if not args.skip_base:
             base_config = eval_config.model_copy(update={"max_scenarios": min(args.base_n, args.eval_n)})
             table["prompted_base"] = row_of(evaluate_policy(base, env.scenarios, store, base_config).metrics)
-            del base
+            table["prompted_base"]["forgetting_probe"] = figures["base_forgetting_probe"]
+        del base
 
     with timed("train sft") as sft_timing:
         sft = train_sft(args.model, home / "sft.jsonl", home / "sft", sft_settings)
@@ -167,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         policy = load_stacked(str(args.model), [sft.adapter_dir], version="sft")
         policy.config = policy.config.model_copy(update={"batch_size": 16, "reuse_prefix_cache": True})
         table["after_sft"] = row_of(evaluate_policy(policy, env.scenarios, store, eval_config).metrics)
+        table["after_sft"]["forgetting_probe"] = forgetting_probe(policy)
         del policy
 
     train_seconds = sft.seconds
@@ -186,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             policy = load_stacked(str(args.model), stack, version="sft+grpo")
             policy.config = policy.config.model_copy(update={"batch_size": 16, "reuse_prefix_cache": True})
             table["after_sft_grpo"] = row_of(evaluate_policy(policy, env.scenarios, store, eval_config).metrics)
+            table["after_sft_grpo"]["forgetting_probe"] = forgetting_probe(policy)
             del policy
     store.close()
 
@@ -200,10 +207,12 @@ def main(argv: list[str] | None = None) -> int:
         "grpo_beats_sft": "after_sft_grpo" in table and (final["accuracy"] > sft_row["accuracy"]
                                                          or final["hallucination_rate"] < sft_row["hallucination_rate"]),
     }
-    print("\n{:<18} {:>8} {:>10} {:>8} {:>6} {:>6}".format("policy", "accuracy", "valid_call", "halluc", "idk", "turns"))
+    print("\n{:<18} {:>8} {:>10} {:>8} {:>6} {:>6} {:>6}".format(
+        "policy", "accuracy", "valid_call", "halluc", "idk", "turns", "probe"))
     for name, row in table.items():
-        print("{:<18} {:>8.3f} {:>10.3f} {:>8.3f} {:>6.3f} {:>6.2f}".format(
-            name, row["accuracy"], row["valid_tool_call_rate"], row["hallucination_rate"], row["idk_rate"], row["avg_turns"]))
+        print("{:<18} {:>8.3f} {:>10.3f} {:>8.3f} {:>6.3f} {:>6.2f} {:>6}".format(
+            name, row["accuracy"], row["valid_tool_call_rate"], row["hallucination_rate"], row["idk_rate"],
+            row["avg_turns"], row.get("forgetting_probe", "-")))
     print(json.dumps({"benchmark": "quality", "table": table, "timings": TIMINGS, "figures": figures,
                       "train_minutes": round(train_seconds / 60, 2), "target": TARGETS, "checks": checks,
                       "meets_target": all(checks.values())}))

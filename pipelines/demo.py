@@ -43,8 +43,10 @@ def step(name: str):
 def arbiter_process(port: int, scenarios: Path, token: str):
     """The arbiter as its own process, like production; stopped (SIGTERM, drained) on exit."""
     env = {**os.environ, "AGENT_RL_ADMIN_TOKEN": token}
+    # 128 tokens per turn: the trained agent's turns are under 90 (a tool call or an answer with sources), while
+    # the prompted base model, champion until one is registered, rambles on to the limit without calling a tool.
     command = [sys.executable, "-m", "agent_rl.cli", "arbiter", "serve", "--port", str(port), "--workers", "1",
-               "--scenarios", str(scenarios), "--log-level", "warning"]
+               "--scenarios", str(scenarios), "--log-level", "warning", "--max-new-tokens", "128"]
     process = subprocess.Popen(command, env=env)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -11,10 +11,11 @@ import threading
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt
 
 from agent_rl.agent.chat_format import parse_completion, render_prompt
 from agent_rl.agent.policy import Policy, PolicyTurn
+from agent_rl.agent.turn_cache import CachedRow, TurnCache
 
 
 class LocalPolicyConfig(BaseModel):
@@ -35,6 +36,10 @@ class LocalPolicyConfig(BaseModel):
     reuse_prefix_cache: bool = Field(
         True, description="keep the attention cache of the system prompt + tool schemas between calls; only safe "
                           "while the weights do not change (off by default for from_model, i.e. a model in training)")
+    turn_cache_tokens: NonNegativeInt = Field(
+        65536, description="tokens of earlier turns' attention caches kept so a conversation's next turn computes "
+        "only its new tokens (agent/turn_cache.py); ~23 KB per token for SmolLM2-135M in bf16. 0 turns it off; "
+        "off by default for from_model (weights in training change; a trainer clears it when they do)")
 
 
 # Below this many shared tokens a separate prefix forward pass costs more than it saves.
@@ -59,6 +64,7 @@ class LocalPolicy(Policy):
         """Wrap an already loaded model (e.g. the one being trained) without reloading it."""
         policy = cls.__new__(cls)
         options.setdefault("reuse_prefix_cache", False)
+        options.setdefault("turn_cache_tokens", 0)
         policy.config = LocalPolicyConfig(model="<in-memory>", version=version, **options)
         policy.model, policy.tokenizer, policy.version = model, tokenizer, version
         policy._setup_generation()
@@ -82,11 +88,13 @@ class LocalPolicy(Policy):
         # One generation at a time: the arbiter calls act() from several threads, and the seed stream is global.
         self._lock = threading.Lock()
         self._system_cache: tuple[tuple[int, ...], Any] | None = None
+        self.turn_cache = TurnCache(self.config.turn_cache_tokens if _plain_dynamic_layers(self.model) else 0)
 
     def clear_prefix_cache(self) -> None:
-        """Forget the cached system-prompt attention state (call after changing the weights)."""
+        """Forget the cached system-prompt and earlier turns' attention states (call after changing the weights)."""
         with self._lock:
             self._system_cache = None
+            self.turn_cache.clear()
 
     def act(
         self,
@@ -121,7 +129,8 @@ class LocalPolicy(Policy):
                 turns[index] = turn
         return [t if t is not None else PolicyTurn(parse_error="no output") for t in turns]
 
-    def _decode(self, batch: dict[str, Any], max_new_tokens: int) -> list[list[int]]:
+    def _decode(self, batch: dict[str, Any], max_new_tokens: int, prompts: list[list[int]] | None = None
+                ) -> list[list[int]]:
         """Greedy or sampled decoding of a padded batch; each row's new tokens, ending at its stop token.
 
         Our own loop rather than generate(): a row that has stopped leaves the batch (and the attention cache) at
@@ -142,6 +151,8 @@ class LocalPolicy(Policy):
         active = list(range(ids.shape[0]))
         outputs: list[list[int]] = [[] for _ in active]
         next_positions = positions[:, -1] + 1
+        remember = prompts is not None and self.turn_cache.enabled
+        starts: list[tuple[int, CachedRow | None]] = batch.get("turn_hits") or [(0, None)] * len(active)
         with torch.inference_mode():
             logits = self.model(input_ids=ids[:, cached:], attention_mask=mask, position_ids=positions[:, cached:],
                                 past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
@@ -151,8 +162,15 @@ class LocalPolicy(Policy):
                     outputs[row].append(token)
                 running = ~torch.isin(tokens, stop)
                 if step == max_new_tokens - 1 or not bool(running.any()):
+                    if remember:
+                        for i, row in enumerate(active):
+                            self._remember(prompts[row], outputs[row][:-1], cache, mask, i, starts[row])
                     break
                 if not bool(running.all()):
+                    if remember:
+                        for i in (~running).nonzero().squeeze(1).tolist():
+                            row = active[i]
+                            self._remember(prompts[row], outputs[row][:-1], cache, mask, i, starts[row])
                     keep = running.nonzero().squeeze(1)
                     cache.batch_select_indices(keep)
                     mask, tokens, next_positions = mask[keep], tokens[keep], next_positions[keep]
@@ -230,6 +248,50 @@ class LocalPolicy(Policy):
         return {"input_ids": torch.tensor(rows, device=device), "attention_mask": torch.tensor(masks, device=device),
                 "past_key_values": cache}
 
+    def _turn_cached_batch(self, prompts: list[list[int]], hits: list[tuple[int, CachedRow | None]]) -> dict[str, Any]:
+        """Decoder inputs where each row resumes from its own cached prefix (an earlier turn of the same
+        conversation): the cached keys/values are left-padded to a common length, each row's new tokens follow
+        after padding, and the mask hides both gaps (positions come from the mask)."""
+        import torch
+        from transformers import DynamicCache
+
+        device = self.model.device
+        cached = max(n for n, _ in hits)
+        reference = next(row for n, row in hits if n)
+        layers = []
+        for index, (like, _) in enumerate(reference.layers):
+            shape = (len(hits), like.shape[1], cached, like.shape[3])
+            keys, values = like.new_zeros(shape), like.new_zeros(shape)
+            for i, (n, row) in enumerate(hits):
+                if n:
+                    keys[i, :, cached - n:] = row.layers[index][0][0, :, :n]
+                    values[i, :, cached - n:] = row.layers[index][1][0, :, :n]
+            layers.append((keys, values))
+        cache = DynamicCache(ddp_cache_data=layers, config=self.model.config)
+        self.turn_cache.record_use([n for n, _ in hits])
+        width = max(len(p) - n for p, (n, _) in zip(prompts, hits))
+        pad = self.tokenizer.pad_token_id
+        rows, masks = [], []
+        for prompt, (n, _) in zip(prompts, hits):
+            suffix = prompt[n:]
+            gap = width - len(suffix)
+            rows.append([pad] * cached + [pad] * gap + suffix)
+            masks.append([0] * (cached - n) + [1] * n + [0] * gap + [1] * len(suffix))
+        return {"input_ids": torch.tensor(rows, device=device), "attention_mask": torch.tensor(masks, device=device),
+                "past_key_values": cache, "turn_hits": hits}
+
+    def _remember(self, prompt: list[int], fed: list[int], cache: Any, mask: Any, index: int,
+                  resumed: tuple[int, CachedRow | None]) -> None:
+        """Keep row `index` of the batch cache for a later turn: its unmasked positions hold exactly the prompt
+        and the generated tokens fed back so far (`fed`: all but the last one sampled)."""
+        valid = mask[index].nonzero().squeeze(1)
+        if valid.numel() != len(prompt) + len(fed):
+            return  # should not happen; never store a cache that does not match its tokens
+        # Indexing with a tensor copies, so the entry does not pin the whole batch cache in memory.
+        layers = [(layer.keys[index:index + 1, :, valid], layer.values[index:index + 1, :, valid])
+                  for layer in cache.layers]
+        self.turn_cache.add(prompt + fed, layers, len(prompt), resumed)
+
     def _generate(self, prompts: list[list[int]], system_length: int, max_new_tokens: int) -> list[PolicyTurn]:
         with self._lock:
             return self._generate_locked(prompts, system_length, max_new_tokens)
@@ -240,13 +302,18 @@ class LocalPolicy(Policy):
         if not prompts:
             return []
         with self._lock:
-            return self._decode(self._batch(prompts, 0), max_new_tokens)
+            return self._decode(self._batch(prompts, 0), max_new_tokens, prompts)
 
     def _batch(self, prompts: list[list[int]], system_length: int) -> dict[str, Any]:
         from transformers import DynamicCache
 
         shared = _common_prefix_length(prompts)
-        if shared >= MIN_SHARED_PREFIX:
+        hits = [self.turn_cache.lookup(p) for p in prompts] if self.turn_cache.enabled else []
+        longest = max(len(p) for p in prompts)
+        # The cheaper prompt pass: rows resuming their own earlier turns, or one shared prefix computed once.
+        if hits and max(len(p) - n for p, (n, _) in zip(prompts, hits)) < longest - max(shared, 0):
+            batch = self._turn_cached_batch(prompts, hits)
+        elif shared >= MIN_SHARED_PREFIX:
             batch = self._prefix_cached_batch(prompts, shared, min(system_length, shared))
         else:
             batch = self.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt")
@@ -256,7 +323,7 @@ class LocalPolicy(Policy):
         return batch
 
     def _generate_locked(self, prompts: list[list[int]], system_length: int, max_new_tokens: int) -> list[PolicyTurn]:
-        rows = self._decode(self._batch(prompts, system_length), max_new_tokens)
+        rows = self._decode(self._batch(prompts, system_length), max_new_tokens, prompts)
         turns = []
         for prompt, row in zip(prompts, rows):
             completion = _until_stop(row, self.stop_token_ids)
@@ -267,6 +334,14 @@ class LocalPolicy(Policy):
             turn.completion_tokens = len(completion) + (1 if len(completion) < len(row) else 0)
             turns.append(turn)
         return turns
+
+
+def _plain_dynamic_layers(model: Any) -> bool:
+    """Turn caches are spliced per layer: only for models whose cache layers all keep every position."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    return all(type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers)
 
 
 def _common_prefix_length(prompts: list[list[int]]) -> int:

@@ -36,6 +36,7 @@ def serve_command(
     log_level: Annotated[str, typer.Option(help="uvicorn/arbiter log level")] = "info",
     access_log: Annotated[bool, typer.Option("--access-log/--no-access-log", help="Log every request line")] = False,
     workers: Annotated[Optional[int], typer.Option(help="Worker processes sharing the port; default one per CPU (a model policy is loaded once per worker)")] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option("--max-new-tokens", help="Generation limit per assistant turn (default: RunnerConfig's)")] = None,
 ) -> None:
     """Serve POST /v1/ask, POST /v1/feedback, GET|PUT /v1/routing and GET /healthz."""
     from pydantic import ValidationError
@@ -50,6 +51,10 @@ def serve_command(
         except json.JSONDecodeError as exc:
             raise typer.BadParameter(f"not valid JSON: {exc}", param_hint="--default-routing") from exc
     try:
+        if max_new_tokens is not None:
+            from agent_rl.agent.runner import RunnerConfig
+
+            options["runner"] = RunnerConfig(max_new_tokens=max_new_tokens)
         config = ArbiterConfig(**options)
     except ValidationError as exc:
         typer.echo(f"error: invalid arbiter configuration: {exc}", err=True)

@@ -72,7 +72,9 @@ def evaluate_policy(
     return EvalResult(version, compute_metrics(episodes, {s.id: s for s in chosen}), episodes)
 
 
-# General questions with checkable answers: a drop here means training made the model forget.
+# General questions with checkable answers: a drop here means training made the model forget. Forty-eight
+# of them, because the gate allows a 10-point drop: with the first twelve, two questions flipping by
+# chance (17 points) failed a candidate. Never used in training (train/retain.py rehearses other prompts).
 FORGETTING_PROBE: tuple[tuple[str, str], ...] = (
     ("What is the capital of France? Answer in one word.", r"\bparis\b"),
     ("What is 2 + 3? Answer with a number.", r"\b5\b|\bfive\b"),
@@ -86,6 +88,42 @@ FORGETTING_PROBE: tuple[tuple[str, str], ...] = (
     ("What do bees make? One word.", r"\bhoney\b"),
     ("What is the largest ocean on Earth?", r"\bpacific\b"),
     ("What is frozen water called? One word.", r"\bice\b"),
+    ("What is the capital of Italy?", r"\brome\b"),
+    ("What is the capital of Japan?", r"\btokyo\b"),
+    ("What is the capital of Germany?", r"\bberlin\b"),
+    ("What is the capital of the United Kingdom?", r"\blondon\b"),
+    ("How many hours are in a day?", r"\b24\b|twenty-four"),
+    ("How many months are in a year?", r"\b12\b|\btwelve\b"),
+    ("How many minutes are in an hour?", r"\b60\b|\bsixty\b"),
+    ("What is 3 times 4?", r"\b12\b|\btwelve\b"),
+    ("What is 5 times 5?", r"\b25\b|twenty-five"),
+    ("What is 9 plus 1?", r"\b10\b|\bten\b"),
+    ("What is 100 divided by 10?", r"\b10\b|\bten\b"),
+    ("What color is grass?", r"\bgreen\b"),
+    ("What color is a banana?", r"\byellow\b"),
+    ("What color is snow?", r"\bwhite\b"),
+    ("Which animal says meow?", r"\bcats?\b|\bkitten"),
+    ("Which animal is called the king of the jungle?", r"\blions?\b"),
+    ("What is the tallest animal in the world?", r"\bgiraffes?\b"),
+    ("At what temperature in degrees Celsius does water boil?", r"\b100\b"),
+    ("At what temperature in degrees Celsius does water freeze?", r"\b0\b|\bzero\b"),
+    ("What is the opposite of up?", r"\bdown\b"),
+    ("What is the opposite of day?", r"\bnight\b"),
+    ("What is the opposite of big?", r"\bsmall\b|\blittle\b|\btiny\b"),
+    ("Which star is closest to the Earth?", r"\bsun\b"),
+    ("What gas do people need to breathe?", r"\boxygen\b"),
+    ("How many sides does a triangle have?", r"\b3\b|\bthree\b"),
+    ("How many wheels does a bicycle have?", r"\b2\b|\btwo\b"),
+    ("Who wrote Romeo and Juliet?", r"shakespeare"),
+    ("What is the largest planet in our solar system?", r"\bjupiter\b"),
+    ("What is the chemical formula of water?", r"\bh2o\b|h₂o"),
+    ("What language is spoken in France?", r"\bfrench\b"),
+    ("Which season comes after winter?", r"\bspring\b"),
+    ("Which month comes after January?", r"\bfebruary\b"),
+    ("How many continents are there on Earth?", r"\b7\b|\bseven\b"),
+    ("What is the currency of the United States?", r"\bdollars?\b"),
+    ("What do plants need from the sun to grow?", r"\blight\b|\bsunlight\b|\benergy\b"),
+    ("What is the opposite of wet?", r"\bdry\b"),
 )
 
 

@@ -81,6 +81,10 @@ class SFTSettings(BaseModel):
     logging_steps: PositiveInt = 1
     save_steps: PositiveInt = Field(16, description="checkpoint every N steps (resume point after a crash)")
     save_total_limit: PositiveInt = Field(2, description="checkpoints kept in out_dir")
+    retain_fraction: float = Field(
+        0.15, ge=0, lt=1,
+        description="share of training rows that rehearse plain chat: general prompts answered by the base model "
+        "itself (train/retain.py), so tool-use SFT does not erase general knowledge (the forgetting gate); 0 = off")
     close_after_answer: bool = Field(
         True,
         description="append the 'Answer recorded.' tool result and an empty closing assistant turn after "

@@ -85,6 +85,7 @@ def _trainer_class():
             super().__init__(*args, **kwargs)
             self.cached_rollouts = cached_rollouts
             self._rollout_decoder = None
+            self._rollout_weights_step = -1
             self._skip_positions = None  # tool-result positions of the micro-batch being scored
             # TRL lists environment methods alphabetically; serving (and SFT) show the tools in TOOL_NAMES order.
             # Same schemas, same order => the GRPO prompt is token-identical to the one the model sees in production.
@@ -115,13 +116,19 @@ def _trainer_class():
                                                      has_tool_images)
             model = self.accelerator.unwrap_model(self.model)
             if self._rollout_decoder is None:
-                from agent_rl.agent.local_policy import LocalPolicy
+                from agent_rl.agent.local_policy import LocalPolicy, LocalPolicyConfig
 
                 # from_model also switches the model to the grouped decoding attention (agent/attention.py).
+                # Turn caches: TRL's tool loop sends prompt + completion + tool ids, so a rollout's next turn
+                # resumes after its own completion. They hold only while the weights stay as they are (below).
                 self._rollout_decoder = LocalPolicy.from_model(
                     model, self.processing_class, version="grpo-rollout", temperature=self.temperature,
-                    top_p=self.top_p, reuse_prefix_cache=False)
+                    top_p=self.top_p, reuse_prefix_cache=False,
+                    turn_cache_tokens=LocalPolicyConfig.model_fields["turn_cache_tokens"].default)
                 self._rollout_decoder.stop_token_ids = sorted(set(self.eos_token_ids))
+            if self._rollout_weights_step != self.state.global_step:  # an optimizer step changed the weights
+                self._rollout_decoder.clear_prefix_cache()
+                self._rollout_weights_step = self.state.global_step
             was_training = model.training
             model.eval()
             try:

@@ -64,6 +64,7 @@ class SFTResult:
     resumed_from: str | None
     mlflow_run_id: str | None
     history: list[dict[str, float]] = field(default_factory=list)
+    retain_rows: int = 0
 
     @property
     def cut_rows(self) -> int:
@@ -324,6 +325,20 @@ def trained_positions_loss(model, inputs: dict, num_items_in_batch=None):
     return loss, outputs, accuracy
 
 
+def rehearsal(model, tokenizer, task_rows: int, settings: SFTSettings) -> TokenizedRows:
+    """Tokenized rehearsal rows (train/retain.py), `retain_fraction` of the training set next to `task_rows`."""
+    from agent_rl.train.retain import RETAIN_PROMPTS, retain_rows
+
+    fraction = settings.retain_fraction
+    n = min(len(RETAIN_PROMPTS), round(task_rows * fraction / (1 - fraction)))
+    if n <= 0:
+        return TokenizedRows()
+    rows = retain_rows(model, tokenizer, n)
+    retained = tokenize_rows(tokenizer, rows, settings.max_length, close_after_answer=False)
+    log.info("SFT rehearsal: %d of %d general prompts answered by the base model within budget", len(rows), n)
+    return retained
+
+
 def write_manifest(adapter_dir: Path, base_model: str | Path, stack: list[str | Path]) -> None:
     """Base model and the adapters to apply in order (the last is this directory) - what loaders read."""
     manifest = {"base_model": str(base_model), "adapters": [str(p) for p in stack]}
@@ -357,10 +372,12 @@ def train_sft(
     if not data.input_ids:
         raise ValueError(f"no usable SFT rows in {rows_jsonl}: {len(rows)} read, all dropped "
                          f"({'; '.join(sorted({d.reason.split(':')[0] for d in data.dropped}))})")
-    dataset = Dataset.from_dict({"input_ids": data.input_ids, "labels": data.labels})
 
     torch.manual_seed(settings.compute.seed)
     model = load_model(model_path, settings.compute)
+    retained = rehearsal(model, tokenizer, len(data.input_ids), settings)
+    dataset = Dataset.from_dict({"input_ids": data.input_ids + retained.input_ids,
+                                 "labels": data.labels + retained.labels})
     config = SFTConfig(
         **common_trainer_args(settings, str(out_dir)),
         max_length=settings.max_length,
@@ -375,6 +392,7 @@ def train_sft(
             "sft",
             params={"model_path": str(model_path), "settings": settings.model_dump(mode="json"),
                     "rows": len(rows), "rows_used": len(data.input_ids), "rows_dropped": len(data.dropped),
+                    "retain_rows": len(retained.input_ids),
                     "longest_row_tokens": data.longest, "trained_tokens_per_epoch": data.trained_tokens},
             dataset_hashes={"sft_rows": file_sha256(rows_jsonl)},
         )
@@ -416,6 +434,7 @@ def train_sft(
         resumed_from=Path(resume).name if resume else None,
         mlflow_run_id=stage.run_id if stage else None,
         history=callback.history,
+        retain_rows=len(retained.input_ids),
     )
     if stage is not None:
         stage.log_metrics({"tokens_per_second": result.tokens_per_second, "cut_rows": result.cut_rows,
