@@ -88,7 +88,9 @@ def main() -> None:
     args = parser.parse_args()
 
     load_started = time.perf_counter()
-    policy = LocalPolicy(args.model, batch_size=args.conversations, dtype=args.dtype)
+    # No turn cache: both runs play the same prompts, and the second would resume the first's (bench/turn_cache.py
+    # measures that cache on its own).
+    policy = LocalPolicy(args.model, batch_size=args.conversations, dtype=args.dtype, turn_cache_tokens=0)
     load_s = time.perf_counter() - load_started
     convs = conversations(args.conversations)
     policy.act(convs[:1], TOOLS, max_new_tokens=4)  # warm-up: first-call allocations are not throughput
