@@ -10,7 +10,7 @@ import dagster as dg
 
 from agent_rl import registry
 from agent_rl.curation.datasets import load_jsonl
-from agent_rl.evaluate.harness import evaluate_policy, forgetting_probe
+from agent_rl.evaluate.harness import evaluate_policy, forgetting_probe, torch_threads
 from agent_rl.evaluate.metrics import EvalMetrics
 from agent_rl.evaluate.report import comparison_chart, comparison_markdown, forgetting_gate, improvement_gate
 from agent_rl.inbox.store import open_inbox_store
@@ -53,10 +53,11 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
     probes: dict[str, float] = {}
     for name, spec in specs.items():
         context.log.info(f"evaluating {name} ({spec or 'the trained adapters'})")
-        policy = load_stacked(training.base_model, adapters, version=name) if spec is None else load_policy(spec)
-        results[name] = evaluate_policy(policy, scenarios, store, evaluation.eval_config(), version=name).metrics
-        probes[name] = forgetting_probe(policy)
-        del policy
+        with torch_threads(evaluation.torch_threads):
+            policy = load_stacked(training.base_model, adapters, version=name) if spec is None else load_policy(spec)
+            results[name] = evaluate_policy(policy, scenarios, store, evaluation.eval_config(), version=name).metrics
+            probes[name] = forgetting_probe(policy)
+            del policy
     if "champion" not in results:  # no champion registered yet: the prompted base model is what serves
         results["champion"], probes["champion"] = results["base"], probes["base"]
     store.close()

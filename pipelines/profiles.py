@@ -33,8 +33,9 @@ def resources_for(profile: str | None = None) -> dict:
     if profile == "demo":
         # A 135M model serves on 2 CPU cores: decide on tens of episodes per arm, expecting a large lift.
         resources["rollout"] = RolloutResource(min_samples_per_arm=20, min_samples_per_step=20, tau_squared=0.09)
-        # Three models are evaluated on CPU: 30 held-out questions each keep validation to minutes.
-        resources["evaluation"] = EvaluationResource(max_scenarios=30)
+        # Three models are evaluated on CPU: 30 held-out questions each keep validation to minutes, on every core
+        # (it runs alone, like training below).
+        resources["evaluation"] = EvaluationResource(max_scenarios=30, torch_threads=max(1, os.cpu_count() or 1))
         # Training runs alone on the demo machine (the arbiter idles meanwhile): give it every core. Production
         # keeps one thread, where a busy neighbour makes a multi-threaded torch 40-350x slower.
         resources["compute"] = TrainingCompute(omp_num_threads=max(1, os.cpu_count() or 1))

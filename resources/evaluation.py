@@ -12,6 +12,8 @@ class EvaluationResource(ConfigurableResource):
     seed: int = 0
     min_relative_improvement: float = Field(default=0.10, description="over the champion's accuracy")
     max_forgetting_drop: float = Field(default=0.10, ge=0, le=1)
+    torch_threads: int = Field(default=1, ge=1, description="CPU threads for the models under evaluation (it runs "
+                               "in the Dagster step's process); 1 on a busy machine, every core when it runs alone")
 
     def eval_config(self) -> EvalConfig:
         return EvalConfig(max_scenarios=self.max_scenarios, seed=self.seed)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pydantic import BaseModel, Field, PositiveInt
@@ -38,6 +40,19 @@ class EvalResult:
     policy_version: str
     metrics: EvalMetrics
     episodes: list[Episode]
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run the block with `n` torch CPU threads, then put the previous count back (the caller's process goes on)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def select_scenarios(scenarios: list[Scenario], config: EvalConfig) -> list[Scenario]:
