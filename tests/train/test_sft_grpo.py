@@ -348,3 +348,15 @@ def test_trimmed_micro_batches_scoring_generated_tokens_give_trls_loss(train_dat
         assert scale > 0 and difference <= 1e-4 * scale, (difference, scale)
     if micro_batch == 1:  # rows of different lengths: every single-row micro-batch lost its padding
         assert any(trimmed < width for _, _, width, trimmed in seen)
+
+
+def test_rehearsal_keeps_its_share_of_training_rows_however_large_the_task_set():
+    from agent_rl.train.sft import TokenizedRows, rehearsal_count, repeat_to
+
+    assert rehearsal_count(252, 0.15) == 44 and rehearsal_count(3525, 0.15) == 622 and rehearsal_count(100, 0.0) == 0
+    unique = TokenizedRows(input_ids=[[1, 2], [3, 4], [5, 6]], labels=[[-100, 2], [-100, 4], [-100, 6]])
+    repeated = repeat_to(unique, 622)
+    assert len(repeated.input_ids) == len(repeated.labels) == 622
+    assert repeated.input_ids.count([3, 4]) == 207 and repeated.labels[4] == [-100, 4]  # cycled evenly, paired
+    assert 622 / (3525 + 622) == pytest.approx(0.15, abs=0.001)
+    assert repeat_to(TokenizedRows(), 10).input_ids == []
