@@ -25,7 +25,7 @@ def load_stacked(base_model: str, adapters: list[str | Path], version: str, dtyp
     Merging happens in fp32; the merged model is then cast to `dtype` ('auto': bf16 where it is fast)."""
     from transformers import AutoTokenizer
 
-    from agent_rl.agent.local_policy import LocalPolicy, LocalPolicyConfig
+    from agent_rl.agent.local_policy import DEFAULT_TURN_CACHE_TOKENS, LocalPolicy
     from agent_rl.agent.models import resolve_model
     from agent_rl.agent.precision import hidden_size_of, load_merged, resolve_dtype
 
@@ -34,7 +34,7 @@ def load_stacked(base_model: str, adapters: list[str | Path], version: str, dtyp
     model = load_merged(path, adapters, resolve_dtype(dtype, hidden_size=hidden_size_of(path))).eval()
     # Frozen weights: keep the system prompt's and earlier turns' attention caches between calls.
     return LocalPolicy.from_model(model, tokenizer, version=version, reuse_prefix_cache=True,
-                                  turn_cache_tokens=LocalPolicyConfig.model_fields["turn_cache_tokens"].default)
+                                  turn_cache_tokens=DEFAULT_TURN_CACHE_TOKENS)
 
 
 def load_registered(ref: str, tracking_uri: str | None = None) -> Policy:

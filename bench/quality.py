@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                       "first_loss": sft.losses[0] if sft.losses else None, "last_loss": sft.losses[-1] if sft.losses else None}
     with timed("eval sft"):
         policy = load_stacked(str(args.model), [sft.adapter_dir], version="sft")
-        policy.config = policy.config.model_copy(update={"batch_size": 16, "reuse_prefix_cache": True})
+        policy.config = policy.config.model_copy(update={"batch_size": 16})
         table["after_sft"] = row_of(evaluate_policy(policy, env.scenarios, store, eval_config).metrics)
         table["after_sft"]["forgetting_probe"] = forgetting_probe(policy)
         del policy
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         with timed("eval grpo"):
             _, stack = adapter_stack(grpo.adapter_dir)
             policy = load_stacked(str(args.model), stack, version="sft+grpo")
-            policy.config = policy.config.model_copy(update={"batch_size": 16, "reuse_prefix_cache": True})
+            policy.config = policy.config.model_copy(update={"batch_size": 16})
             table["after_sft_grpo"] = row_of(evaluate_policy(policy, env.scenarios, store, eval_config).metrics)
             table["after_sft_grpo"]["forgetting_probe"] = forgetting_probe(policy)
             del policy

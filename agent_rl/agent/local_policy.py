@@ -18,6 +18,10 @@ from agent_rl.agent.policy import Policy, PolicyTurn
 from agent_rl.agent.turn_cache import CachedRow, TurnCache
 
 
+# Tokens of earlier turns' attention caches a policy keeps by default (~1.5 GB for SmolLM2-135M in bf16).
+DEFAULT_TURN_CACHE_TOKENS = 65536
+
+
 class LocalPolicyConfig(BaseModel):
     """How to load and sample a local model."""
 
@@ -37,7 +41,7 @@ class LocalPolicyConfig(BaseModel):
         True, description="keep the attention cache of the system prompt + tool schemas between calls; only safe "
                           "while the weights do not change (off by default for from_model, i.e. a model in training)")
     turn_cache_tokens: NonNegativeInt = Field(
-        65536, description="tokens of earlier turns' attention caches kept so a conversation's next turn computes "
+        DEFAULT_TURN_CACHE_TOKENS, description="tokens of earlier turns' attention caches kept so a conversation's next turn computes "
         "only its new tokens (agent/turn_cache.py); ~23 KB per token for SmolLM2-135M in bf16. 0 turns it off; "
         "off by default for from_model (weights in training change; a trainer clears it when they do)")
 
@@ -311,7 +315,7 @@ class LocalPolicy(Policy):
         hits = [self.turn_cache.lookup(p) for p in prompts] if self.turn_cache.enabled else []
         longest = max(len(p) for p in prompts)
         # The cheaper prompt pass: rows resuming their own earlier turns, or one shared prefix computed once.
-        if hits and max(len(p) - n for p, (n, _) in zip(prompts, hits)) < longest - max(shared, 0):
+        if hits and max(len(p) - n for p, (n, _) in zip(prompts, hits)) < longest - shared:
             batch = self._turn_cached_batch(prompts, hits)
         elif shared >= MIN_SHARED_PREFIX:
             batch = self._prefix_cached_batch(prompts, shared, min(system_length, shared))

@@ -26,10 +26,8 @@ class CachedRow:
 
 @dataclass
 class TurnCacheStats:
-    lookups: int = 0
     hits: int = 0  # rows that resumed from an entry (lookups whose match was used)
     reused_tokens: int = 0
-    stored: int = 0
     evicted: int = 0
 
 
@@ -56,7 +54,6 @@ class TurnCache:
     def lookup(self, prompt: list[int]) -> tuple[int, CachedRow | None]:
         """The entry sharing the longest prefix with `prompt`, and that length (at most len(prompt) - 1: the
         last prompt token is always fed, it yields the first logits)."""
-        self.stats.lookups += 1
         if not self._rows or len(prompt) < 2:
             return 0, None
         ids = np.asarray(prompt, dtype=np.int64)
@@ -93,7 +90,6 @@ class TurnCache:
             self._rows.remove(start)
         self._rows = [row for row in self._rows if not np.array_equal(row.tokens, ids)]
         self._rows.append(CachedRow(ids, layers, prompt_length))
-        self.stats.stored += 1
         total = self.tokens
         while total > self.max_tokens and len(self._rows) > 1:
             oldest = self._rows.pop(0)

@@ -111,6 +111,9 @@ def _json_dumps(value: Any) -> str:
     return json.dumps(value, default=str, ensure_ascii=False)
 
 
+POSTGRES_ENGINE_OPTIONS: dict[str, Any] = {"json_serializer": _json_dumps, "pool_size": 8, "max_overflow": 8}
+
+
 def _make_engine(url: str) -> Engine:
     url = settings.sqlalchemy_url(url)
     if url.startswith("sqlite"):
@@ -136,7 +139,7 @@ def _make_engine(url: str) -> Engine:
 
         return engine
     if url.startswith("postgresql"):
-        return create_engine(url, json_serializer=_json_dumps, pool_pre_ping=True, pool_size=8, max_overflow=8)
+        return create_engine(url, pool_pre_ping=True, **POSTGRES_ENGINE_OPTIONS)
     raise ValueError(f"pool URL {url!r}: expected sqlite:///PATH or postgresql://HOST/DB")
 
 
@@ -145,9 +148,7 @@ def _make_writer(engine: Engine) -> Engine | None:
     `PoolRepository._insert_autocommit`). SQLite commits locally, so it needs none."""
     if engine.dialect.name != "postgresql":
         return None
-    return create_engine(
-        engine.url, json_serializer=_json_dumps, isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=8
-    )
+    return create_engine(engine.url, isolation_level="AUTOCOMMIT", **POSTGRES_ENGINE_OPTIONS)
 
 
 def _episode_row(episode: Episode) -> dict[str, Any]:

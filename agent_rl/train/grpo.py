@@ -116,7 +116,7 @@ def _trainer_class():
                                                      has_tool_images)
             model = self.accelerator.unwrap_model(self.model)
             if self._rollout_decoder is None:
-                from agent_rl.agent.local_policy import LocalPolicy, LocalPolicyConfig
+                from agent_rl.agent.local_policy import DEFAULT_TURN_CACHE_TOKENS, LocalPolicy
 
                 # from_model also switches the model to the grouped decoding attention (agent/attention.py).
                 # Turn caches: TRL's tool loop sends prompt + completion + tool ids, so a rollout's next turn
@@ -124,7 +124,7 @@ def _trainer_class():
                 self._rollout_decoder = LocalPolicy.from_model(
                     model, self.processing_class, version="grpo-rollout", temperature=self.temperature,
                     top_p=self.top_p, reuse_prefix_cache=False,
-                    turn_cache_tokens=LocalPolicyConfig.model_fields["turn_cache_tokens"].default)
+                    turn_cache_tokens=DEFAULT_TURN_CACHE_TOKENS)
                 self._rollout_decoder.stop_token_ids = sorted(set(self.eos_token_ids))
             if self._rollout_weights_step != self.state.global_step:  # an optimizer step changed the weights
                 self._rollout_decoder.clear_prefix_cache()

@@ -89,6 +89,7 @@ def retain_rows(model: Any, tokenizer: Any, n: int, max_new_tokens: int = 96) ->
     Replies that run out of `max_new_tokens` are left out: training on a cut-off reply would teach the
     model to stop mid-sentence. Call this before the adapter is attached (the base model answers).
     """
+    from agent_rl.agent.chat_format import render_prompt
     from agent_rl.agent.local_policy import LocalPolicy
 
     prompts = list(RETAIN_PROMPTS[: max(0, n)])
@@ -99,11 +100,9 @@ def retain_rows(model: Any, tokenizer: Any, n: int, max_new_tokens: int = 96) ->
     model.eval()
     try:
         policy = LocalPolicy.from_model(model, tokenizer, version="retain")
-        ids = [
-            tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-            for p in prompts
-        ]
-        ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in ids]
+        # Rendered as the forgetting probe is asked (LocalPolicy.act with no tools).
+        ids = [tokenizer(render_prompt(tokenizer, [{"role": "user", "content": p}], []), add_special_tokens=False)
+               ["input_ids"] for p in prompts]
         replies = policy.generate_ids(ids, max_new_tokens)
         stops = set(policy.stop_token_ids)
     finally:
