@@ -71,7 +71,8 @@ def row_of(metrics) -> dict[str, float]:
     return {"accuracy": metrics.accuracy, "valid_tool_call_rate": metrics.valid_tool_call_rate,
             "hallucination_rate": metrics.hallucination_rate, "idk_rate": metrics.idk_rate,
             "format_error_rate": metrics.format_error_rate, "source_accuracy": metrics.source_accuracy,
-            "avg_turns": metrics.avg_turns, "avg_tokens": metrics.avg_tokens, "n": metrics.n}
+            "avg_turns": metrics.avg_turns, "avg_tokens": metrics.avg_tokens, "n": metrics.n,
+            "by_category": metrics.by_category}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,9 @@ Definitions (all shares are over the evaluated episodes unless said otherwise):
 - idk_rate: the final answer says "I don't know";
 - valid_tool_call_rate: over assistant turns, turns that made a well-formed call to a known tool;
 - avg_turns, avg_tokens (prompt + completion per episode), latency_ms_p50, latency_ms_p95;
-- cost_per_1k_usd: estimated cost of 1,000 such queries.
+- cost_per_1k_usd: estimated cost of 1,000 such queries;
+- by_category: per task category (when `scenarios` are given), n and the share of each outcome, to see
+  whether a model fails on unanswerable questions or on one kind of fact.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class EvalMetrics(BaseModel):
     latency_ms_p50: float
     latency_ms_p95: float
     cost_per_1k_usd: float
+    by_category: dict[str, dict[str, float]] = {}
 
 
 def _share(count: int, total: int) -> float:
@@ -88,4 +91,16 @@ def compute_metrics(episodes: list[Episode], scenarios: Mapping[str, Scenario] |
         latency_ms_p50=_percentile([e.latency_ms for e in episodes], 0.50),
         latency_ms_p95=_percentile([e.latency_ms for e in episodes], 0.95),
         cost_per_1k_usd=round(1000 * statistics.fmean(e.cost_usd for e in episodes), 6) if n else 0.0,
+        by_category=_by_category(episodes, scenarios),
     )
+
+
+def _by_category(episodes: list[Episode], scenarios: Mapping[str, Scenario]) -> dict[str, dict[str, float]]:
+    """{category: {"n": count, outcome: share}} over the episodes whose scenario is known."""
+    groups: dict[str, list[Outcome]] = {}
+    for episode in episodes:
+        scenario = scenarios.get(episode.scenario_id or "")
+        if scenario is not None:
+            groups.setdefault(str(scenario.category.value), []).append(episode.outcome)
+    return {category: {"n": len(outcomes), **{o.value: _share(outcomes.count(o), len(outcomes)) for o in Outcome}}
+            for category, outcomes in sorted(groups.items())}

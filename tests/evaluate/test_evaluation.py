@@ -14,7 +14,7 @@ from agent_rl.evaluate.harness import EvalConfig, evaluate_policy, select_scenar
 from agent_rl.evaluate.metrics import compute_metrics
 from agent_rl.evaluate.report import GateSettings, forgetting_gate, improvement_gate, relative_improvement
 from agent_rl.inbox.store import open_inbox_store
-from agent_rl.records import Episode, Outcome
+from agent_rl.records import Category, Episode, Outcome, Scenario, Split
 from agent_rl.scenarios.demo import build_demo_environment
 
 METRIC_KEYS = {"accuracy", "source_accuracy", "hallucination_rate", "idk_rate", "avg_turns", "avg_tokens",
@@ -68,6 +68,22 @@ def test_metrics_count_hallucinations_idk_and_invalid_turns():
                          episode(Outcome.FORMAT_ERROR, None, [])])
     assert (m.accuracy, m.hallucination_rate, m.idk_rate, m.format_error_rate) == (0.25, 0.25, 0.25, 0.25)
     assert m.valid_tool_call_rate == 0.75
+
+
+def test_metrics_break_outcomes_down_by_category():
+    scenarios = {sid: Scenario(id=sid, inbox_id="a@x", question="q", answer=answer, category=category,
+                               split=Split.TEST, query_date="2026-01-05T00:00:00")
+                 for sid, answer, category in [("m1", "June 5", Category.DATE), ("m2", "June 6", Category.DATE),
+                                               ("u1", "I don't know", Category.UNANSWERABLE)]}
+
+    def episode(sid, outcome):
+        return Episode(inbox_id="a@x", question="q", policy_version="v", scenario_id=sid, outcome=outcome)
+
+    m = compute_metrics([episode("m1", Outcome.CORRECT), episode("m2", Outcome.WRONG), episode("u1", Outcome.WRONG),
+                         episode("unknown", Outcome.CORRECT)], scenarios)
+    assert set(m.by_category) == {"date", "unanswerable"}
+    assert m.by_category["date"]["n"] == 2 and m.by_category["date"]["correct"] == 0.5
+    assert m.by_category["unanswerable"]["wrong"] == 1.0 and m.by_category["unanswerable"]["idk"] == 0.0
 
 
 def test_improvement_gate_is_relative_to_the_champion():
