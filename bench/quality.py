@@ -11,7 +11,7 @@ Last line: one JSON object with the table, timings, targets and "meets_target".
     OMP_NUM_THREADS=1 .venv/bin/python bench/quality.py [--eval-n 48] [--sft-steps N] [--grpo-steps N]
         [--home DIR] [--model DIR] [--base-n 16] [--skip-base] [--skip-grpo] [--sft JSON] [--grpo JSON]
 
-Every trained row also gets the evaluation's forgetting probe (general questions, no tools) next to the base
+The trained rows' evaluation episodes are saved as HOME/episodes_after_*.jsonl. Every trained row also gets the evaluation's forgetting probe (general questions, no tools) next to the base
 model's, as the demo's forgetting gate compares them.
 """
 
@@ -65,6 +65,13 @@ def matmul_gflops(seconds: float = 2.0) -> float:
         a @ b
         n += 1
     return 2 * 1024**3 * n / (time.perf_counter() - started) / 1e9
+
+
+def save_episodes(result, path: Path) -> None:
+    """The evaluation's episodes as JSONL next to the report: what to read when a number looks wrong."""
+    with path.open("w", encoding="utf-8") as out:
+        for episode in result.episodes:
+            out.write(episode.model_dump_json() + "\n")
 
 
 def row_of(metrics) -> dict[str, float]:
@@ -172,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     with timed("eval sft"):
         policy = load_stacked(str(args.model), [sft.adapter_dir], version="sft")
         policy.config = policy.config.model_copy(update={"batch_size": 16})
-        table["after_sft"] = row_of(evaluate_policy(policy, env.scenarios, store, eval_config).metrics)
+        result = evaluate_policy(policy, env.scenarios, store, eval_config)
+        save_episodes(result, home / "episodes_after_sft.jsonl")
+        table["after_sft"] = row_of(result.metrics)
         table["after_sft"]["forgetting_probe"] = forgetting_probe(policy)
         del policy
 
@@ -192,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
             _, stack = adapter_stack(grpo.adapter_dir)
             policy = load_stacked(str(args.model), stack, version="sft+grpo")
             policy.config = policy.config.model_copy(update={"batch_size": 16})
-            table["after_sft_grpo"] = row_of(evaluate_policy(policy, env.scenarios, store, eval_config).metrics)
+            result = evaluate_policy(policy, env.scenarios, store, eval_config)
+            save_episodes(result, home / "episodes_after_sft_grpo.jsonl")
+            table["after_sft_grpo"] = row_of(result.metrics)
             table["after_sft_grpo"]["forgetting_probe"] = forgetting_probe(policy)
             del policy
     store.close()
