@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-n", type=int, default=16,
                         help="test scenarios for the prompted base model (it writes up to 256 tokens of prose per "
                              "episode and never calls a tool: a small sample says as much)")
+    parser.add_argument("--max-idk-share", type=float, default=None,
+                        help="cap on SFT rows answering \"I don't know\" (default: the curation default)")
     parser.add_argument("--skip-base", action="store_true", help="do not evaluate the prompted base model")
     parser.add_argument("--skip-grpo", action="store_true", help="stop after SFT")
     args = parser.parse_args(argv)
@@ -145,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     with timed("teacher data"):
         teacher = HeuristicPolicy(HeuristicConfig(), store=store)
         episodes = run_episodes(teacher, [EpisodeTask.from_scenario(s) for s in train], store)
-        rows = sft_rows([e.model_dump(mode="json") for e in episodes])
+        cap = {} if args.max_idk_share is None else {"max_idk_share": args.max_idk_share}
+        rows = sft_rows([e.model_dump(mode="json") for e in episodes], **cap)
         save_jsonl(rows, home / "sft.jsonl")
         save_jsonl(grpo_rows(train), home / "grpo.jsonl")
     from transformers import AutoTokenizer

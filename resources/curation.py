@@ -5,6 +5,7 @@ from dagster import ConfigurableResource
 from pydantic import Field
 
 from agent_rl.curation.balance import BalanceConfig
+from agent_rl.curation.datasets import DEFAULT_MAX_IDK_SHARE
 from agent_rl.curation.validate import GateConfig
 
 
@@ -15,7 +16,8 @@ class CurationResource(ConfigurableResource):
     cap_per_category: int = Field(default=2000, ge=1, description="balanced episodes per task category")
     min_quality: float = Field(default=0.8, ge=0, le=1, description="SFT keeps correct episodes at least this good")
     max_idk_share: float | None = Field(
-        default=0.1, ge=0, lt=1, description="most SFT rows answering \"I don't know\" (share; None = no cap)")
+        default=DEFAULT_MAX_IDK_SHARE, ge=0, lt=1,
+        description="most SFT rows answering \"I don't know\" (share; None = no cap; see curation.datasets.sft_rows)")
     canaries: list[str] = Field(default_factory=list, description="planted PII that must never survive curation")
 
     def gates(self) -> GateConfig:

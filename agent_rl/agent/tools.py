@@ -84,6 +84,22 @@ def _error(message: str) -> str:
     return json.dumps({"error": message}, ensure_ascii=False)
 
 
+# What a search that matched nothing returns. A bare "[]" was two tokens a 135M policy learned to skip: after
+# it, the SFT model invented an email id to read on 6 of 8 unanswerable test questions. A sentence is a cue it
+# can condition on (the answer then is a broader search or "I don't know").
+NO_RESULTS_PREFIX = "No emails match"
+
+
+def no_results(words: list[str], sender: str | None) -> str:
+    """The search result when nothing matched: says so in words, naming the keywords (and sender) tried."""
+    text = f"{NO_RESULTS_PREFIX} all of the keywords {_compact(words)}"
+    return text + (f" from {sender}." if sender else ".")
+
+
+def is_no_results(result: str | None) -> bool:
+    return bool(result) and (result.startswith(NO_RESULTS_PREFIX) or result.strip() == "[]")
+
+
 def _compact(value: Any) -> str:
     # Compact separators: fewer tokens for the same content.
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
@@ -231,6 +247,8 @@ class InboxTools:
         self.trace.searches.append(
             SearchRecord(words, sender, _day(after), _day(before), [hit.message_id for hit in hits])
         )
+        if not hits:
+            return no_results(words, sender)
         return _compact(
             [
                 {

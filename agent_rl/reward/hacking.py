@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
+from agent_rl.agent.tools import is_no_results
 from agent_rl.reward.judge import is_idk
 
 KINDS = ("same_answer", "unsupported_answer", "tool_call_spam", "padded_sources", "format_exploit")
@@ -189,7 +190,7 @@ def _seen_texts(rollout: dict[str, Any]) -> list[str]:
     _, texts = _read_ids_and_texts(rollout)
     snippets = [call.result for call in tool_calls(rollout.get("messages") or [])
                 if call.name == "search_emails" and call.result and '"error"' not in call.result[:12]]
-    return texts + [s for s in snippets if s.strip() not in ("", "[]")]
+    return texts + [s for s in snippets if s.strip() and not is_no_results(s)]
 
 
 def _unsupported(rollouts: list[dict[str, Any]], config: HackingConfig) -> Finding:

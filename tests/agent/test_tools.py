@@ -11,7 +11,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers.utils import get_json_schema
 
-from agent_rl.agent.tools import TOOL_NAMES, InboxTools, ToolConfig, call_tool, make_tools, tool_schemas
+from agent_rl.agent.tools import (
+    TOOL_NAMES,
+    InboxTools,
+    ToolConfig,
+    call_tool,
+    is_no_results,
+    make_tools,
+    tool_schemas,
+)
 from agent_rl.inbox.store import open_inbox_store
 from agent_rl.records import Email
 
@@ -119,12 +127,21 @@ def test_search_needs_all_keywords_and_filters_by_sender_and_dates(tools):
 
 
 def test_sent_before_never_reaches_past_the_query_date(tools, store):
-    late = json.loads(tools.search_emails(["final"], sent_before="2002-01-01"))
-    assert late == []
+    late = tools.search_emails(["final"], sent_before="2002-01-01")
+    assert late == 'No emails match all of the keywords ["final"].' and is_no_results(late)
     assert tools.trace.searches[-1].sent_before == "2001-06-01"
     # Without a query date the same email is visible.
     unbounded = make_tools(store, ALICE)
     assert [h["id"] for h in json.loads(unbounded.search_emails(["final"]))] == ["<a3@x>"]
+
+
+def test_an_empty_search_says_so_in_words(tools):
+    """A bare "[]" was a cue the small policy ignored (it invented an email id to read): the result names what
+    was searched, and the reward-hacking checks still recognise it as no text seen."""
+    result = tools.search_emails(["Stony Brook", "invoice"], sender="dave@example.com")
+    assert result == 'No emails match all of the keywords ["Stony Brook","invoice"] from dave@example.com.'
+    assert tools.trace.searches[-1].hit_ids == []
+    assert is_no_results(result) and is_no_results("[]") and not is_no_results(tools.search_emails(["budget"]))
 
 
 def test_snippets_are_short(store):
