@@ -55,7 +55,9 @@ def resources_for(profile: str | None = None) -> dict:
             ),
             # A random tiny model cannot beat anything: let it through to show registry and A/B.
             evaluation=EvaluationResource(max_scenarios=20, min_relative_improvement=-1.0, max_forgetting_drop=1.0),
-            rollout=RolloutResource(min_samples_per_arm=20, min_samples_per_step=20, base_spec="tiny",
-                                    max_step_hours=0.02),
+            # A round of 100 replayed requests gives the 10% arm ~7 episodes in ~45 s: 10 per arm decide by the
+            # statistics within two or three rounds (20 per arm with a 72 s limit always ended in a timeout).
+            rollout=RolloutResource(min_samples_per_arm=10, min_samples_per_step=10, base_spec="tiny",
+                                    max_step_hours=0.05),
         )
     return resources
