@@ -12,7 +12,13 @@ from agent_rl import registry
 from agent_rl.curation.datasets import load_jsonl
 from agent_rl.evaluate.harness import evaluate_policy, forgetting_probe, torch_threads
 from agent_rl.evaluate.metrics import EvalMetrics
-from agent_rl.evaluate.report import comparison_chart, comparison_markdown, forgetting_gate, improvement_gate
+from agent_rl.evaluate.report import (
+    category_markdown,
+    comparison_chart,
+    comparison_markdown,
+    forgetting_gate,
+    improvement_gate,
+)
 from agent_rl.inbox.store import open_inbox_store
 from agent_rl.policy_specs import load_policy, load_stacked
 from agent_rl.records import Scenario
@@ -80,6 +86,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
         "candidate_accuracy": candidate.accuracy,
         "champion_accuracy": results["champion"].accuracy,
         "candidate_hallucination_rate": candidate.hallucination_rate,
+        "candidate_by_category": dg.MetadataValue.md(category_markdown(candidate)),
         "scenarios": candidate.n,
     })
 

@@ -61,6 +61,17 @@ def comparison_markdown(results: dict[str, EvalMetrics], probes: dict[str, float
     return "\n".join(lines)
 
 
+def category_markdown(metrics: EvalMetrics) -> str:
+    """One row per task category: how many episodes and the share of each outcome (where a model goes wrong)."""
+    if not metrics.by_category:
+        return "no per-category figures (the scenarios were not known)"
+    outcomes = [key for key in next(iter(metrics.by_category.values())) if key != "n"]
+    lines = ["| category | n | " + " | ".join(outcomes) + " |", "|" + "---|" * (len(outcomes) + 2)]
+    for category, row in metrics.by_category.items():
+        lines.append(f"| {category} | {int(row['n'])} | " + " | ".join(f"{row[o]:.0%}" for o in outcomes) + " |")
+    return "\n".join(lines)
+
+
 def comparison_chart(results: dict[str, EvalMetrics], path: str | Path) -> Path:
     """Grouped bars of the rates (accuracy, sources, hallucination, I-don't-know, valid calls) per model."""
     import matplotlib

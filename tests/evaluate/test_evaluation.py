@@ -12,7 +12,7 @@ from agent_rl.agent.heuristic import HeuristicConfig, HeuristicPolicy
 from agent_rl.cli import app
 from agent_rl.evaluate.harness import EvalConfig, evaluate_policy, select_scenarios
 from agent_rl.evaluate.metrics import compute_metrics
-from agent_rl.evaluate.report import GateSettings, forgetting_gate, improvement_gate, relative_improvement
+from agent_rl.evaluate.report import GateSettings, category_markdown, forgetting_gate, improvement_gate, relative_improvement
 from agent_rl.inbox.store import open_inbox_store
 from agent_rl.records import Category, Episode, Outcome, Scenario, Split
 from agent_rl.scenarios.demo import build_demo_environment
@@ -84,6 +84,8 @@ def test_metrics_break_outcomes_down_by_category():
     assert set(m.by_category) == {"date", "unanswerable"}
     assert m.by_category["date"]["n"] == 2 and m.by_category["date"]["correct"] == 0.5
     assert m.by_category["unanswerable"]["wrong"] == 1.0 and m.by_category["unanswerable"]["idk"] == 0.0
+    table = category_markdown(m)
+    assert "| date | 2 | 50% | 50% |" in table and "| unanswerable | 1 | 0% | 100% |" in table
 
 
 def test_improvement_gate_is_relative_to_the_champion():
