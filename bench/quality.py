@@ -11,8 +11,9 @@ Last line: one JSON object with the table, timings, targets and "meets_target".
     OMP_NUM_THREADS=1 .venv/bin/python bench/quality.py [--eval-n 48] [--sft-steps N] [--grpo-steps N]
         [--home DIR] [--model DIR] [--base-n 16] [--skip-base] [--skip-grpo] [--sft JSON] [--grpo JSON]
 
-The trained rows' evaluation episodes are saved as HOME/episodes_after_*.jsonl. Every trained row also gets the evaluation's forgetting probe (general questions, no tools) next to the base
-model's, as the demo's forgetting gate compares them.
+The trained rows' evaluation episodes are saved as HOME/episodes_after_*.jsonl. Every trained row also gets
+the evaluation's forgetting probe (general questions, no tools) next to the base model's, as the demo's
+forgetting gate compares them.
 """
 
 from __future__ import annotations
@@ -67,19 +68,23 @@ def matmul_gflops(seconds: float = 2.0) -> float:
     return 2 * 1024**3 * n / (time.perf_counter() - started) / 1e9
 
 
-def save_episodes(result, path: Path) -> None:
-    """The evaluation's episodes as JSONL next to the report: what to read when a number looks wrong."""
-    with path.open("w", encoding="utf-8") as out:
-        for episode in result.episodes:
-            out.write(episode.model_dump_json() + "\n")
-
-
 def row_of(metrics) -> dict[str, float]:
     return {"accuracy": metrics.accuracy, "valid_tool_call_rate": metrics.valid_tool_call_rate,
             "hallucination_rate": metrics.hallucination_rate, "idk_rate": metrics.idk_rate,
             "format_error_rate": metrics.format_error_rate, "source_accuracy": metrics.source_accuracy,
             "avg_turns": metrics.avg_turns, "avg_tokens": metrics.avg_tokens, "n": metrics.n,
             "by_category": metrics.by_category}
+
+
+def trained_row(policy, name: str, scenarios, store, eval_config, home: Path) -> dict[str, float]:
+    """A trained policy's table row with its forgetting probe; its episodes go to HOME/episodes_<name>.jsonl,
+    what to read when a number looks wrong."""
+    from agent_rl.curation.datasets import save_jsonl
+    from agent_rl.evaluate.harness import evaluate_policy, forgetting_probe
+
+    result = evaluate_policy(policy, scenarios, store, eval_config)
+    save_jsonl([e.model_dump(mode="json") for e in result.episodes], home / f"episodes_{name}.jsonl")
+    return {**row_of(result.metrics), "forgetting_probe": forgetting_probe(policy)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,10 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     with timed("eval sft"):
         policy = load_stacked(str(args.model), [sft.adapter_dir], version="sft")
         policy.config = policy.config.model_copy(update={"batch_size": 16})
-        result = evaluate_policy(policy, env.scenarios, store, eval_config)
-        save_episodes(result, home / "episodes_after_sft.jsonl")
-        table["after_sft"] = row_of(result.metrics)
-        table["after_sft"]["forgetting_probe"] = forgetting_probe(policy)
+        table["after_sft"] = trained_row(policy, "after_sft", env.scenarios, store, eval_config, home)
         del policy
 
     train_seconds = sft.seconds
@@ -204,10 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             _, stack = adapter_stack(grpo.adapter_dir)
             policy = load_stacked(str(args.model), stack, version="sft+grpo")
             policy.config = policy.config.model_copy(update={"batch_size": 16})
-            result = evaluate_policy(policy, env.scenarios, store, eval_config)
-            save_episodes(result, home / "episodes_after_sft_grpo.jsonl")
-            table["after_sft_grpo"] = row_of(result.metrics)
-            table["after_sft_grpo"]["forgetting_probe"] = forgetting_probe(policy)
+            table["after_sft_grpo"] = trained_row(policy, "after_sft_grpo", env.scenarios, store, eval_config, home)
             del policy
     store.close()
 

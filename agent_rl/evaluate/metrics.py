@@ -101,6 +101,6 @@ def _by_category(episodes: list[Episode], scenarios: Mapping[str, Scenario]) -> 
     for episode in episodes:
         scenario = scenarios.get(episode.scenario_id or "")
         if scenario is not None:
-            groups.setdefault(str(scenario.category.value), []).append(episode.outcome)
+            groups.setdefault(scenario.category.value, []).append(episode.outcome)
     return {category: {"n": len(outcomes), **{o.value: _share(outcomes.count(o), len(outcomes)) for o in Outcome}}
             for category, outcomes in sorted(groups.items())}
