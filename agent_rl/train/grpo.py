@@ -22,7 +22,7 @@ from typing import Any
 from agent_rl.agent.tools import TOOL_NAMES
 from agent_rl.reward.rubric import score
 from agent_rl.train.config import GRPOSettings, common_trainer_args
-from agent_rl.train.environment import InboxEnvironment, observe
+from agent_rl.train.environment import ANSWER_ACK, InboxEnvironment, observe
 from agent_rl.train.prompt_filter import FilterReport, filter_prompts
 from agent_rl.train.rewards import REWARD_GROUPS, grouped, make_reward_funcs
 from agent_rl.train.sft import (
@@ -87,6 +87,7 @@ def _trainer_class():
             self._rollout_decoder = None
             self._rollout_weights_step = -1
             self._skip_positions = None  # tool-result positions of the micro-batch being scored
+            self._ack_suffix: list[int] | None = None  # ids of the answer's acknowledgement + next turn header
             # TRL lists environment methods alphabetically; serving (and SFT) show the tools in TOOL_NAMES order.
             # Same schemas, same order => the GRPO prompt is token-identical to the one the model sees in production.
             for name, tools in self._env_tools.items():
@@ -106,6 +107,53 @@ def _trainer_class():
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
                                   has_tool_images=False):
+            """One generation round, where a rollout whose answer was just recorded only closes its turn.
+
+            TRL's tool loop lets the model speak once more after every tool round, also after return_final_answer,
+            which ends an episode everywhere else (runner, arbiter, evaluation). Teaching the model an empty
+            closing turn for that (SFT used to) made it emit empty turns elsewhere too: 4 of 48 held-out episodes
+            ended in one after a fruitless search. Here the closing turn is the end-of-turn token, not generated,
+            and `_generate_and_score_completions` keeps it out of the loss."""
+            done = [self._answer_recorded(ids) for ids in prompt_ids]
+            if not any(done) or images or multimodal_fields:  # multimodal rows: TRL's own path, unchanged
+                return self._generate_round(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+            live = [i for i, finished in enumerate(done) if not finished]
+            ids, logprobs = ([], None) if not live else self._generate_round(
+                [prompt_ids[i] for i in live], images, multimodal_fields, num_generations, has_tool_images)
+            closing = [self._tokenizer.eos_token_id]
+            all_ids: list[list[int]] = [list(closing) for _ in prompt_ids]
+            all_logprobs = None if logprobs is None else [[0.0] for _ in prompt_ids]
+            for slot, index in enumerate(live):
+                all_ids[index] = ids[slot]
+                if all_logprobs is not None:
+                    all_logprobs[index] = logprobs[slot]
+            return all_ids, all_logprobs
+
+        def _mask_closing_tokens(self, output: dict[str, Any]) -> int:
+            """Zero the tool mask of the closing tokens `_generate_single_turn` put after a recorded answer (not the
+            model's choice: nothing to learn from). Returns how many rows had one."""
+            tool_mask = output.get("tool_mask")
+            if tool_mask is None or not self._ack_suffix:
+                return 0
+            pattern = self._ack_suffix + [self._tokenizer.eos_token_id]
+            lengths = output["completion_mask"].sum(1).tolist()
+            masked = 0
+            for row, length in enumerate(lengths):
+                ids = output["completion_ids"][row, :int(length)].tolist()
+                if ids[-len(pattern):] == pattern:
+                    tool_mask[row, int(length) - 1] = 0
+                    masked += 1
+            return masked
+
+        def _answer_recorded(self, ids) -> bool:
+            """Whether a rollout's ids end with return_final_answer's acknowledgement (and the next turn header)."""
+            if self._ack_suffix is None:
+                self._ack_suffix = list(self._get_tool_suffix_ids(
+                    [{"role": "tool", "name": "return_final_answer", "content": ANSWER_ACK}]))
+            suffix = self._ack_suffix
+            return bool(suffix) and len(ids) >= len(suffix) and list(ids[-len(suffix):]) == suffix
+
+        def _generate_round(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
             """One generation round of the rollouts. With `cached_rollouts`, our decoder instead of generate(): the
             rows' common prefix (system prompt + tool schemas, ~650 tokens) is computed once per round instead of
             once per row, finished rows leave the batch, and decoding reads the GQA cache in place (eval mode;
@@ -183,6 +231,7 @@ def _trainer_class():
 
         def _generate_and_score_completions(self, inputs):
             output = super()._generate_and_score_completions(inputs)
+            self._mask_closing_tokens(output)
             mode = "train" if self.model.training else "eval"
             completions = list(self._logs["completion"])[-len(inputs):]
             totals = []

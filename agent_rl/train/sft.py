@@ -145,6 +145,15 @@ def with_closing_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return messages
 
 
+def without_answer_ack(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation ending at the final answer call: the tool's acknowledgement after it (recorded by the
+    runner) is context nobody generates from, so it is not worth its tokens."""
+    end = len(messages)
+    while end > 1 and messages[end - 1]["role"] == "tool" and messages[end - 1].get("name") == "return_final_answer":
+        end -= 1
+    return messages[:end]
+
+
 def assistant_char_spans(tokenizer, messages: list[dict[str, Any]], tools: list[dict] | None) -> tuple[str, list[tuple[int, int]]]:
     """The rendered conversation and the character spans the model generates (each assistant turn, through its
     end-of-turn token). Fails loudly if the template is not prefix-preserving (training would not match serving)."""
@@ -195,14 +204,13 @@ def canonical_tools(tools: Any) -> list[dict[str, Any]] | None:
     return serving if same else tools
 
 
-def tokenize_rows(tokenizer, rows: list[dict[str, Any]], max_length: int, close_after_answer: bool = True) -> TokenizedRows:
+def tokenize_rows(tokenizer, rows: list[dict[str, Any]], max_length: int, close_after_answer: bool = False) -> TokenizedRows:
     out = TokenizedRows()
     for index, row in enumerate(rows):
         where = f"SFT row {index}"
         messages = normalize_messages(row.get("messages"), where)
         tools = canonical_tools(row.get("tools"))
-        if close_after_answer:
-            messages = with_closing_turn(messages)
+        messages = with_closing_turn(messages) if close_after_answer else without_answer_ack(messages)
         input_ids, labels = tokenize_conversation(tokenizer, messages, tools or None)
         out.longest = max(out.longest, len(input_ids))
         if all(label == -100 for label in labels):

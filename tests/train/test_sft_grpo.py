@@ -13,14 +13,17 @@ import pytest
 from agent_rl.train.config import GRPOSettings, PromptFilterSettings, SFTSettings
 
 
-def _forced_tool_call_bias(model_dir: Path) -> list:
+SEARCH_CALL = '{"name": "search_emails", "arguments": {"keywords": ["budget"], "max_results": 2}}'
+
+
+def _forced_tool_call_bias(model_dir: Path, call: str = SEARCH_CALL) -> list:
     """A random 64-wide model cannot learn tool-call syntax in seconds, so the test steers its sampling with TRL's
     `generation_kwargs` (sequence_bias, anchored on the assistant header) towards one valid call. Everything
     after the generated text - parsing, tool execution, result masking, rewards, the update - is TRL's and ours."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    call = '<tool_call>\n{"name": "search_emails", "arguments": {"keywords": ["budget"], "max_results": 2}}\n</tool_call><|im_end|>'
+    call = f"<tool_call>\n{call}\n</tool_call><|im_end|>"
     ids = tokenizer(call, add_special_tokens=False)["input_ids"]
     head = tokenizer("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
     return [[head + ids[: i + 1], 30.0] for i in range(len(ids))]
@@ -113,6 +116,37 @@ def _keep_last_batch(monkeypatch):
     monkeypatch.setattr(grpo_module, "_trainer_class", wrapped)
 
 
+def test_a_recorded_answer_ends_the_rollout_without_a_trained_closing_turn(train_data, tmp_path):
+    """After return_final_answer TRL's tool loop would let the model speak again; the rollout instead closes with
+    the end-of-turn token, which is not the model's choice and stays out of the loss."""
+    from transformers import AutoTokenizer
+
+    from agent_rl.train.grpo import train_grpo
+
+    answer = '{"name": "return_final_answer", "arguments": {"answer": "I don\'t know", "sources": []}}'
+    settings = GRPOSettings(
+        max_steps=1, num_generations=2, per_device_train_batch_size=4, gradient_accumulation_steps=1,
+        max_completion_length=400, max_tool_calling_iterations=3, prompt_filter=PromptFilterSettings(mode="none"),
+        generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"], answer)},
+    )
+    grpo = train_grpo(train_data["tiny"], None, train_data["grpo"], train_data["store_url"], tmp_path / "grpo",
+                      settings)
+    rollouts = [json.loads(line) for line in grpo.rollouts_path.read_text().splitlines()]
+    assert len(rollouts) == 4 and all(r["outcome"] in ("correct", "idk") for r in rollouts)
+    for rollout in rollouts:
+        closing, ack = rollout["messages"][-1], rollout["messages"][-2]
+        assert ack == {"role": "tool", "name": "return_final_answer", "content": "Answer recorded."}
+        assert closing["role"] == "assistant" and not closing.get("content") and not closing.get("tool_calls")
+        assert rollout["turns"] == 1
+    tokenizer = AutoTokenizer.from_pretrained(train_data["tiny"])
+    ids, tool_mask, completion_mask = _LAST_BATCH["completion_ids"], _LAST_BATCH["tool_mask"], _LAST_BATCH["completion_mask"]
+    for row in range(ids.shape[0]):
+        length = int(completion_mask[row].sum())
+        assert int(ids[row, length - 1]) == tokenizer.eos_token_id and int(tool_mask[row, length - 1]) == 0
+        trained = tokenizer.decode(ids[row, :length][tool_mask[row, :length] == 1])
+        assert trained.count("<|im_end|>") == 1 and "return_final_answer" in trained  # the answer turn only
+
+
 def test_sft_rerun_resumes_from_last_checkpoint(train_data, tmp_path):
     from agent_rl.train.sft import train_sft
 
@@ -158,14 +192,23 @@ def test_labels_cover_assistant_turns_only_and_teach_the_stop(train_data):
     assert trained.count("<tool_call>") == calls and "<tool_response>" not in trained
     assert row["messages"][1]["content"] in ignored  # the user's question is context, not a target
     assert "<tool_response>" in ignored and "# Tools" in ignored
-    # Every assistant turn ends with the end-of-turn token, plus the closing turn after the answer.
-    assert trained.count("<|im_end|>") == calls + 1
+    # Every assistant turn ends with the end-of-turn token; no empty closing turn is taught after the answer
+    # (it became an empty-turn habit), and the row ends with the answer call itself.
+    assert trained.count("<|im_end|>") == calls
+    text = tokenizer.decode(ids)
+    assert "Answer recorded." not in text
+    assert text[text.rindex("<tool_call>"):].startswith('<tool_call>\n{"name": "return_final_answer"')
+    assert text.rstrip().endswith("</tool_call><|im_end|>")
     # Same tokens as the chat template gives at generation time (no whitespace drift).
-    from agent_rl.train.sft import canonical_tools, normalize_messages, with_closing_turn
+    from agent_rl.train.sft import canonical_tools, normalize_messages, without_answer_ack
 
-    messages = with_closing_turn(normalize_messages(row["messages"], "row"))
+    messages = without_answer_ack(normalize_messages(row["messages"], "row"))
     assert ids == tokenizer.apply_chat_template(messages, tools=canonical_tools(row["tools"]), tokenize=True,
                                                 return_dict=False)
+    # The option to teach the closing turn is still there.
+    closed = tokenize_rows(tokenizer, [row], 10**6, close_after_answer=True)
+    closed_trained = tokenizer.decode([t for t, label in zip(closed.input_ids[0], closed.labels[0]) if label != -100])
+    assert closed_trained.count("<|im_end|>") == calls + 1
 
 
 def test_cli_entry_point_runs_a_stage_from_a_config_file(train_data, tmp_path):
