@@ -10,6 +10,7 @@ Last line: one JSON object with the table, timings, targets and "meets_target".
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/quality.py [--eval-n 48] [--sft-steps N] [--grpo-steps N]
         [--home DIR] [--model DIR] [--base-n 16] [--skip-base] [--skip-grpo] [--sft JSON] [--grpo JSON]
+        [--sft-from EARLIER_HOME]
 
 The trained rows' evaluation episodes are saved as HOME/episodes_after_*.jsonl. Every trained row also gets
 the evaluation's forgetting probe (general questions, no tools) next to the base model's, as the demo's
@@ -103,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="cap on SFT rows answering \"I don't know\" (default: the curation default)")
     parser.add_argument("--skip-base", action="store_true", help="do not evaluate the prompted base model")
     parser.add_argument("--skip-grpo", action="store_true", help="stop after SFT")
+    parser.add_argument("--sft-from", type=Path, default=None,
+                        help="HOME of an earlier run: reuse its SFT adapter and table row, train only GRPO (tuning "
+                             "GRPO without paying for SFT again; its training time is taken from that run's JSON)")
     args = parser.parse_args(argv)
 
     home = args.home or Path(tempfile.mkdtemp(prefix="agent-rl-quality-"))
@@ -177,23 +181,32 @@ def main(argv: list[str] | None = None) -> int:
             table["prompted_base"]["forgetting_probe"] = figures["base_forgetting_probe"]
         del base
 
-    with timed("train sft") as sft_timing:
-        sft = train_sft(args.model, home / "sft.jsonl", home / "sft", sft_settings)
-    figures["sft"] = {"steps": sft.steps, "rows_used": sft.rows_used, "cut_rows": sft.cut_rows,
-                      "tokens_this_run": round(sft.tokens_per_second * sft.seconds), "seconds": round(sft.seconds, 1),
-                      "tokens_per_s_wall": round(sft.tokens_per_second, 1),
-                      "tokens_per_s_cpu": round(sft.tokens_per_second * sft.seconds / max(sft_timing["cpu_s"], 1e-9), 1),
-                      "first_loss": sft.losses[0] if sft.losses else None, "last_loss": sft.losses[-1] if sft.losses else None}
-    with timed("eval sft"):
-        policy = load_stacked(str(args.model), [sft.adapter_dir], version="sft")
-        policy.config = policy.config.model_copy(update={"batch_size": 16})
-        table["after_sft"] = trained_row(policy, "after_sft", env.scenarios, store, eval_config, home)
-        del policy
-
-    train_seconds = sft.seconds
+    if args.sft_from:
+        if not (args.sft_from / "quality.json").is_file() or not (args.sft_from / "sft" / "adapter").is_dir():
+            raise SystemExit(f"--sft-from {args.sft_from}: no quality.json and sft/adapter there (an earlier run's HOME)")
+        earlier = json.loads((args.sft_from / "quality.json").read_text())
+        sft_dir, train_seconds = args.sft_from / "sft" / "adapter", earlier["figures"]["sft"]["seconds"]
+        figures["sft"] = {**earlier["figures"]["sft"], "reused_from": str(args.sft_from)}
+        table["after_sft"] = earlier["table"]["after_sft"]
+        if earlier["eval_n"] != args.eval_n:
+            raise SystemExit(f"--sft-from {args.sft_from}: evaluated on {earlier['eval_n']} scenarios, not {args.eval_n}")
+    else:
+        with timed("train sft") as sft_timing:
+            sft = train_sft(args.model, home / "sft.jsonl", home / "sft", sft_settings)
+        figures["sft"] = {"steps": sft.steps, "rows_used": sft.rows_used, "cut_rows": sft.cut_rows,
+                          "tokens_this_run": round(sft.tokens_per_second * sft.seconds), "seconds": round(sft.seconds, 1),
+                          "tokens_per_s_wall": round(sft.tokens_per_second, 1),
+                          "tokens_per_s_cpu": round(sft.tokens_per_second * sft.seconds / max(sft_timing["cpu_s"], 1e-9), 1),
+                          "first_loss": sft.losses[0] if sft.losses else None, "last_loss": sft.losses[-1] if sft.losses else None}
+        with timed("eval sft"):
+            policy = load_stacked(str(args.model), [sft.adapter_dir], version="sft")
+            policy.config = policy.config.model_copy(update={"batch_size": 16})
+            table["after_sft"] = trained_row(policy, "after_sft", env.scenarios, store, eval_config, home)
+            del policy
+        sft_dir, train_seconds = sft.adapter_dir, sft.seconds
     if not args.skip_grpo:
         with timed("train grpo") as grpo_timing:
-            grpo = train_grpo(args.model, sft.adapter_dir, home / "grpo.jsonl", store_url, home / "grpo", grpo_settings)
+            grpo = train_grpo(args.model, sft_dir, home / "grpo.jsonl", store_url, home / "grpo", grpo_settings)
         grpo_tokens = int(max((h.get("num_tokens", 0) for h in grpo.history), default=0))
         train_seconds += grpo_timing["wall_s"]
         figures["grpo"] = {"steps": grpo.steps, "seconds_in_trainer": round(grpo.seconds, 1),
@@ -227,9 +240,11 @@ def main(argv: list[str] | None = None) -> int:
         print("{:<18} {:>8.3f} {:>10.3f} {:>8.3f} {:>6.3f} {:>6.2f} {:>6}".format(
             name, row["accuracy"], row["valid_tool_call_rate"], row["hallucination_rate"], row["idk_rate"],
             row["avg_turns"], row.get("forgetting_probe", "-")))
-    print(json.dumps({"benchmark": "quality", "table": table, "timings": TIMINGS, "figures": figures,
-                      "train_minutes": round(train_seconds / 60, 2), "target": TARGETS, "checks": checks,
-                      "meets_target": all(checks.values())}))
+    report = {"benchmark": "quality", "eval_n": args.eval_n, "table": table, "timings": TIMINGS, "figures": figures,
+              "train_minutes": round(train_seconds / 60, 2), "target": TARGETS, "checks": checks,
+              "meets_target": all(checks.values())}
+    (home / "quality.json").write_text(json.dumps(report))  # what --sft-from reads
+    print(json.dumps(report))
     return 0
 
 

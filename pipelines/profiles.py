@@ -41,7 +41,10 @@ def resources_for(profile: str | None = None) -> dict:
         resources["compute"] = TrainingCompute(omp_num_threads=max(1, os.cpu_count() or 1))
         # A GRPO step (8 multi-turn rollouts + 8 single-row backward passes) takes ~3 min on 2 cores: two
         # steps keep the demo near its 30-minute budget; the library default (4) is for a patient CPU run.
+        # SFT keeps 48 steps here (~6-7 min): the library's 96 (bench/quality.py's model, 65% vs 58% correct) would
+        # push `make demo` past its 30 minutes.
         resources["training"] = TrainingResource(
+            sft_overrides=json.dumps({"max_steps": 48}),
             grpo_overrides=json.dumps({"max_steps": 2, "prompt_filter": {"mode": "none"}}))
     elif profile == "fast":
         resources.update(
