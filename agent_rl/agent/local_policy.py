@@ -75,11 +75,9 @@ class LocalPolicy(Policy):
         return policy
 
     def _setup_generation(self) -> None:
-        from agent_rl.agent.allocator import keep_freed_memory
         from agent_rl.agent.attention import use_grouped_decode_attention
 
         use_grouped_decode_attention(self.model)  # decoding reads the GQA cache in place (agent/attention.py)
-        keep_freed_memory()  # each decoding step reallocates the caches: reuse freed blocks (agent/allocator.py)
         tokenizer = self.tokenizer
         tokenizer.padding_side = "left"  # generation continues from the right edge of every row
         if tokenizer.pad_token_id is None:
