@@ -109,6 +109,14 @@ def main(argv: list[str] | None = None) -> int:
                              "GRPO without paying for SFT again; its training time is taken from that run's JSON)")
     args = parser.parse_args(argv)
 
+    earlier = None
+    if args.sft_from:  # checked before any work: a wrong path should not cost the environment and teacher stages
+        if not (args.sft_from / "quality.json").is_file() or not (args.sft_from / "sft" / "adapter").is_dir():
+            raise SystemExit(f"--sft-from {args.sft_from}: no quality.json and sft/adapter there (an earlier run's HOME)")
+        earlier = json.loads((args.sft_from / "quality.json").read_text())
+        if earlier["eval_n"] != args.eval_n:
+            raise SystemExit(f"--sft-from {args.sft_from}: evaluated on {earlier['eval_n']} scenarios, not {args.eval_n}")
+
     home = args.home or Path(tempfile.mkdtemp(prefix="agent-rl-quality-"))
     home.mkdir(parents=True, exist_ok=True)
     os.environ["AGENT_RL_HOME"] = str(home)
@@ -181,15 +189,11 @@ def main(argv: list[str] | None = None) -> int:
             table["prompted_base"]["forgetting_probe"] = figures["base_forgetting_probe"]
         del base
 
-    if args.sft_from:
-        if not (args.sft_from / "quality.json").is_file() or not (args.sft_from / "sft" / "adapter").is_dir():
-            raise SystemExit(f"--sft-from {args.sft_from}: no quality.json and sft/adapter there (an earlier run's HOME)")
-        earlier = json.loads((args.sft_from / "quality.json").read_text())
+    if earlier:
         sft_dir, train_seconds = args.sft_from / "sft" / "adapter", earlier["figures"]["sft"]["seconds"]
         figures["sft"] = {**earlier["figures"]["sft"], "reused_from": str(args.sft_from)}
+        figures["sft_settings"] = earlier["figures"]["sft_settings"]  # what trained the reused adapter
         table["after_sft"] = earlier["table"]["after_sft"]
-        if earlier["eval_n"] != args.eval_n:
-            raise SystemExit(f"--sft-from {args.sft_from}: evaluated on {earlier['eval_n']} scenarios, not {args.eval_n}")
     else:
         with timed("train sft") as sft_timing:
             sft = train_sft(args.model, home / "sft.jsonl", home / "sft", sft_settings)

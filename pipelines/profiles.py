@@ -39,10 +39,8 @@ def resources_for(profile: str | None = None) -> dict:
         # Training runs alone on the demo machine (the arbiter idles meanwhile): give it every core. Production
         # keeps one thread, where a busy neighbour makes a multi-threaded torch 40-350x slower.
         resources["compute"] = TrainingCompute(omp_num_threads=max(1, os.cpu_count() or 1))
-        # A GRPO step (8 multi-turn rollouts + 8 single-row backward passes) takes ~3 min on 2 cores: two
-        # steps keep the demo near its 30-minute budget; the library default (4) is for a patient CPU run.
-        # SFT keeps 48 steps here (~6-7 min): the library's 96 (bench/quality.py's model, 65% vs 58% correct) would
-        # push `make demo` past its 30 minutes.
+        # The library's training defaults (SFT 96 steps, GRPO 5 steps of ~100 s: bench/quality.py's model, ~20 min
+        # on 2 cores) would push `make demo` past its 30 minutes: SFT 48 steps (~6-7 min) and 2 GRPO steps here.
         resources["training"] = TrainingResource(
             sft_overrides=json.dumps({"max_steps": 48}),
             grpo_overrides=json.dumps({"max_steps": 2, "prompt_filter": {"mode": "none"}}))

@@ -120,8 +120,7 @@ def _trainer_class():
             live = [i for i, finished in enumerate(done) if not finished]
             ids, logprobs = ([], None) if not live else self._generate_round(
                 [prompt_ids[i] for i in live], images, multimodal_fields, num_generations, has_tool_images)
-            closing = [self._tokenizer.eos_token_id]
-            all_ids: list[list[int]] = [list(closing) for _ in prompt_ids]
+            all_ids: list[list[int]] = [[self._tokenizer.eos_token_id] for _ in prompt_ids]
             all_logprobs = None if logprobs is None else [[0.0] for _ in prompt_ids]
             for slot, index in enumerate(live):
                 all_ids[index] = ids[slot]
@@ -129,21 +128,17 @@ def _trainer_class():
                     all_logprobs[index] = logprobs[slot]
             return all_ids, all_logprobs
 
-        def _mask_closing_tokens(self, output: dict[str, Any]) -> int:
+        def _mask_closing_tokens(self, output: dict[str, Any]) -> None:
             """Zero the tool mask of the closing tokens `_generate_single_turn` put after a recorded answer (not the
-            model's choice: nothing to learn from). Returns how many rows had one."""
+            model's choice: nothing to learn from)."""
             tool_mask = output.get("tool_mask")
             if tool_mask is None or not self._ack_suffix:
-                return 0
+                return
             pattern = self._ack_suffix + [self._tokenizer.eos_token_id]
-            lengths = output["completion_mask"].sum(1).tolist()
-            masked = 0
-            for row, length in enumerate(lengths):
+            for row, length in enumerate(output["completion_mask"].sum(1).tolist()):
                 ids = output["completion_ids"][row, :int(length)].tolist()
                 if ids[-len(pattern):] == pattern:
                     tool_mask[row, int(length) - 1] = 0
-                    masked += 1
-            return masked
 
         def _answer_recorded(self, ids) -> bool:
             """Whether a rollout's ids end with return_final_answer's acknowledgement (and the next turn header)."""
