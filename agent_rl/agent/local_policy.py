@@ -142,6 +142,8 @@ class LocalPolicy(Policy):
         """
         import torch
 
+        from agent_rl.agent.slot_cache import RESERVE, ensure_room, reserve_slots
+
         cache, mask, ids = batch["past_key_values"], batch["attention_mask"], batch["input_ids"]
         cached = cache.get_seq_length()
         # Positions count only real tokens, so padding anywhere in a row changes nothing for that row.
@@ -160,6 +162,10 @@ class LocalPolicy(Policy):
         with torch.inference_mode():
             logits = self.model(input_ids=ids[:, cached:], attention_mask=mask, position_ids=positions[:, cached:],
                                 past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+            # Generated tokens go into reserved slots instead of a concatenation per token (agent/slot_cache.py).
+            slots = max_new_tokens > 1 and _plain_dynamic_layers_of(cache)
+            if slots:
+                reserve_slots(cache, min(RESERVE, max_new_tokens))
             for step in range(max_new_tokens):
                 tokens = self._pick(logits.float(), generator)
                 for row, token in zip(active, tokens.tolist()):
@@ -179,7 +185,12 @@ class LocalPolicy(Policy):
                     cache.batch_select_indices(keep)
                     mask, tokens, next_positions = mask[keep], tokens[keep], next_positions[keep]
                     active = [active[i] for i in keep.tolist()]
-                mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+                if slots:
+                    written = cache.get_seq_length()
+                    mask = ensure_room(cache, mask)
+                    mask[:, written] = 1  # the slot this step's token is written to
+                else:
+                    mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
                 logits = self.model(input_ids=tokens[:, None], attention_mask=mask, position_ids=next_positions[:, None],
                                     past_key_values=cache, use_cache=True).logits[:, -1, :]
                 next_positions = next_positions + 1
@@ -338,6 +349,12 @@ class LocalPolicy(Policy):
             turn.completion_tokens = len(completion) + (1 if len(completion) < len(row) else 0)
             turns.append(turn)
         return turns
+
+
+def _plain_dynamic_layers_of(cache: Any) -> bool:
+    from transformers.cache_utils import DynamicLayer
+
+    return bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
 def _plain_dynamic_layers(model: Any) -> bool:
