@@ -377,8 +377,8 @@ def _read_state(conversation: list[dict[str, Any]]) -> _State:
     state = _State()
     for message in conversation:
         role = message.get("role")
-        if role == "system" and not state.system:
-            state.system = str(message.get("content") or "")
+        if role == "system":  # the instructions, then whose inbox and which day
+            state.system += str(message.get("content") or "") + "\n"
         elif role == "user" and not state.question:
             state.question = str(message.get("content") or "")
         elif role == "assistant":

@@ -218,7 +218,7 @@ def conversation_errors(messages: Any, config: ValidationConfig) -> list[str]:
             continue
         if i == 0 and role not in ("system", "user"):
             errors.append(f"conversation opens with {role!r}, expected system or user")
-        if role == "system" and i != 0:
+        if role == "system" and seen_user:  # system messages open the conversation (instructions, then context)
             errors.append(f"{where}: system message after the opening")
         if content is not None and not isinstance(content, str):
             errors.append(f"{where} ({role}) content is {type(content).__name__}, not text")

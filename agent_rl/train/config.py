@@ -86,6 +86,10 @@ class SFTSettings(BaseModel):
         0.15, ge=0, lt=1,
         description="share of training rows that rehearse plain chat: general prompts answered by the base model "
         "itself (train/retain.py), so tool-use SFT does not erase general knowledge (the forgetting gate); 0 = off")
+    static_prefix: bool = Field(
+        True, description="compute the opening block most rows share (instructions + tool schemas, ~610 of ~1,450 "
+        "demo tokens, never trained) once per optimizer step without gradient, instead of with every row "
+        "(train/static_prefix.py); exact forward, the adapter just is not trained to change that block's keys")
     close_after_answer: bool = Field(
         False,
         description="append the 'Answer recorded.' tool result and a trained empty assistant turn after "

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_rl.train.config import SFTSettings, common_trainer_args
+from agent_rl.train.static_prefix import StaticPrefix
 from agent_rl.train.environment import ANSWER_ACK
 from agent_rl.train.tracking import MetricsCallback, Tracker, file_sha256
 
@@ -65,6 +66,8 @@ class SFTResult:
     mlflow_run_id: str | None
     history: list[dict[str, float]] = field(default_factory=list)
     retain_rows: int = 0
+    static_prefix_tokens: int = 0  # the shared opening block computed once per step (0: every row in full)
+    static_prefix_passes: int = 0
 
     @property
     def cut_rows(self) -> int:
@@ -285,8 +288,17 @@ def _lean_trainer_class():
     from trl import SFTTrainer
 
     class LeanSFTTrainer(SFTTrainer):
+        static_prefix: StaticPrefix | None = None  # set by train_sft (train/static_prefix.py)
+
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            loss, outputs, accuracy = trained_positions_loss(model, inputs, num_items_in_batch)
+            prefix = self.static_prefix
+            if prefix is not None and model.training and prefix.opens(
+                    inputs["input_ids"], inputs.get("attention_mask"), inputs["labels"]):
+                # Recomputed when the optimizer has stepped: every micro-batch of one step shares it.
+                cache = prefix.cache(model, self.state.global_step, inputs["input_ids"].shape[0])
+                loss, outputs, accuracy = trained_positions_loss(model, inputs, num_items_in_batch, cache)
+            else:
+                loss, outputs, accuracy = trained_positions_loss(model, inputs, num_items_in_batch)
             if (self.args.average_tokens_across_devices and num_items_in_batch is not None
                     and self.accelerator.num_processes > 1):
                 loss = loss * self.accelerator.num_processes  # as Trainer.compute_loss: gradients are averaged
@@ -304,12 +316,14 @@ def _lean_trainer_class():
     return LeanSFTTrainer
 
 
-def trained_positions_loss(model, inputs: dict, num_items_in_batch=None):
+def trained_positions_loss(model, inputs: dict, num_items_in_batch=None, prefix_cache=None):
     """(loss, outputs, token accuracy) of a causal LM on `inputs["labels"]` (-100 = not trained), computing
     logits only at the positions whose next token is trained in some row of the batch.
 
     Equal to the model's own shifted cross-entropy: summed over trained tokens and divided by
     `num_items_in_batch` (the trained tokens of the whole accumulated batch) when given, else averaged.
+    With `prefix_cache` (the keys/values of the rows' first n tokens, train/static_prefix.py) only the rest of
+    each row goes through the model.
     """
     import torch
     import torch.nn.functional as F
@@ -318,7 +332,18 @@ def trained_positions_loss(model, inputs: dict, num_items_in_batch=None):
     trained = targets != -100
     positions = trained.any(0).nonzero().squeeze(-1)
     model_inputs = {k: v for k, v in inputs.items() if k not in ("labels", "num_items_in_batch")}
-    outputs = model(**model_inputs, logits_to_keep=positions, use_cache=False)
+    if prefix_cache is None:
+        outputs = model(**model_inputs, logits_to_keep=positions, use_cache=False)
+    else:
+        cached = prefix_cache.get_seq_length()
+        ids = model_inputs.pop("input_ids")
+        mask = model_inputs.pop("attention_mask", None)
+        if mask is None:
+            mask = torch.ones_like(ids)
+        model_inputs.pop("position_ids", None)
+        rest = torch.arange(cached, ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
+        outputs = model(input_ids=ids[:, cached:], attention_mask=mask, position_ids=rest, past_key_values=prefix_cache,
+                        use_cache=True, logits_to_keep=positions - cached, **model_inputs)
     logits = outputs.logits
     if positions.numel() == 0:  # nothing to learn from this batch: a zero loss that still has a graph
         return logits.sum() * 0.0, outputs, None
@@ -422,6 +447,7 @@ def train_sft(
     callback = MetricsCallback(stage)
     trainer = _lean_trainer_class()(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=lora_config(settings.lora), callbacks=[callback, *(callbacks or [])])
+    trainer.static_prefix = StaticPrefix.find(tokenizer, rows, data.input_ids) if settings.static_prefix else None
     resume = last_checkpoint(out_dir)
     if resume:
         log.info("resuming SFT from %s", resume)
@@ -458,10 +484,13 @@ def train_sft(
         mlflow_run_id=stage.run_id if stage else None,
         history=callback.history,
         retain_rows=len(retained.input_ids),
+        static_prefix_tokens=len(trainer.static_prefix or ()),
+        static_prefix_passes=trainer.static_prefix.computed if trainer.static_prefix else 0,
     )
     if stage is not None:
         stage.log_metrics({"tokens_per_second": result.tokens_per_second, "cut_rows": result.cut_rows,
-                           "rows_dropped": len(data.dropped)}, step=result.steps)
+                           "rows_dropped": len(data.dropped), "static_prefix_tokens": result.static_prefix_tokens},
+                          step=result.steps)
         stage.log_curves(["loss", "mean_token_accuracy", "learning_rate"], name="loss_curve.png")
         stage.log_json([asdict(d) for d in data.dropped], "dropped_rows.json")
         stage.log_json(_sample_conversations(rows, 5), "sample_rows.json")

@@ -85,12 +85,12 @@ def test_teacher_episode_is_correct_and_fully_recorded(store):
     assert episode.reward is not None and episode.reward > 1.3
     assert sum(episode.reward_components.values()) == pytest.approx(episode.reward)
     roles = [m["role"] for m in episode.messages]
-    assert roles[:2] == ["system", "user"] and roles[2:] == ["assistant", "tool"] * episode.turns
-    assert INBOX in episode.messages[0]["content"] and "2001-06-01" in episode.messages[0]["content"]
-    first_call = episode.messages[2]["tool_calls"][0]
+    assert roles[:3] == ["system", "system", "user"] and roles[3:] == ["assistant", "tool"] * episode.turns
+    assert INBOX in episode.messages[1]["content"] and "2001-06-01" in episode.messages[1]["content"]
+    first_call = episode.messages[3]["tool_calls"][0]
     assert first_call["type"] == "function" and first_call["function"]["name"] == "search_emails"
     assert isinstance(first_call["function"]["arguments"], dict)
-    tool_message = episode.messages[3]
+    tool_message = episode.messages[4]
     assert tool_message["name"] == "search_emails" and tool_message["tool_call_id"] == first_call["id"]
     assert episode.messages[-1] == {"role": "tool", "name": "return_final_answer", "content": "Answer recorded.",
                                     "tool_call_id": episode.messages[-2]["tool_calls"][0]["id"]}
@@ -151,14 +151,14 @@ def test_json_string_arguments_are_accepted_and_bad_arguments_are_the_models_to_
     assert episode.outcome == Outcome.CORRECT and episode.turns == 4
     errors = [json.loads(m["content"])["error"] for m in episode.messages if m["role"] == "tool" and "error" in m["content"]]
     assert any("list of strings" in e for e in errors) and any("unknown argument" in e for e in errors)
-    assert "tool_call_id" not in episode.messages[3]  # the policy gave no id
+    assert "tool_call_id" not in episode.messages[4]  # the policy gave no id
 
 
 def test_another_inboxs_email_is_not_found(store):
     episode = run_episode(
         ScriptedPolicy([call("read_email", message_id="<o1@x>"), answer("May 12")]), EpisodeTask.from_scenario(scenario()), store
     )
-    assert "not found" in episode.messages[3]["content"] and "May 12" not in episode.messages[3]["content"]
+    assert "not found" in episode.messages[4]["content"] and "May 12" not in episode.messages[4]["content"]
 
 
 def test_a_policy_that_loops_runs_out_of_turns(store):

@@ -43,7 +43,7 @@ def test_sft_rows_are_consistent_trl_conversations(demo_env):
     assert names == {"search_emails", "read_email", "return_final_answer"}
     for row in rows:
         roles = [m["role"] for m in row["messages"]]
-        assert roles[:2] == ["system", "user"] and "tool" in roles
+        assert roles[:3] == ["system", "system", "user"] and "tool" in roles
         for m in row["messages"]:
             for call in m.get("tool_calls", []):
                 assert isinstance(call["function"]["arguments"], dict)
@@ -74,8 +74,8 @@ def test_grpo_rows_hold_what_the_environment_needs(demo_env):
     train = [s for s in demo_env.scenarios if s.split == "train"]
     assert len(rows) == len(train)
     row = rows[0]
-    assert [m["role"] for m in row["prompt"]] == ["system", "user"]
-    assert row["inbox"] in row["prompt"][0]["content"] and row["prompt"][1]["content"] == train[0].question
+    assert [m["role"] for m in row["prompt"]] == ["system", "system", "user"]
+    assert row["inbox"] in row["prompt"][1]["content"] and row["prompt"][2]["content"] == train[0].question
     assert set(row) == {"prompt", "scenario_id", "inbox", "answer", "source_ids", "category", "query_date"}
 
 

@@ -49,7 +49,7 @@ def _bad_corpus(good):
     bad.append(("lone surrogate", variant(question="When is the \ud83d meeting?"), {"unicode"}))
     bad.append(("NUL byte", variant(final_answer="Tulsa\x00"), {"unicode"}))
     unknown_tool = copy.deepcopy(good["messages"])
-    unknown_tool[2]["tool_calls"][0]["function"]["name"] = "delete_inbox"
+    unknown_tool[3]["tool_calls"][0]["function"]["name"] = "delete_inbox"
     bad.append(("unknown tool", variant(messages=unknown_tool), {"conversation"}))
     no_result = [m for m in good["messages"] if m["role"] != "tool"]
     bad.append(("tool call without result", variant(messages=no_result), {"conversation"}))

@@ -190,7 +190,7 @@ def test_labels_cover_assistant_turns_only_and_teach_the_stop(train_data):
     ignored = tokenizer.decode([t for t, label in zip(ids, labels) if label == -100])
     calls = sum(len(m.get("tool_calls") or []) for m in row["messages"] if m["role"] == "assistant")
     assert trained.count("<tool_call>") == calls and "<tool_response>" not in trained
-    assert row["messages"][1]["content"] in ignored  # the user's question is context, not a target
+    assert row["messages"][2]["content"] in ignored  # the user's question is context, not a target
     assert "<tool_response>" in ignored and "# Tools" in ignored
     # Every assistant turn ends with the end-of-turn token; no empty closing turn is taught after the answer
     # (it became an empty-turn habit), and the row ends with the answer call itself.
@@ -403,3 +403,54 @@ def test_rehearsal_keeps_its_share_of_training_rows_however_large_the_task_set()
     assert repeated.input_ids.count([3, 4]) == 207 and repeated.labels[4] == [-100, 4]  # cycled evenly, paired
     assert 622 / (3525 + 622) == pytest.approx(0.15, abs=0.001)
     assert repeat_to(TokenizedRows(), 10).input_ids == []
+
+
+def test_static_prefix_gives_the_full_rows_loss_and_is_computed_once_per_step(train_data, tmp_path):
+    """The opening block (instructions + tool schemas) shared by the rows is found, its keys/values give exactly
+    the loss of the whole rows, and training computes it once per optimizer step, not once per row."""
+    import torch
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agent_rl.train.config import LoraSettings
+    from agent_rl.train.sft import lora_config, read_jsonl, tokenize_rows, train_sft, trained_positions_loss
+    from agent_rl.train.static_prefix import StaticPrefix
+
+    tokenizer = AutoTokenizer.from_pretrained(train_data["tiny"])
+    rows = read_jsonl(train_data["sft"])
+    data = tokenize_rows(tokenizer, rows, 10**6)
+    prefix = StaticPrefix.find(tokenizer, rows, data.input_ids)
+    assert prefix is not None and len(prefix) > 200  # the instructions and three tool schemas
+    decoded = tokenizer.decode(prefix.ids)
+    assert "# Tools" in decoded and "@" not in decoded  # no inbox address: the block is the same for every inbox
+    assert StaticPrefix.find(tokenizer, rows[:1] + [{"messages": [{"role": "user", "content": "hi"}]}],
+                             data.input_ids[:1] + [[1, 2, 3]] * 3) is None  # most rows do not open with it
+
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(train_data["tiny"], dtype=torch.float32),
+                           lora_config(LoraSettings(r=4, alpha=8)))
+    for name, param in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.02)
+    for ids, labels in zip(data.input_ids[:3], data.labels[:3]):
+        batch = {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long),
+                 "labels": torch.tensor([labels])}
+        assert prefix.opens(batch["input_ids"], batch["attention_mask"], batch["labels"])
+        full, _, _ = trained_positions_loss(model, batch)
+        short, outputs, _ = trained_positions_loss(model, batch, prefix_cache=prefix.cache(model, step=0, batch=1))
+        assert torch.allclose(short, full, rtol=1e-5, atol=1e-6)
+        short.backward()  # the remainder trains the adapter
+        assert any(p.grad is not None and p.grad.abs().sum() > 0 for n, p in model.named_parameters() if "lora" in n)
+        model.zero_grad()
+    assert prefix.computed == 1  # same weights (step 0): computed once for all three rows
+    prefix.cache(model, step=1, batch=2)
+    assert prefix.computed == 2
+
+    sft = train_sft(train_data["tiny"], train_data["sft"], tmp_path / "sft",
+                    SFTSettings(max_steps=3, gradient_accumulation_steps=2, retain_fraction=0.0, max_length=4096))
+    assert sft.static_prefix_tokens == len(prefix) and sft.static_prefix_passes == 3  # one per optimizer step
+    plain = train_sft(train_data["tiny"], train_data["sft"], tmp_path / "plain",
+                      SFTSettings(max_steps=3, gradient_accumulation_steps=2, retain_fraction=0.0, max_length=4096,
+                                  static_prefix=False))
+    assert plain.static_prefix_tokens == 0
+    assert sft.losses[0] == pytest.approx(plain.losses[0], rel=1e-4)  # same first step: the forward is exact
