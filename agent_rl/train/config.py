@@ -206,6 +206,9 @@ class GRPOSettings(BaseModel):
     rubric: RubricWeights = Field(default_factory=RubricWeights, description="the rubric's tier values")
     prompt_filter: PromptFilterSettings = Field(default_factory=PromptFilterSettings)
     rollouts_kept: PositiveInt = Field(256, description="most rollouts kept for the hacking detectors / MLflow")
+    static_prefix: bool = Field(
+        True, description="score rollouts without re-running the prompts' shared opening block (instructions + tool "
+        "schemas): its keys/values are computed once per optimizer step without gradient (train/static_prefix.py)")
 
     @model_validator(mode="after")
     def _group_fits_batch(self) -> GRPOSettings:

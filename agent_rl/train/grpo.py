@@ -25,6 +25,7 @@ from agent_rl.train.config import GRPOSettings, common_trainer_args
 from agent_rl.train.environment import ANSWER_ACK, InboxEnvironment, observe
 from agent_rl.train.prompt_filter import FilterReport, filter_prompts
 from agent_rl.train.rewards import REWARD_GROUPS, grouped, make_reward_funcs
+from agent_rl.train.static_prefix import StaticPrefix
 from agent_rl.train.sft import (
     ADAPTER_DIR,
     MANIFEST,
@@ -60,6 +61,8 @@ class GRPOResult:
     resumed_from: str | None
     mlflow_run_id: str | None
     history: list[dict[str, float]] = field(default_factory=list)
+    static_prefix_tokens: int = 0  # the prompts' shared opening block, computed once per optimizer step
+    static_prefix_rows: int = 0  # scored rows that fed only what follows it
 
     @property
     def zero_variance_fraction(self) -> float:
@@ -104,6 +107,7 @@ def _trainer_class():
             self.tool_failures = 0
             self.outcomes: Counter[str] = Counter()
             self.last_batch: dict[str, Any] = {}  # masks of the latest generated batch (tests inspect them)
+            self.static_prefix = None  # set by train_grpo (train/static_prefix.py)
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
                                   has_tool_images=False):
@@ -200,6 +204,8 @@ def _trainer_class():
         def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
                                                batch_size=None, compute_entropy=False, compute_aux_loss=False,
                                                **multimodal):
+            import torch
+
             skip = self._skip_positions
             if (skip is None or compute_aux_loss or any(v is not None for v in multimodal.values())
                     or tuple(skip.shape) != (input_ids.size(0), logits_to_keep)):
@@ -211,8 +217,19 @@ def _trainer_class():
             labels = input_ids.masked_fill(attention_mask == 0, -100)
             labels[:, :-logits_to_keep] = -100
             labels[:, -logits_to_keep:] = labels[:, -logits_to_keep:].masked_fill(skip, -100)
+            prefix = self.static_prefix
             with self.accelerator.autocast():
-                outputs = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, fused_lm_head=True)
+                if (prefix is not None and model.training and input_ids.size(1) - len(prefix) > logits_to_keep
+                        and prefix.opens(input_ids, attention_mask, labels)):
+                    # The prompts' shared opening block: keys/values once per optimizer step (train/static_prefix.py).
+                    n = len(prefix)
+                    cache = prefix.cache(model, self.state.global_step, input_ids.size(0))
+                    positions = torch.arange(n, input_ids.size(1), device=input_ids.device).expand(input_ids.size(0), -1)
+                    outputs = model(input_ids=input_ids[:, n:], attention_mask=attention_mask, position_ids=positions,
+                                    past_key_values=cache, use_cache=True, labels=labels[:, n:], fused_lm_head=True)
+                else:
+                    outputs = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels,
+                                    fused_lm_head=True)
             entropies = outputs.entropy[:, -logits_to_keep:] if compute_entropy else None
             return outputs.log_probs[:, -logits_to_keep:], entropies, None
 
@@ -447,6 +464,10 @@ def train_grpo(
         rollouts_kept=settings.rollouts_kept,
         cached_rollouts=settings.cached_rollouts,
     )
+    if settings.static_prefix and kept:
+        from agent_rl.agent.tools import tool_schemas
+
+        trainer.static_prefix = StaticPrefix.of_system_message(tokenizer, kept[0]["prompt"][0], tool_schemas())
     started = time.perf_counter()
     try:
         trainer.train(resume_from_checkpoint=resume)
@@ -484,6 +505,8 @@ def train_grpo(
         resumed_from=Path(resume).name if resume else None,
         mlflow_run_id=stage.run_id if stage else None,
         history=callback.history,
+        static_prefix_tokens=len(trainer.static_prefix or ()),
+        static_prefix_rows=trainer.static_prefix.rows if trainer.static_prefix else 0,
     )
     if result.zero_variance_groups:
         log.info("GRPO: %d of %d groups had zero reward variance (no learning signal)",

@@ -26,6 +26,7 @@ class StaticPrefix:
         self._step: int | None = None
         self._layers: list[tuple[Any, Any]] | None = None
         self.computed = 0  # forward passes over the block (one per optimizer step that used it)
+        self.rows = 0  # rows that fed only their remainder
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -49,6 +50,18 @@ class StaticPrefix:
                 return cls(ids)
             return None
         return None
+
+    @classmethod
+    def of_system_message(cls, tokenizer: Any, message: dict[str, Any], tools: list[dict[str, Any]]) -> StaticPrefix | None:
+        """The block one system message opens with its tool schemas (GRPO prompts: TRL renders the same schemas
+        in the same order, so the prompts' ids start with these), if it is worth a pass of its own."""
+        from agent_rl.agent.chat_format import render_prompt
+
+        if message.get("role") != "system":
+            return None
+        ids = tokenizer(render_prompt(tokenizer, [message], tools, add_generation_prompt=False),
+                        add_special_tokens=False)["input_ids"]
+        return cls(ids) if len(ids) >= MIN_PREFIX_TOKENS else None
 
     def opens(self, input_ids: Any, attention_mask: Any | None, labels: Any) -> bool:
         """Whether every row of the batch starts with the block, unpadded, and trains nothing inside it."""
@@ -78,5 +91,6 @@ class StaticPrefix:
             self._layers = [(layer.keys, layer.values) for layer in fresh.layers]
             self._step = step
             self.computed += 1
+        self.rows += batch
         layers = [(keys.expand(batch, -1, -1, -1), values.expand(batch, -1, -1, -1)) for keys, values in self._layers]
         return DynamicCache(ddp_cache_data=layers)

@@ -383,6 +383,7 @@ def test_trimmed_micro_batches_scoring_generated_tokens_give_trls_loss(train_dat
         gradient_accumulation_steps=4 // micro_batch, max_completion_length=600, max_tool_calling_iterations=2,
         prompt_filter=PromptFilterSettings(mode="none"),
         generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"])},
+        static_prefix=False,  # drops a gradient path on purpose: tested on its own below
     )
     grpo_module.train_grpo(train_data["tiny"], None, train_data["grpo"], train_data["store_url"], tmp_path / "grpo",
                            settings)
@@ -454,3 +455,45 @@ def test_static_prefix_gives_the_full_rows_loss_and_is_computed_once_per_step(tr
                                   static_prefix=False))
     assert plain.static_prefix_tokens == 0
     assert sft.losses[0] == pytest.approx(plain.losses[0], rel=1e-4)  # same first step: the forward is exact
+
+
+def test_grpo_scores_rollouts_after_the_static_prefix_with_the_same_log_probs(train_data, tmp_path, monkeypatch):
+    """The prompts' opening block is computed once per step, and the generated tokens' log-probs (what the loss
+    is made of) are those of the full forward pass."""
+    import torch
+
+    import agent_rl.train.grpo as grpo_module
+
+    compared: list[float] = []
+    original = grpo_module._trainer_class
+
+    def comparing():
+        cls = original()
+
+        class Comparing(cls):
+            def _get_per_token_logps_and_entropies(self, model, input_ids, *args, **kwargs):
+                ours = super()._get_per_token_logps_and_entropies(model, input_ids, *args, **kwargs)
+                prefix, self.static_prefix = self.static_prefix, None
+                try:
+                    with torch.no_grad():
+                        full = super()._get_per_token_logps_and_entropies(model, input_ids, *args, **kwargs)
+                finally:
+                    self.static_prefix = prefix
+                scored = self._skip_positions is not None
+                if scored:
+                    keep = ~self._skip_positions
+                    compared.append(float((ours[0].detach() - full[0])[keep].abs().max()))
+                return ours
+
+        return Comparing
+
+    monkeypatch.setattr(grpo_module, "_trainer_class", comparing)
+    settings = GRPOSettings(
+        max_steps=2, num_generations=2, per_device_train_batch_size=1, gradient_accumulation_steps=2,
+        max_completion_length=600, max_tool_calling_iterations=2, prompt_filter=PromptFilterSettings(mode="none"),
+        generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"])},
+    )
+    result = grpo_module.train_grpo(train_data["tiny"], None, train_data["grpo"], train_data["store_url"],
+                                    tmp_path / "grpo", settings)
+    assert result.static_prefix_tokens > 200 and result.static_prefix_rows == 4  # 2 steps x 2 single-row batches
+    assert compared and max(compared) < 1e-4
