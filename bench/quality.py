@@ -201,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
                           "tokens_this_run": round(sft.tokens_per_second * sft.seconds), "seconds": round(sft.seconds, 1),
                           "tokens_per_s_wall": round(sft.tokens_per_second, 1),
                           "tokens_per_s_cpu": round(sft.tokens_per_second * sft.seconds / max(sft_timing["cpu_s"], 1e-9), 1),
-                          "first_loss": sft.losses[0] if sft.losses else None, "last_loss": sft.losses[-1] if sft.losses else None}
+                          "first_loss": sft.losses[0] if sft.losses else None, "last_loss": sft.losses[-1] if sft.losses else None,
+                          "static_prefix_tokens": sft.static_prefix_tokens, "static_prefix_passes": sft.static_prefix_passes}
         with timed("eval sft"):
             policy = load_stacked(str(args.model), [sft.adapter_dir], version="sft")
             policy.config = policy.config.model_copy(update={"batch_size": 16})
@@ -218,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                            "groups": grpo.groups, "zero_variance_groups": grpo.zero_variance_groups,
                            "outcomes": grpo.outcomes, "reward_means": [round(r, 3) for r in grpo.reward_means],
                            "tokens": grpo_tokens, "tokens_per_s_wall": round(grpo_tokens / max(grpo.seconds, 1e-9), 1),
+                           "static_prefix_tokens": grpo.static_prefix_tokens, "static_prefix_rows": grpo.static_prefix_rows,
                            "tokens_per_s_cpu": round(grpo_tokens / max(grpo_timing["cpu_s"], 1e-9), 1)}
         with timed("eval grpo"):
             _, stack = adapter_stack(grpo.adapter_dir)
