@@ -43,6 +43,8 @@ _POSSESSIVE_RE = re.compile(r"'s$")
 # conversation), so the pure text functions below are memoized; the bounds keep memory flat in
 # long-running servers (entries are at most a few KB: a subject and a cut body).
 _TEXT_CACHE = 8192
+# Lower-case words after a lone name that the first search keeps with it (the student copies this habit).
+NAMED_THING_WORDS = 2
 
 
 class HeuristicConfig(BaseModel):
@@ -141,12 +143,33 @@ def _phrases(question: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(phrases))
 
 
+def _named_thing(question: str, phrase: str, words: int = NAMED_THING_WORDS) -> str | None:
+    """The name followed by the lower-case words that say what it is ("Eagle Pass pipeline"), or None. A word that
+    ends the question is left out: there it is usually what is asked about it ("... microgrid due?")."""
+    match = re.search(re.escape(phrase) + r"((?:\s+[a-z][a-z-]*)+)", question)
+    if not match:
+        return None
+    run = match.group(1).split()
+    if not question[match.end():].strip(" ?!.").strip():
+        run = run[:-1]
+    following = []
+    for word in run:
+        if word in STOP_WORDS or len(following) == words:
+            break
+        following.append(word)
+    return f"{phrase} {' '.join(following)}" if following else None
+
+
 def _question_queries(question: str) -> list[dict[str, Any]]:
-    """Searches from the question alone: its names together, each name, a name with a topic word, topic words."""
+    """Searches from the question alone: its names together, a lone name with what it names ("Eagle Pass pipeline
+    retrofit", not every Eagle Pass project), each name, a name with a topic word, topic words."""
     phrases = _proper_phrases(question)
     in_phrases = {w.lower() for p in phrases for w in p.split()}
     topic = sorted((w for w in content_words(question) if w not in in_phrases), key=len, reverse=True)
     queries = []
+    thing = _named_thing(question, phrases[0]) if len(phrases) == 1 else None
+    if thing:
+        queries.append([thing])
     if phrases:
         queries.append(phrases[:3])
     if len(phrases) > 1:

@@ -211,3 +211,17 @@ def test_reader_says_idk_when_the_emails_are_about_another_event_of_the_same_pro
                         query_date=DAY)
     [episode] = play(HeuristicPolicy(), [scenario], small_store)
     assert episode.outcome == Outcome.CORRECT and episode.final_answer == "I don't know"
+
+
+def test_first_search_keeps_a_lone_name_with_what_it_names():
+    """The student copies the teacher's first search: "Eagle Pass pipeline" leaves out the other Eagle Pass projects
+    a bare "Eagle Pass" would list next to the gold email; the question's last word is what is asked, not a name."""
+    from agent_rl.agent.heuristic import _question_queries
+
+    first = lambda question: _question_queries(question)[0]["keywords"]  # noqa: E731
+    assert first("How much budget did we get for the Eagle Pass pipeline retrofit?") == ["Eagle Pass pipeline"]
+    assert first("When is the permit filing for the Stony Brook microgrid due?") == ["Stony Brook microgrid"]
+    assert first("When is Sherry's move to Portland targeted for?") == ["Sherry", "Portland"]  # two names already
+    assert first("Which city is the Engineering offsite in?") == ["Engineering offsite"]
+    assert _question_queries("How much budget did we get for the Eagle Pass pipeline retrofit?")[1] == {
+        "keywords": ["Eagle Pass"]}  # the broader search follows if the narrow one finds nothing
