@@ -352,6 +352,7 @@ class LocalPolicy(Policy):
 
 
 def _plain_dynamic_layers_of(cache: Any) -> bool:
+    """Slots replace only plain DynamicLayers (sliding-window and other layers keep their own update)."""
     from transformers.cache_utils import DynamicLayer
 
     return bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)

@@ -3,8 +3,8 @@
 transformers' DynamicLayer appends every generated token with `torch.cat`, which copies each layer's whole
 key/value cache once per token: at batch 8 that was 8% of a SmolLM2 decoding step on one core (4.8 of 63 ms,
 vs 0.8 of 48 ms at batch 1), a per-row cost that keeps batched decoding from scaling. Views of a bigger buffer
-would avoid the copy, but oneDNN's bf16 batched matmul copies a strided batch again (session-6 measurement:
-905 vs 92 us per product). So attention reads the whole reserved buffer, which is contiguous, and the
+would avoid the copy, but oneDNN's bf16 batched matmul copies a strided batch again (measured earlier: 905 vs
+92 us per product). So attention reads the whole reserved buffer, which is contiguous, and the
 padding mask hides the slots not written yet: the mask is as wide as the buffer (`get_mask_sizes`), the
 causal mask hides the later slots too, and the buffer grows by `reserve` slots (one copy) when it is full.
 
