@@ -24,6 +24,10 @@ from agent_rl.records import Category, Scenario
 from agent_rl.reward.judge import DeterministicJudge, is_idk
 
 IDK = "I don't know"
+EVIDENCE_PREFIX = "The email says: "
+NO_EVIDENCE = "The emails I found do not say."
+# Longest quote: a window around the answer when its sentence is longer (a run-on line of a forwarded email).
+QUOTE_CHARS = 160
 
 STOP_WORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before being below
@@ -63,6 +67,10 @@ class HeuristicConfig(BaseModel):
     # fallback, and a question none of whose hits is about it is answered "I don't know" without reading.
     max_searches: int = Field(2, ge=1, description="searches before giving up")
     max_reads: int = Field(2, ge=1, description="emails read before giving up")
+    # A small student picks the wrong field of a right email (a date where a place is asked) or miscopies it far
+    # more often than it finds the wrong email: quoting the sentence first makes the answer a copy from a line
+    # just written, and saying why before "I don't know" ties the refusal to what was read.
+    explain_answer: bool = Field(True, description="before the final answer, quote the sentence it comes from")
     version: str = "heuristic-v1"
 
     @model_validator(mode="after")
@@ -307,24 +315,31 @@ class HeuristicPolicy(Policy):
         return None
 
     def _answer(self, state: _State, scenario: Scenario | None, plan: _Plan) -> PolicyTurn:
-        answer, sources = IDK, []
+        answer, sources, quote = IDK, [], None
         if scenario is not None:
             if scenario.answerable:
                 answer = scenario.answer
                 gold = scenario.source_ids
                 sources = [g for g in gold if g in state.reads] or [g for g in gold if g in state.hits] or list(gold)
+                read = [state.reads[g] for g in sources if g in state.reads]
+                quote = next((q for q in map(lambda email: _quote_of(answer, email), read) if q), None)
+                if quote is None and read:  # a golden worded unlike the email: the sentence the reader would pick
+                    quote = (_extract_evidence(state.question, read[0]) or (None, None))[1]
         else:
             for message_id in reversed(state.read_order):
-                found = _answer_from(state.question, state.reads[message_id])
+                found = _evidence_from(state.question, state.reads[message_id])
                 if found:
-                    answer, sources = found, [message_id]
+                    (answer, quote), sources = found, [message_id]
                     break
         if plan.mistake == "idk":
-            answer, sources = IDK, []
+            answer, sources, quote = IDK, [], None
         elif plan.mistake == "wrong":
             answer = self._wrong_answer(state, scenario, answer)
-            sources = sources or state.read_order[:1]
-        return _call(state.turn, "return_final_answer", {"answer": answer, "sources": sources})
+            sources, quote = sources or state.read_order[:1], None
+        content = ""
+        if self.config.explain_answer and plan.mistake is None:
+            content = NO_EVIDENCE if is_idk(answer) else (f'{EVIDENCE_PREFIX}"{quote}"' if quote else "")
+        return _call(state.turn, "return_final_answer", {"answer": answer, "sources": sources}, content)
 
     def _wrong_answer(self, state: _State, scenario: Scenario | None, right: str) -> str:
         """A plausible answer that the judge rejects (checked against the golden when it is known)."""
@@ -386,8 +401,8 @@ def _message_chars(message: dict[str, Any]) -> int:
     return len(str(message.get("content") or "")) + (2 if calls == "" else len(json.dumps(calls)))
 
 
-def _call(turn: int, name: str, arguments: dict[str, Any]) -> PolicyTurn:
-    return PolicyTurn(content="", tool_calls=[ToolCall(name=name, arguments=arguments, id=f"call_{turn}")])
+def _call(turn: int, name: str, arguments: dict[str, Any], content: str = "") -> PolicyTurn:
+    return PolicyTurn(content=content, tool_calls=[ToolCall(name=name, arguments=arguments, id=f"call_{turn}")])
 
 
 def _malformed(query: dict[str, Any]) -> PolicyTurn:
@@ -480,12 +495,17 @@ _STATUS_RE = re.compile(
 )
 
 
-_CATEGORY_RULES = (
-    (Category.AMOUNT, re.compile(r"\bhow (?:much|many)\b|\btotal\b|\bowe\b|\bcost|\bprice|\bamount|\bbudget|\bfee\b|\bpaid\b|\bpay\b|\$")),
-    (Category.DATE, re.compile(r"\bwhen\b|what (?:date|day|time)|which (?:date|day)|\bdeadline\b|\bdue\b"
-                               r"|\bdate\b|\btargeted\b")),
+# The question word decides first ("When is the budget review?" asks for a date, not an amount); topic words only
+# when there is none ("What's the approved budget?", "the target date").
+_QUESTION_WORD_RULES = (
+    (Category.DATE, re.compile(r"\bwhen\b|what (?:date|day|time)|which (?:date|day)|\bdeadline\b")),
     (Category.PERSON, re.compile(r"\bwho\b|\bwhom\b|\bwhose\b|which person|name of")),
     (Category.LOCATION, re.compile(r"\bwhere\b|which (?:city|office|room|building|hotel|venue)|what (?:city|room|location|venue)")),
+    (Category.AMOUNT, re.compile(r"\bhow (?:much|many)\b")),
+)
+_TOPIC_RULES = (
+    (Category.AMOUNT, re.compile(r"\btotal\b|\bowe\b|\bcost|\bprice|\bamount|\bbudget|\bfee\b|\bpaid\b|\bpay\b|\$")),
+    (Category.DATE, re.compile(r"\bdue\b|\bdate\b|\btargeted\b")),
     (Category.STATUS, re.compile(r"\bstatus\b|\bapproved?\b|\brejected\b|\bdecisions?\b|\bdecided?\b|\bon hold\b|\bcancel|what happened")),
 )
 
@@ -498,7 +518,8 @@ def question_category(question: str) -> Category | None:
 @lru_cache(maxsize=_TEXT_CACHE)
 def _question_category(question: str) -> Category | None:
     q = question.lower()
-    return next((category for category, rule in _CATEGORY_RULES if rule.search(q)), None)
+    return next((category for rules in (_QUESTION_WORD_RULES, _TOPIC_RULES) for category, rule in rules
+                 if rule.search(q)), None)
 
 
 def _own_text(body: str) -> str:
@@ -567,26 +588,37 @@ def _shows_answer(question: str, text: str) -> bool:
 
 def _answer_from(question: str, email: dict[str, Any]) -> str | None:
     """An answer from `email` if it is about the question's subject, else None."""
+    found = _evidence_from(question, email)
+    return found[0] if found else None
+
+
+def _evidence_from(question: str, email: dict[str, Any]) -> tuple[str, str] | None:
+    """(answer, the quote it comes from) from `email` if it is about the question's subject, else None."""
     subject, body = email.get("subject", ""), email.get("body", "")
     if isinstance(subject, str) and isinstance(body, str):
-        return _answer_from_text(question, subject, body)  # emails never change: answer each once
-    return _answer_from_email(question, email)
+        return _evidence_from_text(question, subject, body)  # emails never change: answer each once
+    return _evidence_from_email(question, email)
 
 
 @lru_cache(maxsize=_TEXT_CACHE)
-def _answer_from_text(question: str, subject: str, body: str) -> str | None:
-    return _answer_from_email(question, {"subject": subject, "body": body})
+def _evidence_from_text(question: str, subject: str, body: str) -> tuple[str, str] | None:
+    return _evidence_from_email(question, {"subject": subject, "body": body})
 
 
-def _answer_from_email(question: str, email: dict[str, Any]) -> str | None:
+def _evidence_from_email(question: str, email: dict[str, Any]) -> tuple[str, str] | None:
     text = f"{email.get('subject', '')} {email.get('body', '')}"
     if _relevance(question, text) <= 0 or _topic_coverage(question, text) < 0.5:
         return None
-    return _extract_answer(question, email)
+    return _extract_evidence(question, email)
 
 
 def _extract_answer(question: str, email: dict[str, Any]) -> str | None:
-    """An answer span of the question's type from the email's sentences most like the question, else None."""
+    found = _extract_evidence(question, email)
+    return found[0] if found else None
+
+
+def _extract_evidence(question: str, email: dict[str, Any]) -> tuple[str, str] | None:
+    """(answer span of the question's type, quote around it) from the email's sentences most like the question."""
     category = question_category(question)
     if category is None:
         return None
@@ -596,8 +628,35 @@ def _extract_answer(question: str, email: dict[str, Any]) -> str | None:
     for sentence in sorted(sentences, key=lambda s: -len(asked.intersection(_content_words(s)))):
         found = _span(category, sentence, question)
         if found:
-            return found
+            return found, _window(sentence, sentence.find(found), len(found))
     return None
+
+
+def _quote_of(answer: str, email: dict[str, Any]) -> str | None:
+    """The sentence of `email` (own words first, then quoted text) that holds `answer`, else None."""
+    body = str(email.get("body", ""))
+    needle = answer.strip().lower()
+    for text in (_own_text(body), body):
+        for sentence in _sentences(f"{email.get('subject', '')}.\n{text}"):
+            at = sentence.lower().find(needle)
+            if needle and at >= 0:
+                return _window(sentence.lstrip("> "), max(0, at - (len(sentence) - len(sentence.lstrip("> ")))),
+                               len(needle))
+    return None
+
+
+def _window(sentence: str, start: int, length: int, limit: int = QUOTE_CHARS) -> str:
+    """`sentence`, or the whole words of it around [start, start + length) when it is longer than `limit`."""
+    if len(sentence) <= limit or start < 0:
+        return sentence[:limit].rsplit(" ", 1)[0] if len(sentence) > limit else sentence
+    margin = max(0, (limit - length) // 2)
+    left, right = max(0, start - margin), min(len(sentence), start + length + margin)
+    if left > 0:
+        left = sentence.find(" ", left, start) + 1 or left  # do not start mid-word
+    if right < len(sentence):
+        cut = sentence.rfind(" ", start + length, right)
+        right = cut if cut > 0 else right
+    return sentence[left:right].strip()
 
 
 def _span(category: Category, sentence: str, question: str) -> str | None:

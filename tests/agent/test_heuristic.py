@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent_rl.agent.heuristic import HeuristicConfig, HeuristicPolicy, question_category
+from agent_rl.agent.heuristic import (EVIDENCE_PREFIX, NO_EVIDENCE, QUOTE_CHARS, HeuristicConfig, HeuristicPolicy,
+                                      question_category)
 from agent_rl.agent.policy import PolicyTurn
 from agent_rl.agent.runner import EpisodeTask, RunnerConfig, run_episodes
 from agent_rl.agent.tools import tool_schemas
@@ -146,6 +147,11 @@ def test_question_categories_from_wording():
     assert question_category("Which city is the offsite in?") == Category.LOCATION
     assert question_category("Did the request get approved?") == Category.STATUS
     assert question_category("Tell me a joke") is None
+    # The question word wins over a topic word: these ask for a date about a budget, not for an amount.
+    assert question_category("When is the Blue Mesa budget review scheduled?") == Category.DATE
+    assert question_category("What day and time is the budget review for the SCADA migration?") == Category.DATE
+    assert question_category("What's the deadline for the wind repowering cost estimate?") == Category.DATE
+    assert question_category("What's the approved budget for the pipeline retrofit?") == Category.AMOUNT
 
 
 # -- robustness --------------------------------------------------------------------------------
@@ -202,6 +208,44 @@ def test_reader_reads_the_hit_that_shows_the_answer_and_skips_quoted_headers(sql
     for episode, scenario in zip(episodes, scenarios):
         assert episode.outcome == Outcome.CORRECT, (scenario.question, episode.final_answer)
         assert episode.turns == 3  # the right email is the first one read
+
+
+def _final_turn(episode) -> dict:
+    return [m for m in episode.messages if m["role"] == "assistant"][-1]
+
+
+def _read_bodies(episode) -> list[str]:
+    return [json.loads(m["content"])["body"] for m in episode.messages
+            if m["role"] == "tool" and m.get("name") == "read_email" and m["content"].startswith("{")]
+
+
+@pytest.mark.parametrize("oracle", [False, True], ids=["reader", "oracle"])
+def test_answers_quote_the_sentence_they_come_from_and_refusals_say_why(demo, oracle):
+    # The student copies this: the quote is a line of an email it read, and the answer lies inside it.
+    store, scenarios = demo
+    config = HeuristicConfig(scenarios=scenarios) if oracle else HeuristicConfig()
+    episodes = play(HeuristicPolicy(config, store=store), scenarios, store)
+    quoted = 0
+    for episode in episodes:
+        content = _final_turn(episode)["content"]
+        if episode.final_answer == "I don't know":
+            assert content == NO_EVIDENCE
+            continue
+        assert content.startswith(EVIDENCE_PREFIX), content
+        quote = content[len(EVIDENCE_PREFIX):].strip('"')
+        assert len(quote) <= QUOTE_CHARS
+        flat = [" ".join(body.split()) for body in _read_bodies(episode)]
+        assert any(quote.lstrip("> ") in body for body in flat), (quote, episode.question)
+        quoted += episode.final_answer.rstrip(".").lower() in quote.lower()
+    answered = sum(e.final_answer != "I don't know" for e in episodes)
+    if not oracle:  # the oracle's goldens are normalized ("4:00 PM" for "4:00pm"); the reader's answers are spans
+        assert quoted >= 0.95 * answered
+
+
+def test_the_explanation_can_be_turned_off(demo):
+    store, scenarios = demo
+    episodes = play(HeuristicPolicy(HeuristicConfig(explain_answer=False), store=store), scenarios[:20], store)
+    assert all(_final_turn(e)["content"] == "" for e in episodes)
 
 
 def test_reader_says_idk_when_the_emails_are_about_another_event_of_the_same_project(small_store):
