@@ -223,7 +223,7 @@ def _read_bodies(episode) -> list[str]:
 def test_answers_quote_the_sentence_they_come_from_and_refusals_say_why(demo, oracle):
     # The student copies this: the quote is a line of an email it read, and the answer lies inside it.
     store, scenarios = demo
-    config = HeuristicConfig(scenarios=scenarios) if oracle else HeuristicConfig()
+    config = HeuristicConfig(scenarios=scenarios if oracle else [], explain_answer=True)
     episodes = play(HeuristicPolicy(config, store=store), scenarios, store)
     quoted = 0
     for episode in episodes:
@@ -242,9 +242,10 @@ def test_answers_quote_the_sentence_they_come_from_and_refusals_say_why(demo, or
         assert quoted >= 0.95 * answered
 
 
-def test_the_explanation_can_be_turned_off(demo):
+def test_the_explanation_is_off_by_default(demo):
+    # SmolLM2-135M learned to quote some line and answer from it (see HeuristicConfig.explain_answer).
     store, scenarios = demo
-    episodes = play(HeuristicPolicy(HeuristicConfig(explain_answer=False), store=store), scenarios[:20], store)
+    episodes = play(HeuristicPolicy(HeuristicConfig(), store=store), scenarios[:20], store)
     assert all(_final_turn(e)["content"] == "" for e in episodes)
 
 
