@@ -68,8 +68,8 @@ class HeuristicConfig(BaseModel):
     max_searches: int = Field(2, ge=1, description="searches before giving up")
     max_reads: int = Field(2, ge=1, description="emails read before giving up")
     # Off by default: meant to make the answer a copy from a line just written, it made SmolLM2-135M worse. On the
-    # 94 held-out demo questions after 96 SFT steps (bench/quality.py, same machine): 63.8% correct, 30.9% wrong,
-    # 5% "I don't know" with it; 73.4% / 19.1% / 5% without. The student learned to quote *some* line ("Perfect,
+    # 94 held-out demo questions after 96 SFT steps (bench/quality.py, same machine): 63.8% correct and 30.9% wrong
+    # with it, 73.4% and 19.1% without. The student learned to quote *some* line ("Perfect,
     # thank you.", a From: header) and answer from it: choosing the line is the hard part, and it did not learn it.
     explain_answer: bool = Field(False, description="before the final answer, quote the sentence it comes from")
     version: str = "heuristic-v1"
