@@ -322,10 +322,8 @@ class HeuristicPolicy(Policy):
                 answer = scenario.answer
                 gold = scenario.source_ids
                 sources = [g for g in gold if g in state.reads] or [g for g in gold if g in state.hits] or list(gold)
-                read = [state.reads[g] for g in sources if g in state.reads]
-                quote = next((q for q in map(lambda email: _quote_of(answer, email), read) if q), None)
-                if quote is None and read:  # a golden worded unlike the email: the sentence the reader would pick
-                    quote = (_extract_evidence(state.question, read[0]) or (None, None))[1]
+                if self.config.explain_answer:  # off by default: no sentence search on the answer turn then
+                    quote = _oracle_quote(state.question, answer, [state.reads[g] for g in sources if g in state.reads])
         else:
             for message_id in reversed(state.read_order):
                 found = _evidence_from(state.question, state.reads[message_id])
@@ -633,23 +631,38 @@ def _extract_evidence(question: str, email: dict[str, Any]) -> tuple[str, str] |
     return None
 
 
+def _oracle_quote(question: str, answer: str, read: list[dict[str, Any]]) -> str | None:
+    """The read gold emails' sentence holding the golden answer; for a golden worded unlike the email (normalized
+    "4:00 PM" for "4:00pm"), the sentence the reader would pick from the first of them."""
+    quote = next(filter(None, (_quote_of(answer, email) for email in read)), None)
+    if quote is None and read:
+        found = _extract_evidence(question, read[0])
+        quote = found[1] if found else None
+    return quote
+
+
 def _quote_of(answer: str, email: dict[str, Any]) -> str | None:
     """The sentence of `email` (own words first, then quoted text) that holds `answer`, else None."""
-    body = str(email.get("body", ""))
     needle = answer.strip().lower()
+    if not needle:
+        return None
+    body = str(email.get("body", ""))
     for text in (_own_text(body), body):
         for sentence in _sentences(f"{email.get('subject', '')}.\n{text}"):
+            sentence = sentence.lstrip("> ")  # a quoted line reads as the sentence it quotes
             at = sentence.lower().find(needle)
-            if needle and at >= 0:
-                return _window(sentence.lstrip("> "), max(0, at - (len(sentence) - len(sentence.lstrip("> ")))),
-                               len(needle))
+            if at >= 0:
+                return _window(sentence, at, len(needle))
     return None
 
 
 def _window(sentence: str, start: int, length: int, limit: int = QUOTE_CHARS) -> str:
-    """`sentence`, or the whole words of it around [start, start + length) when it is longer than `limit`."""
-    if len(sentence) <= limit or start < 0:
-        return sentence[:limit].rsplit(" ", 1)[0] if len(sentence) > limit else sentence
+    """`sentence`, or the whole words of it around [start, start + length) when it is longer than `limit`
+    (its first `limit` characters, cut at a word, when the span is not in it)."""
+    if len(sentence) <= limit:
+        return sentence
+    if start < 0:
+        return sentence[:limit].rsplit(" ", 1)[0]
     margin = max(0, (limit - length) // 2)
     left, right = max(0, start - margin), min(len(sentence), start + length + margin)
     if left > 0:
