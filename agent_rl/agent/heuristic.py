@@ -102,6 +102,7 @@ class _State:
     hits: list[str] = field(default_factory=list)
     hit_text: dict[str, str] = field(default_factory=dict)
     hit_date: dict[str, str] = field(default_factory=dict)
+    hit_origin: dict[str, tuple[str, str]] = field(default_factory=dict)  # id -> (sender, subject)
     reads: dict[str, dict[str, Any]] = field(default_factory=dict)
     read_order: list[str] = field(default_factory=list)
     repeated_search: bool = False
@@ -300,9 +301,16 @@ class HeuristicPolicy(Policy):
 
     def _reading_step(self, state: _State, queries: list[dict[str, Any]]) -> PolicyTurn | None:
         """Search, read the likeliest hit until a relevant email yields an answer; None when ready to answer."""
-        if state.read_order and _answer_from(state.question, state.reads[state.read_order[-1]]):
-            return None
         unread = [h for h in state.hits if h not in state.reads and _hit_relevance(state.question, state.hit_text.get(h, "")) > 0]
+        if state.read_order and _answer_from(state.question, state.reads[state.read_order[-1]]):
+            last = state.reads[state.read_order[-1]]
+            if not _answer_is_quoted(state.question, last) or len(state.reads) >= self.config.max_reads:
+                return None
+            # An acknowledgement answers from the email it quotes; a hit as new that shows an answer may correct it.
+            day = str(last.get("date") or "")[:10]
+            newer = [h for h in unread if state.hit_date.get(h, "") >= day
+                     and _shows_answer(state.question, state.hit_text.get(h, ""))]
+            return _call(state.turn, "read_email", {"message_id": newer[0]}) if newer else None
         if unread and len(state.reads) < self.config.max_reads:
             # A hit whose subject/snippet already shows an answer of the asked kind first, then the most relevant,
             # the newest among equals (a later email may correct an earlier one).
@@ -328,7 +336,7 @@ class HeuristicPolicy(Policy):
             for message_id in reversed(state.read_order):
                 found = _evidence_from(state.question, state.reads[message_id])
                 if found:
-                    (answer, quote), sources = found, [message_id]
+                    (answer, quote), sources = found, [_cited(state, message_id)]
                     break
         if plan.mistake == "idk":
             answer, sources, quote = IDK, [], None
@@ -394,6 +402,24 @@ class HeuristicPolicy(Policy):
         return queries
 
 
+def _cited(state: _State, message_id: str) -> str:
+    """The email to cite for an answer from `message_id`: the email it quotes when the answer is in the quote and
+    that email was among the hits (the same subject, from the "On ..., <address> wrote:" sender), else itself."""
+    email = state.reads[message_id]
+    if not _answer_is_quoted(state.question, email):
+        return message_id
+    sender = _QUOTED_SENDER_RE.search(str(email.get("body", "")))
+    subject = _REPLY_PREFIX_RE.sub("", str(email.get("subject", "")))
+    if not sender:
+        return message_id
+    origin = (sender.group(1).lower(), subject)
+    return next((h for h in state.hits if h != message_id and state.hit_origin.get(h) == origin), message_id)
+
+
+_QUOTED_SENDER_RE = re.compile(r"^On .{6,200}<([^<>\s]+@[^<>\s]+)> wrote:$", re.MULTILINE)
+_REPLY_PREFIX_RE = re.compile(r"^(?:(?:re|fw|fwd):\s*)+", re.IGNORECASE)
+
+
 def _message_chars(message: dict[str, Any]) -> int:
     calls = message.get("tool_calls", "")
     # json.dumps("") is '""': two characters for a message without tool calls, without encoding anything.
@@ -457,6 +483,7 @@ def _read_tool_result(state: _State, message: dict[str, Any]) -> None:
                 state.hits.append(hit["id"])
                 state.hit_text[hit["id"]] = f"{hit.get('subject', '')} {hit.get('snippet', '')}"
                 state.hit_date[hit["id"]] = str(hit.get("date") or "")
+                state.hit_origin[hit["id"]] = (str(hit.get("from") or "").lower(), str(hit.get("subject") or ""))
     elif message.get("name") == "read_email" and isinstance(result, dict) and "body" in result:
         message_id = str(result.get("id"))
         if message_id not in state.reads:
@@ -485,8 +512,8 @@ _NOT_NAMES = set(
     "August September October November December Inc Corp LLC Enron I We You He She It They Our Let Effective "
     "Update Hey Good Morning Afternoon Regards Cheers Update Heads FYI Note Attached Final Scratch".split()
 )
-_NAME_RE = re.compile(r"\b([A-Z][a-z]+(?:\s+[A-Z]\.)?\s+[A-Z][a-z]+(?:-[A-Z][a-z]+)?)\b")
-_PLACE_RE = re.compile(r"\b(?:in|at|to|from|near|picked|chose|chosen|selected)\s+(?:the\s+)?((?:[A-Z][A-Za-z]+|\d+[A-Z])(?:\s+(?:[A-Z][A-Za-z]+|\d+[A-Z])){0,3})")
+_NAME_RE = re.compile(r"\b([A-Z][a-z]+(?:\s+[A-Z]\.)?\s+[A-Z](?:'[A-Z]|c[A-Z])?[a-z]+(?:-[A-Z][a-z]+)?)\b")  # O'Brien, McKay
+_PLACE_RE = re.compile(r"\b(?:in|at|to|from|near|picked|chose|chosen|selected|going with)\s+(?:the\s+)?((?:[A-Z][A-Za-z]+|\d+[A-Z])(?:\s+(?:[A-Z][A-Za-z]+|\d+[A-Z])){0,3})")
 _STATUS_RE = re.compile(
     r"\b(?:(?:not|never)\s+(?:been\s+|yet\s+(?:been\s+)?)?)?"
     r"(?:approved|rejected|declined|denied|on hold|postponed|completed|finished|cancell?ed|pending|signed off)\b",
@@ -527,13 +554,30 @@ def _own_text(body: str) -> str:
     for line in body.splitlines():
         if line.strip() in ("--", "-- "):
             break
-        if line.lstrip().startswith(">") or _REPLY_HEADER_RE.match(line.strip()):
-            continue  # quoted text and the "On <date>, <name> wrote:" line above it belong to the earlier email
+        if line.lstrip().startswith(">") or _REPLY_HEADER_RE.match(line.strip()) or _HEADER_LINE_RE.match(line):
+            # Quoted text and the "On <date>, <name> wrote:" line above it belong to the earlier email; a forwarded
+            # email's "Date: Fri, Aug 2, 2024 at 3:40 PM" says when it was sent, not what was asked.
+            continue
         lines.append(line)
     return "\n".join(lines)
 
 
+def _quoted_text(body: str) -> str:
+    """The earlier email a reply quotes ("> ..." lines, markers stripped), its signature left out."""
+    lines = []
+    for line in body.splitlines():
+        stripped = line.lstrip()
+        if not stripped.startswith(">"):
+            continue
+        text = stripped.lstrip("> ").rstrip()
+        if text in ("--", "-- "):
+            break  # the quoted email's signature: a phone number, a title, never the answer
+        lines.append(text)
+    return "\n".join(lines)
+
+
 _REPLY_HEADER_RE = re.compile(r"^On .{6,200}wrote:$")
+_HEADER_LINE_RE = re.compile(r"^\s*(?:From|Date|Sent|To|Cc|Subject):\s", re.IGNORECASE)
 _SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
@@ -567,12 +611,21 @@ def _hit_relevance(question: str, text: str) -> float:
     return named + shared / 100 if (named or shared >= 2) else 0.0
 
 
+# How a question asks, not what about: an email says "Franklin Boyd will own it" to "Who did Megan put in charge
+# of it?" and "my team relocates to Santa Fe" to "Where is the group that Laura manages moving?".
+_ASKING_WORDS = frozenset(
+    "put charge lead leads leading responsible own owns manage manages managed managing group team moving move "
+    "relocating relocate going held being hold holding scheduled set questions now".split()
+)
+
+
 @lru_cache(maxsize=_TEXT_CACHE)
 def _topic_coverage(question: str, text: str) -> float:
     """Share of the question's topic words (beyond its names) the text has, by 5-letter stem: an email about the
     same project but another event (a design review, not the site visit) must not answer the question."""
     in_names = {w.lower() for p in _phrases(question) for w in p.split()}
-    topic = [w for w in _content_words(question) if w not in in_names and not w[:1].isdigit()]
+    topic = [w for w in _content_words(question)
+             if w not in in_names and not w[:1].isdigit() and w not in _ASKING_WORDS]
     if not topic:
         return 1.0
     stems = {w[:5] for w in _word_set(text)}
@@ -616,18 +669,27 @@ def _extract_answer(question: str, email: dict[str, Any]) -> str | None:
     return found[0] if found else None
 
 
-def _extract_evidence(question: str, email: dict[str, Any]) -> tuple[str, str] | None:
+def _answer_is_quoted(question: str, email: dict[str, Any]) -> bool:
+    """Whether the email's answer comes from the earlier email it quotes, not from its own words."""
+    return _extract_evidence(question, email, own_words_only=True) is None
+
+
+def _extract_evidence(question: str, email: dict[str, Any], own_words_only: bool = False) -> tuple[str, str] | None:
     """(answer span of the question's type, quote around it) from the email's sentences most like the question."""
     category = question_category(question)
     if category is None:
         return None
-    asked = frozenset(_content_words(question))
-    sentences = _sentences(f"{email.get('subject', '')}.\n{_own_text(str(email.get('body', '')))}")
-    # Stable sort: among equally relevant sentences the earlier (newer, in a reply) wins.
-    for sentence in sorted(sentences, key=lambda s: -len(asked.intersection(_content_words(s)))):
-        found = _span(category, sentence, question)
-        if found:
-            return found, _window(sentence, sentence.find(found), len(found))
+    asked = frozenset(w[:5] for w in _content_words(question))  # by stem: "target" finds "targeted"
+    body = str(email.get("body", ""))
+    # The email's own words first (a correction overrides what it quotes); then, for an acknowledgement ("Perfect,
+    # thank you." above the quoted email), the quoted email: answering from it saves reading the original (a turn).
+    texts = [f"{email.get('subject', '')}.\n{_own_text(body)}"] + ([] if own_words_only else [_quoted_text(body)])
+    for text in texts:
+        # Stable sort: among equally relevant sentences the earlier (newer, in a reply) wins.
+        for sentence in sorted(_sentences(text), key=lambda s: -len(asked.intersection(w[:5] for w in _content_words(s)))):
+            found = _span(category, sentence, question)
+            if found:
+                return found, _window(sentence, sentence.find(found), len(found))
     return None
 
 

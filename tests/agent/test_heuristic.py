@@ -270,3 +270,72 @@ def test_first_search_keeps_a_lone_name_with_what_it_names():
     assert first("Which city is the Engineering offsite in?") == ["Engineering offsite"]
     assert _question_queries("How much budget did we get for the Eagle Pass pipeline retrofit?")[1] == {
         "keywords": ["Eagle Pass"]}  # the broader search follows if the narrow one finds nothing
+
+
+def _thread_store(sqlite_url, emails):
+    """`emails`: (id, subject, sender, body, day of May 2001, hour) in the test inbox."""
+    store = open_inbox_store(sqlite_url)
+    store.add_emails(Email(message_id=mid, inbox=INBOX, date=datetime(2001, 5, day, hour, tzinfo=timezone.utc),
+                           subject=subject, sender=sender, to=(INBOX,), body=body)
+                     for mid, subject, sender, body, day, hour in emails)
+    return store
+
+
+def _ask(store, question, answer, sources, category):
+    scenario = Scenario(id="q", inbox_id=INBOX, question=question, answer=answer, source_ids=sources,
+                        category=category, split=Split.TEST, query_date=DAY)
+    [episode] = play(HeuristicPolicy(), [scenario], store)
+    return episode
+
+
+ORIGINAL = ("<o@x>", "Harbor pipeline ownership", "ann@x.com",
+            "Hi Lee,\n\nEffective Monday, Nora Quist will own the Harbor pipeline end to end.\n\nBest,\nAnn", 3, 9)
+ACK = ("<a@x>", "Re: Harbor pipeline ownership", "lee@x.com",
+       "Hello Ann,\n\nPerfect, thank you.\n\nLee\n\nOn Thu, May 3, 2001 at 9:00 AM, Ann Bell <ann@x.com> wrote:\n"
+       "> Hi Lee,\n>\n> Effective Monday, Nora Quist will own the Harbor pipeline end to end.\n>\n> Best,\n> Ann", 4, 8)
+
+
+def test_reader_answers_from_the_email_an_acknowledgement_quotes_and_cites_that_email(sqlite_url):
+    # "Perfect, thank you." above the quoted announcement: the answer is in the quote, so no second read is needed,
+    # and the source is the quoted email (it was among the hits), which the rubric credits.
+    store = _thread_store(sqlite_url, [ORIGINAL, ACK])
+    episode = _ask(store, "Who did Ann put in charge of the Harbor pipeline?", "Nora Quist", ["<o@x>"], Category.PERSON)
+    store.close()
+    assert (episode.outcome, episode.final_answer, episode.sources) == (Outcome.CORRECT, "Nora Quist", ["<o@x>"])
+    assert episode.turns == 3
+
+
+def test_reader_checks_a_correction_as_new_as_the_acknowledgement_it_answered_from(sqlite_url):
+    correction = ("<c@x>", "Re: Harbor pipeline ownership", "ann@x.com",
+                  "Lee,\n\nQuick correction: Kevin O'Brien will lead the Harbor pipeline, not Nora.\n\nAnn", 4, 11)
+    store = _thread_store(sqlite_url, [ORIGINAL, ACK, correction])
+    episode = _ask(store, "Who is the lead on the Harbor pipeline now?", "Kevin O'Brien", ["<c@x>"], Category.PERSON)
+    store.close()
+    assert (episode.outcome, episode.final_answer) == (Outcome.CORRECT, "Kevin O'Brien")
+
+
+def test_reader_skips_a_forwarded_emails_header_and_matches_question_words_by_stem(sqlite_url):
+    forward = ("<f@x>", "Fwd: Moving to Tulsa", "pat@x.com",
+               "Passing this along.\n\n---------- Forwarded message ----------\nFrom: Julia Brennan <julia@x.com>\n"
+               "Date: Fri, Aug 2, 2001 at 3:40 PM\nSubject: Moving to Tulsa\n\nGood news: my move to Tulsa is "
+               "approved. HR has it targeted for Tuesday 8/27, so I'll start handing off my accounts.\n\nJulia", 5, 9)
+    store = _thread_store(sqlite_url, [forward])
+    episode = _ask(store, "What's the target date for Julia's relocation to Tulsa?", "Tuesday 8/27", ["<f@x>"],
+                   Category.DATE)
+    store.close()
+    assert (episode.outcome, episode.final_answer) == (Outcome.CORRECT, "Tuesday 8/27")
+
+
+def test_reader_answers_questions_worded_unlike_the_email(sqlite_url):
+    # How a question asks ("put in charge", "the group Laura manages moving") is not what the email must say.
+    emails = [("<v@x>", "Summit logistics", "leo@x.com",
+               "Hello,\n\nVenue update for the Procurement planning summit: we're going with Sacramento. Please hold "
+               "April 8th.\n\nLeo", 6, 9),
+              ("<m@x>", "Environmental team relocation", "laura@x.com",
+               "Hi,\n\nIt's official: my Environmental team relocates to Santa Fe once the lease is signed.\n\nLaura", 7, 9)]
+    store = _thread_store(sqlite_url, emails)
+    venue = _ask(store, "Where is the Procurement planning summit being held?", "Sacramento", ["<v@x>"], Category.LOCATION)
+    move = _ask(store, "Where is the Environmental group that Laura manages moving?", "Santa Fe", ["<m@x>"],
+                Category.LOCATION)
+    store.close()
+    assert (venue.final_answer, move.final_answer) == ("Sacramento", "Santa Fe")
