@@ -66,8 +66,8 @@ class HeuristicConfig(BaseModel):
     # is built from the question's names, so a second one found nothing the first had missed: on the demo's 386
     # train questions one search gives 366 correct (two: 365) in 2.87 turns (two: 3.17), and SmolLM2-135M's own
     # second searches never found a right answer (94 held-out: its 5 reads after one gave 4 wrong, 1 "I don't
-    # know"). A second read is the fallback,
-    # and a question none of whose hits is about it is answered "I don't know" without reading.
+    # know"). A second read is the fallback, and a question none of whose hits is about it is answered "I don't
+    # know" without reading.
     max_searches: int = Field(1, ge=1, description="searches before giving up")
     max_reads: int = Field(2, ge=1, description="emails read before giving up")
     # Off by default: meant to make the answer a copy from a line just written, it made SmolLM2-135M worse. On the
