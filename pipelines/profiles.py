@@ -39,8 +39,8 @@ def resources_for(profile: str | None = None) -> dict:
         # Training runs alone on the demo machine (the arbiter idles meanwhile): give it every core. Production
         # keeps one thread, where a busy neighbour makes a multi-threaded torch 40-350x slower.
         resources["compute"] = TrainingCompute(omp_num_threads=max(1, os.cpu_count() or 1))
-        # The library's training defaults (SFT 96 steps, GRPO 5 steps of ~100 s: bench/quality.py's model, ~20 min
-        # on 2 cores) would push `make demo` past its 30 minutes: SFT 48 steps (~6-7 min) and 2 GRPO steps here.
+        # The library's training defaults (SFT 96 steps, GRPO 10 steps of ~55-100 s: bench/quality.py's model, ~17 min
+        # on 2 AMX cores) would push `make demo` past its 30 minutes: SFT 48 steps (~6-7 min) and 2 GRPO steps here.
         resources["training"] = TrainingResource(
             sft_overrides=json.dumps({"max_steps": 48}),
             grpo_overrides=json.dumps({"max_steps": 2, "prompt_filter": {"mode": "none"}}))
