@@ -554,15 +554,31 @@ def _question_category(question: str) -> Category | None:
 def _own_text(body: str) -> str:
     """The email's own words: quoted replies ("> ...") and the signature after "--" are left out."""
     lines = []
-    for line in body.splitlines():
+    all_lines = body.splitlines()
+    headers = _header_block_lines(all_lines)
+    for index, line in enumerate(all_lines):
         if line.strip() in ("--", "-- "):
             break
-        if line.lstrip().startswith(">") or _REPLY_HEADER_RE.match(line.strip()) or _HEADER_LINE_RE.match(line):
+        if line.lstrip().startswith(">") or _REPLY_HEADER_RE.match(line.strip()) or index in headers:
             # Quoted text and the "On <date>, <name> wrote:" line above it belong to the earlier email; a forwarded
             # email's "Date: Fri, Aug 2, 2024 at 3:40 PM" says when it was sent, not what was asked.
             continue
         lines.append(line)
     return "\n".join(lines)
+
+
+def _header_block_lines(lines: list[str]) -> set[int]:
+    """Indices of lines in runs of two or more "From:/Date:/To:..." lines: a forwarded email's headers. A lone
+    "Date: Friday, March 8" in a meeting notice is the answer, not a header."""
+    found, run = set(), []
+    for index, line in enumerate(lines + [""]):
+        if _HEADER_LINE_RE.match(line):
+            run.append(index)
+            continue
+        if len(run) >= 2:
+            found.update(run)
+        run = []
+    return found
 
 
 def _quoted_text(body: str) -> str:
@@ -580,7 +596,7 @@ def _quoted_text(body: str) -> str:
 
 
 _REPLY_HEADER_RE = re.compile(r"^On .{6,200}wrote:$")
-_HEADER_LINE_RE = re.compile(r"^\s*(?:From|Date|Sent|To|Cc|Subject):\s", re.IGNORECASE)
+_HEADER_LINE_RE = re.compile(r"^\s*(?:From|Date|Sent|To|Cc|Subject):\s")
 _SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 

@@ -339,3 +339,12 @@ def test_reader_answers_questions_worded_unlike_the_email(sqlite_url):
                 Category.LOCATION)
     store.close()
     assert (venue.final_answer, move.final_answer) == ("Sacramento", "Santa Fe")
+
+
+def test_a_date_field_of_a_meeting_notice_is_an_answer_not_a_header(sqlite_url):
+    notice = ("<n@x>", "Harbor pipeline kickoff", "ann@x.com",
+              "Team,\n\nHarbor pipeline kickoff meeting\nDate: Friday, March 8\nLocation: Room 4B\n\nAnn", 2, 9)
+    store = _thread_store(sqlite_url, [notice])
+    episode = _ask(store, "When is the Harbor pipeline kickoff meeting?", "Friday, March 8", ["<n@x>"], Category.DATE)
+    store.close()
+    assert (episode.outcome, episode.final_answer) == (Outcome.CORRECT, "Friday, March 8")
