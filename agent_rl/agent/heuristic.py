@@ -14,7 +14,7 @@ import random
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -305,9 +305,10 @@ class HeuristicPolicy(Policy):
     def _reading_step(self, state: _State, queries: list[dict[str, Any]]) -> PolicyTurn | None:
         """Search, read the likeliest hit until a relevant email yields an answer; None when ready to answer."""
         unread = [h for h in state.hits if h not in state.reads and _hit_relevance(state.question, state.hit_text.get(h, "")) > 0]
-        if state.read_order and _answer_from(state.question, state.reads[state.read_order[-1]]):
-            last = state.reads[state.read_order[-1]]
-            if not _answer_is_quoted(state.question, last) or len(state.reads) >= self.config.max_reads:
+        last = state.reads[state.read_order[-1]] if state.read_order else None
+        found = _evidence_from(state.question, last) if last is not None else None
+        if found:
+            if not found.from_quote or len(state.reads) >= self.config.max_reads:
                 return None
             # An acknowledgement answers from the email it quotes; a hit as new that shows an answer may correct it.
             day = str(last.get("date") or "")[:10]
@@ -339,7 +340,8 @@ class HeuristicPolicy(Policy):
             for message_id in reversed(state.read_order):
                 found = _evidence_from(state.question, state.reads[message_id])
                 if found:
-                    (answer, quote), sources = found, [_cited(state, message_id)]
+                    answer, quote = found.answer, found.quote
+                    sources = [_quoted_origin(state, message_id) if found.from_quote else message_id]
                     break
         if plan.mistake == "idk":
             answer, sources, quote = IDK, [], None
@@ -405,12 +407,10 @@ class HeuristicPolicy(Policy):
         return queries
 
 
-def _cited(state: _State, message_id: str) -> str:
-    """The email to cite for an answer from `message_id`: the email it quotes when the answer is in the quote and
-    that email was among the hits (the same subject, from the "On ..., <address> wrote:" sender), else itself."""
+def _quoted_origin(state: _State, message_id: str) -> str:
+    """The email a read reply quotes, when it was among the hits (the same subject, from the "On ..., <address>
+    wrote:" sender): what to cite for an answer from the quote. Else the reply itself."""
     email = state.reads[message_id]
-    if not _answer_is_quoted(state.question, email):
-        return message_id
     sender = _QUOTED_SENDER_RE.search(str(email.get("body", "")))
     subject = _REPLY_PREFIX_RE.sub("", str(email.get("subject", "")))
     if not sender:
@@ -657,14 +657,16 @@ def _shows_answer(question: str, text: str) -> bool:
     return _extract_answer(question, {"subject": "", "body": text}) is not None
 
 
-def _answer_from(question: str, email: dict[str, Any]) -> str | None:
-    """An answer from `email` if it is about the question's subject, else None."""
-    found = _evidence_from(question, email)
-    return found[0] if found else None
+class _Evidence(NamedTuple):
+    """An answer span, the sentence around it, and whether that sentence is in the earlier email a reply quotes."""
+
+    answer: str
+    quote: str
+    from_quote: bool
 
 
-def _evidence_from(question: str, email: dict[str, Any]) -> tuple[str, str] | None:
-    """(answer, the quote it comes from) from `email` if it is about the question's subject, else None."""
+def _evidence_from(question: str, email: dict[str, Any]) -> _Evidence | None:
+    """The evidence `email` holds if it is about the question's subject, else None."""
     subject, body = email.get("subject", ""), email.get("body", "")
     if isinstance(subject, str) and isinstance(body, str):
         return _evidence_from_text(question, subject, body)  # emails never change: answer each once
@@ -672,11 +674,11 @@ def _evidence_from(question: str, email: dict[str, Any]) -> tuple[str, str] | No
 
 
 @lru_cache(maxsize=_TEXT_CACHE)
-def _evidence_from_text(question: str, subject: str, body: str) -> tuple[str, str] | None:
+def _evidence_from_text(question: str, subject: str, body: str) -> _Evidence | None:
     return _evidence_from_email(question, {"subject": subject, "body": body})
 
 
-def _evidence_from_email(question: str, email: dict[str, Any]) -> tuple[str, str] | None:
+def _evidence_from_email(question: str, email: dict[str, Any]) -> _Evidence | None:
     text = f"{email.get('subject', '')} {email.get('body', '')}"
     if _relevance(question, text) <= 0 or _topic_coverage(question, text) < 0.5:
         return None
@@ -685,16 +687,11 @@ def _evidence_from_email(question: str, email: dict[str, Any]) -> tuple[str, str
 
 def _extract_answer(question: str, email: dict[str, Any]) -> str | None:
     found = _extract_evidence(question, email)
-    return found[0] if found else None
+    return found.answer if found else None
 
 
-def _answer_is_quoted(question: str, email: dict[str, Any]) -> bool:
-    """Whether the email's answer comes from the earlier email it quotes, not from its own words."""
-    return _extract_evidence(question, email, own_words_only=True) is None
-
-
-def _extract_evidence(question: str, email: dict[str, Any], own_words_only: bool = False) -> tuple[str, str] | None:
-    """(answer span of the question's type, quote around it) from the email's sentences most like the question."""
+def _extract_evidence(question: str, email: dict[str, Any]) -> _Evidence | None:
+    """The answer span of the question's type, and the quote around it, from the sentences most like the question."""
     category = question_category(question)
     if category is None:
         return None
@@ -702,13 +699,12 @@ def _extract_evidence(question: str, email: dict[str, Any], own_words_only: bool
     body = str(email.get("body", ""))
     # The email's own words first (a correction overrides what it quotes); then, for an acknowledgement ("Perfect,
     # thank you." above the quoted email), the quoted email: answering from it saves reading the original (a turn).
-    texts = [f"{email.get('subject', '')}.\n{_own_text(body)}"] + ([] if own_words_only else [_quoted_text(body)])
-    for text in texts:
+    for from_quote, text in ((False, f"{email.get('subject', '')}.\n{_own_text(body)}"), (True, _quoted_text(body))):
         # Stable sort: among equally relevant sentences the earlier (newer, in a reply) wins.
         for sentence in sorted(_sentences(text), key=lambda s: -len(asked.intersection(w[:5] for w in _content_words(s)))):
             found = _span(category, sentence, question)
             if found:
-                return found, _window(sentence, sentence.find(found), len(found))
+                return _Evidence(found, _window(sentence, sentence.find(found), len(found)), from_quote)
     return None
 
 
@@ -718,7 +714,7 @@ def _oracle_quote(question: str, answer: str, read: list[dict[str, Any]]) -> str
     quote = next(filter(None, (_quote_of(answer, email) for email in read)), None)
     if quote is None and read:
         found = _extract_evidence(question, read[0])
-        quote = found[1] if found else None
+        quote = found.quote if found else None
     return quote
 
 
