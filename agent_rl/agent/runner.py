@@ -297,7 +297,6 @@ def _to_episode(episode: _Live, policy: Policy, config: RunnerConfig, judge: Jud
             sources=list(trace.sources),
             gold_source_ids=gold,
             found_gold=bool(trace.seen_ids & set(gold)),
-            saw_emails=bool(trace.seen_ids or trace.reads),
             read_gold=bool(set(trace.reads) & set(gold)),
             turns=episode.turns,
             max_turns=config.max_turns,

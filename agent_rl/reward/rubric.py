@@ -8,9 +8,6 @@ Tiers, worst to best (default weights):
 Partial credit (found the right email in search results, read it, cited it) stays below 0.5,
 so no amount of it lifts an episode into the next tier. "I don't know" on an unanswerable
 question is judged correct before it reaches the rubric (the runner decides the outcome).
-"I don't know" (or running out) on an answerable question when no search showed any email scores
-`unseen` (-0.5): below declining after a look, so made-up keywords that empty the search do not pay,
-and above a guess, so after an honestly fruitless search declining still beats inventing an answer.
 """
 
 from __future__ import annotations
@@ -42,7 +39,6 @@ class RubricObservation:
     turns: int = 0
     max_turns: int = 8
     format_error: FormatErrorKind | None = None
-    saw_emails: bool = True  # some search showed an email, or the agent read one
 
     @property
     def answer_correct(self) -> bool:
@@ -78,11 +74,6 @@ class RubricWeights(BaseModel):
     policy_error: float = Field(-2.0, description="base reward when the policy failed outright")
     wrong: float = Field(-1.0, description="base reward for a wrong answer")
     idk: float = Field(0.0, description="base reward for saying \"I don't know\" on an answerable question")
-    unseen: float = Field(
-        -0.5, description="base reward for \"I don't know\" or running out on an answerable question when no email "
-        "was seen (every search came back empty). At idk's 0, GRPO's sampled rollouts learned to add made-up "
-        "keywords (['Julia', 'Elijah']) to empty the search and decline; at wrong's -1, declining after a fruitless "
-        "search would pay no more than a guess")
     ran_out: float = Field(0.0, description="base reward for running out of turns, tokens or time")
     correct: float = Field(1.0, description="base reward for a correct answer")
     found_gold: float = Field(0.1, ge=0, description="partial credit: a gold email appeared in search results")
@@ -107,15 +98,11 @@ class RubricWeights(BaseModel):
         checks = [
             ("every format error + partial credit", worst_format + self.partial_max, "wrong", self.wrong),
             ("wrong + partial credit", self.wrong + self.partial_max, "min(idk, ran_out)", min(self.idk, self.ran_out)),
-            ("wrong (a guess without any email seen)", self.wrong, "unseen", self.unseen),
             ("max(idk, ran_out) + partial credit", max(self.idk, self.ran_out) + self.partial_max, "correct", self.correct),
         ]
         for lower_name, lower, upper_name, upper in checks:
             if not lower < upper:
                 raise ValueError(f"rubric tiers out of order: {lower_name} = {lower} must be below {upper_name} = {upper}")
-        if self.unseen > min(self.idk, self.ran_out):
-            raise ValueError(f"rubric tiers out of order: unseen = {self.unseen} must not exceed min(idk, ran_out) = "
-                             f"{min(self.idk, self.ran_out)}")
         return self
 
 
@@ -143,8 +130,6 @@ def score(obs: RubricObservation, weights: RubricWeights | None = None) -> Rewar
         components = {f"format_error.{kind.value}": weights.format_error_base(kind), **_partial(obs, weights)}
     elif obs.outcome == Outcome.WRONG:
         components = {"wrong": weights.wrong, **_partial(obs, weights)}
-    elif obs.outcome in (Outcome.IDK, Outcome.RAN_OUT) and not obs.saw_emails:
-        components = {"unseen": weights.unseen}  # nothing seen: no partial credit to give either
     elif obs.outcome == Outcome.IDK:
         components = {"idk": weights.idk, **_partial(obs, weights)}
     elif obs.outcome == Outcome.RAN_OUT:

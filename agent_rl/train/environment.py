@@ -128,7 +128,6 @@ class InboxEnvironment(InboxTools):
             sources=list(self.trace.sources),
             gold_source_ids=gold,
             found_gold=bool(self.trace.seen_ids & set(gold)),
-            saw_emails=bool(self.trace.seen_ids or self.trace.reads),
             read_gold=bool(set(self.trace.reads) & set(gold)),
             turns=turns,
             max_turns=self._max_turns,

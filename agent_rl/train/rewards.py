@@ -2,8 +2,7 @@
 
 Each function returns a slice of `agent_rl.reward.rubric.score` for every rollout; with all weights
 at 1.0 their weighted sum is exactly the rubric's total (the same reward the evaluation reports):
-  outcome   correctness tiers: correct +1, "I don't know" / ran out 0, wrong -1 (so IDK beats a wrong answer,
-            unless no search showed any email: then IDK or running out scores -0.5)
+  outcome   correctness tiers: correct +1, "I don't know" / ran out 0, wrong -1 (so IDK beats a wrong answer)
   format    format errors (unparsable call, unknown tool, plain-text answer): -2 .. -1.8
   sources   right sources cited, their precision, partial credit for citing a gold email
   turns     turn efficiency of a correct answer (fewer turns, more reward)
@@ -19,7 +18,7 @@ from agent_rl.reward.rubric import Reward, RubricWeights, score
 from agent_rl.train.environment import InboxEnvironment, RolloutObservation, observe
 
 REWARD_GROUPS: dict[str, tuple[str, ...]] = {
-    "outcome": ("correct", "wrong", "idk", "ran_out", "unseen"),
+    "outcome": ("correct", "wrong", "idk", "ran_out"),
     "format": ("format_error.",),  # prefix: one component per kind
     "sources": ("sources_correct", "source_precision", "cited_gold"),
     "turns": ("turn_efficiency",),

@@ -123,18 +123,6 @@ def test_i_dont_know_on_an_unanswerable_question_is_correct(store):
     assert guessed.outcome == Outcome.WRONG and guessed.reward < 0
 
 
-def test_i_dont_know_after_searches_that_showed_nothing_scores_below_declining_after_a_look(store):
-    """Made-up keywords make a search come back empty; the "I don't know" after it scores less than one after a
-    search that showed emails, and more than a guess."""
-    task = EpisodeTask.from_scenario(scenario())
-    made_up = call("search_emails", keywords=["budget", "Elijah"])
-    unseen = run_episode(ScriptedPolicy([made_up, answer("I don't know", ())]), task, store)
-    looked = run_episode(ScriptedPolicy([SEARCH, answer("I don't know", ())]), task, store)
-    assert unseen.outcome == looked.outcome == Outcome.IDK
-    assert unseen.reward == pytest.approx(-0.5) and unseen.reward_components == {"unseen": -0.5}
-    assert looked.reward == pytest.approx(0.1)  # the gold email was among the hits: partial credit
-
-
 @pytest.mark.parametrize(
     ("turn", "kind", "reward"),
     [

@@ -50,23 +50,6 @@ def test_partial_credit_rewards_finding_and_reading_the_right_email_but_stays_be
     assert total(obs(Outcome.WRONG, found_gold=True, read_gold=True, sources=GOLD)) < -0.5
 
 
-def test_declining_without_having_seen_an_email_sits_between_a_guess_and_declining_after_a_look():
-    """Sampled GRPO rollouts added made-up keywords (['Julia', 'Elijah']) so the search came back empty and the
-    "I don't know" after it scored 0, above a wrong answer: declining without having seen an email scores less
-    than declining after a look, yet more than a guess (after an honestly fruitless search, declining is right)."""
-    unseen = score(obs(Outcome.IDK, saw_emails=False))
-    assert unseen.components == {"unseen": -0.5}
-    assert total(obs(Outcome.WRONG)) < unseen.total < total(obs(Outcome.IDK, saw_emails=True)) == pytest.approx(0.0)
-    assert total(obs(Outcome.RAN_OUT, saw_emails=False)) == pytest.approx(unseen.total)
-    assert total(obs(Outcome.IDK, saw_emails=False), RubricWeights(unseen=0.0)) == pytest.approx(0.0)
-    # An unanswerable question declined after an empty search is correct: the rubric's IDK tiers do not apply.
-    assert total(obs(Outcome.CORRECT, gold_source_ids=[], saw_emails=False)) >= 1.0
-    with pytest.raises(ValidationError, match="unseen"):
-        RubricWeights(unseen=0.1)
-    with pytest.raises(ValidationError, match="unseen"):
-        RubricWeights(unseen=-1.0)
-
-
 def test_correct_with_right_sources_beats_correct_without():
     right = total(obs(Outcome.CORRECT, sources=GOLD))
     none = total(obs(Outcome.CORRECT, sources=[]))
@@ -102,12 +85,10 @@ def test_every_reward_falls_inside_the_documented_bounds():
     low, high = reward_bounds()
     assert (low, high) == (pytest.approx(-2.0), pytest.approx(1.5))
     seen = []
-    for outcome, kind, found, read, sources, turns, saw in itertools.product(
-        Outcome, [None, *FormatErrorKind], [False, True], [False, True], [[], GOLD, ["<o@x>"]], [0, 1, 8, 20],
-        [False, True],
+    for outcome, kind, found, read, sources, turns in itertools.product(
+        Outcome, [None, *FormatErrorKind], [False, True], [False, True], [[], GOLD, ["<o@x>"]], [0, 1, 8, 20]
     ):
-        value = total(obs(outcome, format_error=kind, found_gold=found, read_gold=read, sources=sources, turns=turns,
-                          saw_emails=saw))
+        value = total(obs(outcome, format_error=kind, found_gold=found, read_gold=read, sources=sources, turns=turns))
         assert low <= value <= high
         seen.append(value)
     assert min(seen) == pytest.approx(low)

@@ -68,29 +68,21 @@ def test_idk_beats_wrong_and_format_errors_are_worst(env_row):
     totals = {}
     for label, calls in {
         "wrong": [("return_final_answer", {"answer": "Ontario", "sources": []})],
-        "idk": [("read_email", {"message_id": row["source_ids"][0]}),
-                ("return_final_answer", {"answer": "I don't know", "sources": []})],
-        "idk_unseen": [("search_emails", {"keywords": ["zzzz"]}),
-                       ("return_final_answer", {"answer": "I don't know", "sources": []})],
+        "idk": [("return_final_answer", {"answer": "I don't know", "sources": []})],
         "plain_text": ["The answer is probably Tuesday."],
         "unknown_tool": [("delete_emails", {"all": True})],
         "malformed": ['<tool_call>\n{"name": "search_emails", "arguments": \n</tool_call>'],
-        "ran_out": [("read_email", {"message_id": row["source_ids"][0]})] * 5,
-        "ran_out_unseen": [("search_emails", {"keywords": ["zzzz"]})] * 2,
+        "ran_out": [("search_emails", {"keywords": ["zzzz"]})] * 2,
     }.items():
         env = InboxEnvironment(store, max_turns=5)
         env.reset(**row)
         obs = observe(env, _play(env, calls))
         totals[label] = score(obs.rubric).total
-        expected = {"wrong": Outcome.WRONG, "idk": Outcome.IDK, "idk_unseen": Outcome.IDK, "ran_out": Outcome.RAN_OUT,
-                    "ran_out_unseen": Outcome.RAN_OUT}.get(label, Outcome.FORMAT_ERROR)
+        expected = {"wrong": Outcome.WRONG, "idk": Outcome.IDK, "ran_out": Outcome.RAN_OUT}.get(label, Outcome.FORMAT_ERROR)
         assert obs.outcome == expected, label
     assert totals["idk"] > totals["wrong"] > totals["plain_text"]
     assert observe_kind(store, row, ["text"]) == FormatErrorKind.NO_TOOL_CALL
     assert totals["ran_out"] == totals["idk"]
-    # Giving up without having seen any email (made-up keywords, every search empty): below a look, above a guess.
-    assert totals["wrong"] < totals["idk_unseen"] < totals["idk"]
-    assert totals["idk_unseen"] == totals["ran_out_unseen"] == pytest.approx(-0.5)
 
 
 def observe_kind(store, row, calls):
