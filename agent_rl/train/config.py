@@ -159,7 +159,9 @@ class GRPOSettings(BaseModel):
     # CPU budget: a step (2 prompts x 4 rollouts of ~3 turns, then the loss) takes ~55-100 s on 2 cores (bf16 base,
     # cached rollouts). Steps, same SFT adapter, 94 held-out (correct / wrong): 5 steps 71.3/19.1 -> 73.4/16.0,
     # 10 steps -> 73.4/13.8; with the one-search teacher, 10 steps 79.8/12.8 -> 79.8/8.5 in 541 s next to SFT's
-    # 451 s (16.5 minutes on an AMX Xeon; an fp32-only CPU needs about twice that). Learning rate, 94 held-out questions
+    # 451 s (16.5 minutes on an AMX Xeon, 25 on an AVX512_BF16 EPYC; an fp32-only CPU needs about 45). Over three
+    # seeds the 10 steps moved wrong answers by -4.3, -2.1 and 0 points: less than the seed does. Learning rate, 94
+    # held-out questions
     # (bench/quality.py, correct / wrong after SFT -> after GRPO): 5e-5 moved nothing (66.0/28.7 -> 66.0/27.7);
     # 2e-4 once cut wrong answers (66.0/28.7 -> 66.0/21.3) and, on another machine and SFT adapter, cost accuracy
     # (63.8/24.5 -> 56.4/24.5); 1e-4 on that same adapter cut wrong answers at the same accuracy (-> 63.8/19.2,
