@@ -10,7 +10,7 @@ Last line: one JSON object with the table, timings, targets and "meets_target".
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/quality.py [--eval-n 48] [--sft-steps N] [--grpo-steps N]
         [--home DIR] [--model DIR] [--base-n 16] [--skip-base] [--skip-grpo] [--sft JSON] [--grpo JSON]
-        [--sft-from EARLIER_HOME]
+        [--sft-from EARLIER_HOME] [--teacher JSON]
 
 The trained rows' evaluation episodes are saved as HOME/episodes_after_*.jsonl. Every trained row also gets
 the evaluation's forgetting probe (general questions, no tools) next to the base model's, as the demo's
@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-n", type=int, default=16,
                         help="test scenarios for the prompted base model (it writes up to 256 tokens of prose per "
                              "episode and never calls a tool: a small sample says as much)")
+    parser.add_argument("--teacher", type=str, default="{}",
+                        help="JSON overrides of HeuristicConfig for the teacher (its SFT data and its table row)")
     parser.add_argument("--max-idk-share", type=float, default=None,
                         help="cap on SFT rows answering \"I don't know\" (default: the curation default)")
     parser.add_argument("--skip-base", action="store_true", help="do not evaluate the prompted base model")
@@ -149,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                                   "sft_settings": sft_settings.model_dump(mode="json"),
                                   "grpo_settings": grpo_settings.model_dump(mode="json", exclude={"rubric"})}
 
+    teacher_config = HeuristicConfig(**json.loads(args.teacher))
+    figures["teacher_settings"] = teacher_config.model_dump(mode="json", exclude={"scenarios"})
     gflops = matmul_gflops()
     params = sum(p.numel() for p in __import__("transformers").AutoModelForCausalLM.from_pretrained(
         str(args.model), dtype=torch.float32).parameters())
@@ -162,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     train = [s for s in env.scenarios if s.split == Split.TRAIN]
 
     with timed("teacher data"):
-        teacher = HeuristicPolicy(HeuristicConfig(), store=store)
+        teacher = HeuristicPolicy(teacher_config, store=store)
         episodes = run_episodes(teacher, [EpisodeTask.from_scenario(s) for s in train], store)
         cap = {} if args.max_idk_share is None else {"max_idk_share": args.max_idk_share}
         rows = sft_rows([e.model_dump(mode="json") for e in episodes], **cap)
@@ -178,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     figures["sft_rows_cut"] = len(tokenized.dropped)
 
     with timed("eval teacher"):
-        table["heuristic_teacher"] = row_of(evaluate_policy(HeuristicPolicy(HeuristicConfig(), store=store),
+        table["heuristic_teacher"] = row_of(evaluate_policy(HeuristicPolicy(teacher_config, store=store),
                                                             env.scenarios, store, eval_config).metrics)
     with timed("eval base"):
         base = LocalPolicy(str(args.model), batch_size=16, version="base")

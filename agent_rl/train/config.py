@@ -185,8 +185,9 @@ class GRPOSettings(BaseModel):
                                "rollouts wrong where greedy gets ~30% wrong: rollouts should resemble the served policy")
     top_p: float = Field(1.0, gt=0, le=1)
     max_completion_length: PositiveInt = Field(
-        1280, description="token budget of the whole multi-turn completion, tool results included "
-                          "(a 3-turn demo episode is ~800-1,000 tokens; a truncated one is a wasted rollout)"
+        1792, description="token budget of the whole multi-turn completion, tool results included "
+                          "(a 3-turn demo episode that reads its hits together is ~850-1,600 tokens; a truncated "
+                          "one is a wasted rollout)"
     )
     max_tool_calling_iterations: PositiveInt = Field(4, description="turn budget: tool rounds per episode")
     cached_rollouts: bool = Field(

@@ -187,7 +187,7 @@ def test_reader_without_oracle_is_a_good_short_teacher_on_the_demo(demo):
     assert sum(e.turns == 3 for e in correct) / len(correct) >= 0.7  # search, read, answer
 
 
-def test_reader_reads_the_hit_that_shows_the_answer_and_skips_quoted_headers(sqlite_url):
+def test_one_at_a_time_reader_reads_the_hit_that_shows_the_answer_and_skips_quoted_headers(sqlite_url):
     store = open_inbox_store(sqlite_url)
     emails = [
         ("<f1@x>", "Harbor pipeline follow-up", "Do we have the action items for the Harbor pipeline? Thanks, Lee"),
@@ -203,7 +203,7 @@ def test_reader_reads_the_hit_that_shows_the_answer_and_skips_quoted_headers(sql
                  ("What's the target date for Omar's move to Tulsa?", "July 15, 2001", "<f3@x>", Category.DATE)]
     scenarios = [Scenario(id=f"q{i}", inbox_id=INBOX, question=q, answer=a, source_ids=[src], category=c,
                           split=Split.TEST, query_date=DAY) for i, (q, a, src, c) in enumerate(questions)]
-    episodes = play(HeuristicPolicy(), scenarios, store)
+    episodes = play(HeuristicPolicy(HeuristicConfig(parallel_reads=1)), scenarios, store)
     store.close()
     for episode, scenario in zip(episodes, scenarios):
         assert episode.outcome == Outcome.CORRECT, (scenario.question, episode.final_answer)
@@ -281,10 +281,16 @@ def _thread_store(sqlite_url, emails):
     return store
 
 
-def _ask(store, question, answer, sources, category):
+@pytest.fixture(params=[1, 4], ids=["one-at-a-time", "together"])
+def reads(request):
+    """The reader's two ways of reading hits (HeuristicConfig.parallel_reads): each must get these threads right."""
+    return request.param
+
+
+def _ask(store, question, answer, sources, category, reads):
     scenario = Scenario(id="q", inbox_id=INBOX, question=question, answer=answer, source_ids=sources,
                         category=category, split=Split.TEST, query_date=DAY)
-    [episode] = play(HeuristicPolicy(), [scenario], store)
+    [episode] = play(HeuristicPolicy(HeuristicConfig(parallel_reads=reads)), [scenario], store)
     return episode
 
 
@@ -295,38 +301,40 @@ ACK = ("<a@x>", "Re: Harbor pipeline ownership", "lee@x.com",
        "> Hi Lee,\n>\n> Effective Monday, Nora Quist will own the Harbor pipeline end to end.\n>\n> Best,\n> Ann", 4, 8)
 
 
-def test_reader_answers_from_the_email_an_acknowledgement_quotes_and_cites_that_email(sqlite_url):
+def test_reader_answers_from_the_email_an_acknowledgement_quotes_and_cites_that_email(sqlite_url, reads):
     # "Perfect, thank you." above the quoted announcement: the answer is in the quote, so no second read is needed,
     # and the source is the quoted email (it was among the hits), which the rubric credits.
     store = _thread_store(sqlite_url, [ORIGINAL, ACK])
-    episode = _ask(store, "Who did Ann put in charge of the Harbor pipeline?", "Nora Quist", ["<o@x>"], Category.PERSON)
+    episode = _ask(store, "Who did Ann put in charge of the Harbor pipeline?", "Nora Quist", ["<o@x>"],
+                   Category.PERSON, reads)
     store.close()
     assert (episode.outcome, episode.final_answer, episode.sources) == (Outcome.CORRECT, "Nora Quist", ["<o@x>"])
     assert episode.turns == 3
 
 
-def test_reader_checks_a_correction_as_new_as_the_acknowledgement_it_answered_from(sqlite_url):
+def test_reader_checks_a_correction_as_new_as_the_acknowledgement_it_answered_from(sqlite_url, reads):
     correction = ("<c@x>", "Re: Harbor pipeline ownership", "ann@x.com",
                   "Lee,\n\nQuick correction: Kevin O'Brien will lead the Harbor pipeline, not Nora.\n\nAnn", 4, 11)
     store = _thread_store(sqlite_url, [ORIGINAL, ACK, correction])
-    episode = _ask(store, "Who is the lead on the Harbor pipeline now?", "Kevin O'Brien", ["<c@x>"], Category.PERSON)
+    episode = _ask(store, "Who is the lead on the Harbor pipeline now?", "Kevin O'Brien", ["<c@x>"],
+                   Category.PERSON, reads)
     store.close()
     assert (episode.outcome, episode.final_answer) == (Outcome.CORRECT, "Kevin O'Brien")
 
 
-def test_reader_skips_a_forwarded_emails_header_and_matches_question_words_by_stem(sqlite_url):
+def test_reader_skips_a_forwarded_emails_header_and_matches_question_words_by_stem(sqlite_url, reads):
     forward = ("<f@x>", "Fwd: Moving to Tulsa", "pat@x.com",
                "Passing this along.\n\n---------- Forwarded message ----------\nFrom: Julia Brennan <julia@x.com>\n"
                "Date: Fri, Aug 2, 2001 at 3:40 PM\nSubject: Moving to Tulsa\n\nGood news: my move to Tulsa is "
                "approved. HR has it targeted for Tuesday 8/27, so I'll start handing off my accounts.\n\nJulia", 5, 9)
     store = _thread_store(sqlite_url, [forward])
     episode = _ask(store, "What's the target date for Julia's relocation to Tulsa?", "Tuesday 8/27", ["<f@x>"],
-                   Category.DATE)
+                   Category.DATE, reads)
     store.close()
     assert (episode.outcome, episode.final_answer) == (Outcome.CORRECT, "Tuesday 8/27")
 
 
-def test_reader_answers_questions_worded_unlike_the_email(sqlite_url):
+def test_reader_answers_questions_worded_unlike_the_email(sqlite_url, reads):
     # How a question asks ("put in charge", "the group Laura manages moving") is not what the email must say.
     emails = [("<v@x>", "Summit logistics", "leo@x.com",
                "Hello,\n\nVenue update for the Procurement planning summit: we're going with Sacramento. Please hold "
@@ -334,17 +342,50 @@ def test_reader_answers_questions_worded_unlike_the_email(sqlite_url):
               ("<m@x>", "Environmental team relocation", "laura@x.com",
                "Hi,\n\nIt's official: my Environmental team relocates to Santa Fe once the lease is signed.\n\nLaura", 7, 9)]
     store = _thread_store(sqlite_url, emails)
-    venue = _ask(store, "Where is the Procurement planning summit being held?", "Sacramento", ["<v@x>"], Category.LOCATION)
+    venue = _ask(store, "Where is the Procurement planning summit being held?", "Sacramento", ["<v@x>"],
+                 Category.LOCATION, reads)
     move = _ask(store, "Where is the Environmental group that Laura manages moving?", "Santa Fe", ["<m@x>"],
-                Category.LOCATION)
+                Category.LOCATION, reads)
     store.close()
     assert (venue.final_answer, move.final_answer) == ("Sacramento", "Santa Fe")
 
 
-def test_a_date_field_of_a_meeting_notice_is_an_answer_not_a_header(sqlite_url):
+def test_a_date_field_of_a_meeting_notice_is_an_answer_not_a_header(sqlite_url, reads):
     notice = ("<n@x>", "Harbor pipeline kickoff", "ann@x.com",
               "Team,\n\nHarbor pipeline kickoff meeting\nDate: Friday, March 8\nLocation: Room 4B\n\nAnn", 2, 9)
     store = _thread_store(sqlite_url, [notice])
-    episode = _ask(store, "When is the Harbor pipeline kickoff meeting?", "Friday, March 8", ["<n@x>"], Category.DATE)
+    episode = _ask(store, "When is the Harbor pipeline kickoff meeting?", "Friday, March 8", ["<n@x>"],
+                   Category.DATE, reads)
     store.close()
     assert (episode.outcome, episode.final_answer) == (Outcome.CORRECT, "Friday, March 8")
+
+
+def test_parallel_reader_reads_the_hits_together_and_answers_from_the_correction(sqlite_url):
+    # One turn reads every hit in the order shown (the student copies ids instead of judging snippets); the answer
+    # comes from the email the one-at-a-time reader would have picked: the newest own-words correction.
+    correction = ("<c@x>", "Re: Harbor pipeline ownership", "ann@x.com",
+                  "Lee,\n\nQuick correction: Kevin O'Brien will lead the Harbor pipeline, not Nora.\n\nAnn", 4, 11)
+    follow_up = ("<u@x>", "Harbor pipeline follow-up", "kim@x.com",
+                 "Lee,\n\nDo we have the action items for the Harbor pipeline?\n\nKim", 6, 9)
+    store = _thread_store(sqlite_url, [ORIGINAL, ACK, correction, follow_up])
+    scenario = Scenario(id="q", inbox_id=INBOX, question="Who is the lead on the Harbor pipeline now?",
+                        answer="Kevin O'Brien", source_ids=["<c@x>"], category=Category.PERSON, split=Split.TEST,
+                        query_date=DAY)
+    [episode] = play(HeuristicPolicy(HeuristicConfig(parallel_reads=4)), [scenario], store)
+    store.close()
+    assert (episode.outcome, episode.final_answer, episode.sources) == (Outcome.CORRECT, "Kevin O'Brien", ["<c@x>"])
+    assert episode.turns == 3
+    search, reads, _ = [m for m in episode.messages if m["role"] == "assistant"]
+    hits = [hit["id"] for hit in json.loads(episode.messages[episode.messages.index(search) + 1]["content"])]
+    assert [c["function"]["arguments"]["message_id"] for c in reads["tool_calls"]] == hits
+    assert len(_read_bodies(episode)) == 4
+
+
+def test_parallel_reader_is_as_good_a_teacher_on_the_demo_in_fewer_turns(demo):
+    store, scenarios = demo
+    one = play(HeuristicPolicy(HeuristicConfig(parallel_reads=1), store=store), scenarios, store)
+    together = play(HeuristicPolicy(HeuristicConfig(parallel_reads=4), store=store), scenarios, store)
+    correct = [sum(e.outcome == Outcome.CORRECT for e in run) / len(run) for run in (one, together)]
+    assert correct[1] >= correct[0] - 0.02
+    assert sum(e.turns for e in together) <= sum(e.turns for e in one)
+    assert max(len(m.get("tool_calls") or []) for e in together for m in e.messages) > 1
