@@ -156,18 +156,20 @@ class GRPOSettings(BaseModel):
 
     lora: LoraSettings = Field(default_factory=LoraSettings, description="fresh adapter used only when beta > 0")
     compute: ComputeSettings = Field(default_factory=ComputeSettings)
-    # CPU budget: a step (2 prompts x 4 rollouts of ~3 turns, then the loss) takes ~55-100 s on 2 cores (bf16 base,
-    # cached rollouts). Steps, same SFT adapter, 94 held-out (correct / wrong): 5 steps 71.3/19.1 -> 73.4/16.0,
-    # 10 steps -> 73.4/13.8; with the one-search teacher, 10 steps 79.8/12.8 -> 79.8/8.5 in 541 s next to SFT's
-    # 451 s (16.5 minutes on an AMX Xeon, 25 on an AVX512_BF16 EPYC; an fp32-only CPU needs about 45). Over three
-    # seeds the 10 steps moved wrong answers by -4.3, -2.1 and 0 points: less than the seed does. Learning rate, 94
+    # CPU budget: a step (2 prompts x 4 rollouts of ~3 turns, then the loss) takes ~40-110 s on 2 cores (bf16 base,
+    # cached rollouts) now that the teacher, and so the student, reads a search's hits together (longer episodes).
+    # Steps, 94 held-out (correct / wrong after SFT -> after GRPO), AMX Xeon: with one read per turn, 10 steps
+    # 79.8/12.8 -> 79.8/8.5 (seed 0); over three seeds they moved wrong answers by -4.3, -2.1 and 0 points, less than
+    # the seed does. Reading together, after SFT 77.7/8.5 (seed 0) and 75.5/10.6 (seed 3): step 5 78.7/8.5 and
+    # 76.6/12.8, step 10 76.6/8.5 and 72.3/10.6 (3 format errors), in 739 s next to SFT's 583 s, past the 20-minute
+    # budget. 5 steps (~420 s) keep SFT + GRPO at ~17 minutes and lost nothing against 10. Learning rate, 94
     # held-out questions
     # (bench/quality.py, correct / wrong after SFT -> after GRPO): 5e-5 moved nothing (66.0/28.7 -> 66.0/27.7);
     # 2e-4 once cut wrong answers (66.0/28.7 -> 66.0/21.3) and, on another machine and SFT adapter, cost accuracy
     # (63.8/24.5 -> 56.4/24.5); 1e-4 on that same adapter cut wrong answers at the same accuracy (-> 63.8/19.2,
     # "I don't know" instead, which the rubric scores above a wrong answer) and turns from 3.11 to 3.02.
     learning_rate: float = Field(1e-4, gt=0)
-    max_steps: PositiveInt = 10
+    max_steps: PositiveInt = 5
     num_generations: int = Field(4, ge=2, description="group size G")
     # Generation batch = per_device_train_batch_size x gradient_accumulation_steps (TRL steps_per_generation):
     # 2 prompts x G=4 rollouts generated together, the loss back-propagated 1 completion at a time. The whole
