@@ -73,7 +73,8 @@ class HeuristicConfig(BaseModel):
     # The student's wrong answers came from choosing which hit to read: after 96 SFT steps (seed 3, 94 held-out
     # questions) it read the teacher's email in 65 episodes (4 wrong) and another in 18 (8 wrong), picking a follow-up
     # or an acknowledgement over the announcement by its snippet. Reading the hits together in one turn leaves only
-    # the answer to choose: 14.9% -> 10.6% wrong at the same 75.5% correct, rows 15% longer. Four read calls
+    # the answer to choose: wrong answers 14.9% -> 10.6% (seed 3, 75.5% correct both) and 12.8% -> 8.5% (seed 0,
+    # 79.8% -> 77.7% correct); rows are 15% longer. Four read calls
     # (~57 tokens each) fit the runner's 256-token turn; the fifth hit of a search rarely matters (train: 94.8% correct
     # with 4, 95.3% with 5, 94.8% reading one at a time).
     parallel_reads: int = Field(
