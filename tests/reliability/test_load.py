@@ -103,7 +103,11 @@ def test_postgres_restart_mid_run_fails_cleanly_loses_nothing_and_recovers(world
     assert set(answered) <= set(stored), "an answered episode is missing from the pool"
     assert max(stored.values()) == 1
     assert health["status"] == "ok"
-    assert "Traceback" not in log and "internal error" not in log  # refused on purpose, not by a crash
+    # Refused on purpose, not by a crash: no request hit the arbiter's unhandled-error path. SQLAlchemy's pool may
+    # log a traceback of its own ("Exception during reset or similar") when the server dies while a connection is
+    # being handed back: that is the pool discarding a dead connection, not a failed request.
+    assert "unhandled error" not in log and "internal error" not in log
+    assert log.count("Traceback") == log.count("Exception during reset or similar"), log[-3000:]
 
 
 @pytest.mark.postgres
