@@ -329,12 +329,7 @@ class HeuristicPolicy(Policy):
                      and _shows_answer(state.question, state.hit_text.get(h, ""))]
             return _call(state.turn, "read_email", {"message_id": newer[0]}) if newer else None
         if unread and len(state.reads) < self.config.max_reads:
-            # A hit whose subject/snippet already shows an answer of the asked kind first, then the most relevant,
-            # the newest among equals (a later email may correct an earlier one).
-            best = max(unread, key=lambda h: (_shows_answer(state.question, state.hit_text.get(h, "")),
-                                              int(_hit_relevance(state.question, state.hit_text.get(h, ""))),
-                                              state.hit_date.get(h, ""),
-                                              _hit_relevance(state.question, state.hit_text.get(h, ""))))
+            best = max(unread, key=lambda h: _read_preference(state, h))
             return _call(state.turn, "read_email", {"message_id": best})
         if len(state.searches) < min(len(queries), self.config.max_searches):
             return _call(state.turn, "search_emails", queries[len(state.searches)])
@@ -358,16 +353,13 @@ class HeuristicPolicy(Policy):
         an email's own words before a quote it carries."""
         if self.config.parallel_reads == 1:
             return list(reversed(state.read_order))
-        question = state.question
 
-        def preference(message_id: str) -> tuple[Any, ...]:
-            text = state.hit_text.get(message_id, "")
-            relevance = _hit_relevance(question, text)
-            return (_shows_answer(question, text), int(relevance), state.hit_date.get(message_id, ""), relevance)
+        def quoted_or_silent(message_id: str) -> bool:
+            found = _evidence_from(state.question, state.reads[message_id])
+            return found is None or found.from_quote
 
-        ranked = sorted(state.read_order, key=preference, reverse=True)
-        own = [m for m in ranked if (found := _evidence_from(question, state.reads[m])) and not found.from_quote]
-        return own + [m for m in ranked if m not in own]
+        ranked = sorted(state.read_order, key=lambda m: _read_preference(state, m), reverse=True)
+        return sorted(ranked, key=quoted_or_silent)  # stable: own-words evidence first, each part in rank order
 
     def _answer(self, state: _State, scenario: Scenario | None, plan: _Plan) -> PolicyTurn:
         answer, sources, quote = IDK, [], None
@@ -473,6 +465,14 @@ def _message_chars(message: dict[str, Any]) -> int:
 
 def _call(turn: int, name: str, arguments: dict[str, Any], content: str = "") -> PolicyTurn:
     return PolicyTurn(content=content, tool_calls=[ToolCall(name=name, arguments=arguments, id=f"call_{turn}")])
+
+
+def _read_preference(state: _State, message_id: str) -> tuple[Any, ...]:
+    """How likely a hit is to answer, from its subject/snippet: one that already shows an answer of the asked kind
+    first, then the most relevant, the newest among equals (a later email may correct an earlier one)."""
+    text = state.hit_text.get(message_id, "")
+    relevance = _hit_relevance(state.question, text)
+    return (_shows_answer(state.question, text), int(relevance), state.hit_date.get(message_id, ""), relevance)
 
 
 def _calls(turn: int, calls: list[tuple[str, dict[str, Any]]]) -> PolicyTurn:
