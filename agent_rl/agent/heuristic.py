@@ -349,8 +349,10 @@ class HeuristicPolicy(Policy):
 
     def _answer_candidates(self, state: _State) -> list[str]:
         """Read emails in the order the answer is looked for: one at a time, the last read (it was read because
-        the earlier ones did not tell); read together, the one the sequential teacher would have read first,
-        an email's own words before a quote it carries."""
+        the earlier ones did not tell); read together, the newest email that says it in its own words (a later
+        email corrects an earlier one), then quotes, newest first. Once the emails are read their dates are known:
+        ranking them by how promising their snippets looked (the reading order) answered 366 of the 386 demo train
+        questions, newest-first 374 (8 gained, none lost) and the same 94 of 94 held-out."""
         if self.config.parallel_reads == 1:
             return list(reversed(state.read_order))
 
@@ -358,8 +360,8 @@ class HeuristicPolicy(Policy):
             found = _evidence_from(state.question, state.reads[message_id])
             return found is None or found.from_quote
 
-        ranked = sorted(state.read_order, key=lambda m: _read_preference(state, m), reverse=True)
-        return sorted(ranked, key=quoted_or_silent)  # stable: own-words evidence first, each part in rank order
+        newest = sorted(state.read_order, key=lambda m: str(state.reads[m].get("date") or ""), reverse=True)
+        return sorted(newest, key=quoted_or_silent)  # stable: own-words evidence first, each part newest first
 
     def _answer(self, state: _State, scenario: Scenario | None, plan: _Plan) -> PolicyTurn:
         answer, sources, quote = IDK, [], None
