@@ -389,25 +389,3 @@ def test_parallel_reader_is_as_good_a_teacher_on_the_demo_in_fewer_turns(demo):
     assert correct[1] >= correct[0] - 0.02
     assert sum(e.turns for e in together) <= sum(e.turns for e in one)
     assert max(len(m.get("tool_calls") or []) for e in together for m in e.messages) > 1
-
-
-def test_parallel_reader_answers_from_the_newest_email_that_says_it_not_the_likeliest_looking_snippet(sqlite_url):
-    # The announcement's snippet names Monica and Phoenix and shows a date; the correction's shows the new date but
-    # not Monica's name. Once both are read the dates are known: the newer email's own words win (a correction),
-    # not the date it quotes.
-    announcement = ("<m1@x>", "Moving to Phoenix", "monica@x.com",
-                    "Hello Lee,\n\nWanted you to hear it from me first - I'm relocating to the Phoenix office. "
-                    "Target date is June 17th.\n\nRegards,\nMonica", 13, 9)
-    correction = ("<m2@x>", "Re: Moving to Phoenix", "monica@x.com",
-                  "Hi Lee,\n\nSmall correction on my Phoenix move: the movers pushed us, so the target is now "
-                  "Monday, July 15.\n\nBest,\nMonica\n\nOn Mon, May 13, 2001 at 9:00 AM, Monica Reyes <monica@x.com> "
-                  "wrote:\n> Hello Lee,\n>\n> Wanted you to hear it from me first - I'm relocating to the Phoenix "
-                  "office. Target date is June 17th.", 13, 14)
-    store = _thread_store(sqlite_url, [announcement, correction])
-    scenario = Scenario(id="q", inbox_id=INBOX, question="When is Monica moving to the Phoenix office?",
-                        answer="Monday, July 15", source_ids=["<m2@x>"], category=Category.DATE, split=Split.TEST,
-                        query_date=DAY)
-    [episode] = play(HeuristicPolicy(HeuristicConfig(parallel_reads=4)), [scenario], store)
-    store.close()
-    assert len(_read_bodies(episode)) == 2  # read together, in one turn
-    assert (episode.outcome, episode.final_answer, episode.sources) == (Outcome.CORRECT, "Monday, July 15", ["<m2@x>"])
