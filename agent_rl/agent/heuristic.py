@@ -76,11 +76,7 @@ class HeuristicConfig(BaseModel):
     # the answer to choose: wrong answers 14.9% -> 10.6% (seed 3, 75.5% correct both) and 12.8% -> 8.5% (seed 0,
     # 79.8% -> 77.7% correct); rows are 15% longer. Four read calls
     # (~57 tokens each) fit the runner's 256-token turn; the fifth hit of a search rarely matters (train: 94.8% correct
-    # with 4, 95.3% with 5, 94.8% reading one at a time). Tried and not kept: answering from the newest read email that
-    # says it in its own words instead of the likeliest-looking snippet. A better teacher (train 366 -> 374 of 386, the
-    # 8 gained all corrections, none lost) but a worse student: seed 3, same AMD EPYC machine, after SFT 78.7/8.5 ->
-    # 75.5/16.0 correct/wrong, and 69.1/20.2 after GRPO. The student still answered from the announcement over the
-    # correction (7 of its 15 wrong answers).
+    # with 4, 95.3% with 5, 94.8% reading one at a time).
     parallel_reads: int = Field(
         4, ge=1, description="read up to this many relevant hits of the search together in one turn, in the order "
         "shown, and answer from the one that tells (the student copies ids instead of judging snippets); 1 reads one "
@@ -354,7 +350,12 @@ class HeuristicPolicy(Policy):
     def _answer_candidates(self, state: _State) -> list[str]:
         """Read emails in the order the answer is looked for: one at a time, the last read (it was read because
         the earlier ones did not tell); read together, the one the sequential teacher would have read first,
-        an email's own words before a quote it carries."""
+        an email's own words before a quote it carries.
+
+        Tried and not kept: the newest read email with the answer in its own words first. A better teacher (demo train
+        366 -> 374 of 386, the 8 gained all corrections, none lost) but a worse student: seed 3, one AMD EPYC, after
+        SFT 78.7/8.5 -> 75.5/16.0 correct/wrong (69.1/20.2 after GRPO), still answering from the announcement over the
+        correction in 7 of its 15 wrong answers."""
         if self.config.parallel_reads == 1:
             return list(reversed(state.read_order))
 
