@@ -221,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         figures["grpo"] = {"steps": grpo.steps, "seconds_in_trainer": round(grpo.seconds, 1),
                            "wall_s_with_filter": grpo_timing["wall_s"], "filter": grpo.filter,
                            "groups": grpo.groups, "zero_variance_groups": grpo.zero_variance_groups,
+                           "skipped_micro_batches": grpo.skipped_micro_batches,
+                           "scored_micro_batches": grpo.scored_micro_batches,
                            "outcomes": grpo.outcomes, "reward_means": [round(r, 3) for r in grpo.reward_means],
                            "tokens": grpo_tokens, "tokens_per_s_wall": round(grpo_tokens / max(grpo.seconds, 1e-9), 1),
                            "static_prefix_tokens": grpo.static_prefix_tokens, "static_prefix_rows": grpo.static_prefix_rows,

@@ -63,6 +63,8 @@ class GRPOResult:
     history: list[dict[str, float]] = field(default_factory=list)
     static_prefix_tokens: int = 0  # the prompts' shared opening block, computed once per optimizer step
     static_prefix_rows: int = 0  # scored rows that fed only what follows it
+    skipped_micro_batches: int = 0  # micro-batches of zero advantage, not scored: their gradient is exactly zero
+    scored_micro_batches: int = 0
 
     @property
     def zero_variance_fraction(self) -> float:
@@ -108,6 +110,8 @@ def _trainer_class():
             self.outcomes: Counter[str] = Counter()
             self.last_batch: dict[str, Any] = {}  # masks of the latest generated batch (tests inspect them)
             self.static_prefix = None  # set by train_grpo (train/static_prefix.py)
+            self.skipped_micro_batches = 0
+            self.scored_micro_batches = 0
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
                                   has_tool_images=False):
@@ -193,6 +197,10 @@ def _trainer_class():
             one 1,100-token row took 12.4 s to train as two single rows vs 19.5 s as one padded batch of 2. And
             log-probabilities are only needed where tool_mask is 1: tool results (~80% of a completion) are
             masked out of the loss, so the fused LM head skips them (see _get_per_token_logps_and_entropies)."""
+            if self._loss_is_zero(inputs):
+                self.skipped_micro_batches += 1
+                return _zero_loss(model)
+            self.scored_micro_batches += 1
             inputs = trim_padding(inputs)
             tool_mask = inputs.get("tool_mask")
             self._skip_positions = None if tool_mask is None else tool_mask == 0
@@ -200,6 +208,19 @@ def _trainer_class():
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             finally:
                 self._skip_positions = None
+
+        def _loss_is_zero(self, inputs) -> bool:
+            """True when the micro-batch's loss and gradient are zero whatever the model says: every loss type
+            multiplies each token's term by its completion's advantage, and a group whose rollouts all scored the
+            same has advantage 0 (most CPU groups: 6 of 10 on one demo run). Its forward and backward pass, ~60%
+            of a step, would add exactly nothing. Anything else in the loss (a KL term, an entropy bonus, a
+            router loss) depends on the model, so then the micro-batch is scored as TRL would."""
+            advantages = inputs.get("advantages")
+            if (not self.model.training or advantages is None or self.beta != 0.0
+                    or getattr(self, "_entropy_bonus_enabled", False) or self.aux_loss_enabled):
+                return False
+            # Identical rewards can leave ~1e-8 of rounding in (reward - group mean) / (std + 1e-4).
+            return bool((advantages.abs() <= ZERO_ADVANTAGE).all())
 
         def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
                                                batch_size=None, compute_entropy=False, compute_aux_loss=False,
@@ -279,6 +300,19 @@ def _trainer_class():
             return output
 
     return AgentGRPOTrainer
+
+
+# |advantage| at or below this counts as zero: a zero-variance group's advantages are rounding residue, and
+# scoring it is worse than useless when it is a parameter's only gradient: Adam scales it to a full-size step.
+ZERO_ADVANTAGE = 1e-6
+
+
+def _zero_loss(model):
+    """0 x the trainable parameters: backward() leaves a zero gradient on each, as scoring the batch would. Not
+    None: then a step whose every group had zero variance would skip the optimizer's update for those parameters,
+    where TRL's AdamW still moves them by its momentum."""
+    trainable = [p.sum() for p in model.parameters() if p.requires_grad]
+    return sum(trainable) * 0.0
 
 
 # Micro-batch tensors aligned with the prompt / the completion columns (text-only GRPO).
@@ -507,13 +541,17 @@ def train_grpo(
         history=callback.history,
         static_prefix_tokens=len(trainer.static_prefix or ()),
         static_prefix_rows=trainer.static_prefix.rows if trainer.static_prefix else 0,
+        skipped_micro_batches=trainer.skipped_micro_batches,
+        scored_micro_batches=trainer.scored_micro_batches,
     )
     if result.zero_variance_groups:
-        log.info("GRPO: %d of %d groups had zero reward variance (no learning signal)",
-                 result.zero_variance_groups, result.groups)
+        log.info("GRPO: %d of %d groups had zero reward variance (no learning signal); %d of %d micro-batches "
+                 "skipped as zero-advantage", result.zero_variance_groups, result.groups,
+                 result.skipped_micro_batches, result.skipped_micro_batches + result.scored_micro_batches)
     if stage is not None:
         stage.log_metrics({"zero_variance_groups_total": result.zero_variance_groups, "groups_total": result.groups,
-                           "zero_variance_fraction_total": result.zero_variance_fraction}, step=result.steps)
+                           "zero_variance_fraction_total": result.zero_variance_fraction,
+                           "skipped_micro_batches_total": result.skipped_micro_batches}, step=result.steps)
         stage.log_curves(["reward", "reward_std", *[f"rewards/reward_{g}/mean" for g in group_names],
                           "episode/turns", "frac_reward_zero_std", "loss"])
         stage.log_json(rollouts[-32:], "rollouts_sample.json")

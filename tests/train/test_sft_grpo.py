@@ -497,3 +497,63 @@ def test_grpo_scores_rollouts_after_the_static_prefix_with_the_same_log_probs(tr
                                     tmp_path / "grpo", settings)
     assert result.static_prefix_tokens > 200 and result.static_prefix_rows == 4  # 2 steps x 2 single-row batches
     assert compared and max(compared) < 1e-4
+
+
+def test_zero_advantage_micro_batches_are_skipped_and_train_the_same_adapter(train_data, tmp_path, monkeypatch):
+    """A micro-batch whose completions all have advantage 0 (a group that scored alike) is not scored: the adapter
+    after three steps - one mixed, one with no signal at all (AdamW's momentum still moves it), one all signal -
+    equals the one trained by scoring every micro-batch, and the skips are counted. (Scoring rounding residue
+    instead of 0 is not harmless: lora_A's first non-zero gradient comes in the no-signal step, and Adam scales
+    a 3e-7 gradient to a full-size update.)"""
+    import torch
+    from safetensors.torch import load_file
+
+    import agent_rl.train.grpo as grpo_module
+
+    original = grpo_module._trainer_class
+    # 2 micro-batches per step; zero advantages on the 2nd, 3rd and 4th
+    plan = [True, False, False, False, True, True]
+
+    def planned(skipping: bool):
+        def make():
+            cls = original()
+
+            class Planned(cls):
+                calls = 0
+
+                def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+                    signal = plan[Planned.calls % len(plan)]
+                    Planned.calls += 1
+                    rows = inputs["advantages"].shape[0]
+                    # No signal: exact zeros when scored; rounding residue (what a zero-variance group leaves)
+                    # when skipping, which must count as zero.
+                    advantages = torch.full((rows,), 0.8 if signal else (3e-7 if skipping else 0.0))
+                    return super().compute_loss(model, {**inputs, "advantages": advantages}, return_outputs,
+                                                 num_items_in_batch)
+
+                def _loss_is_zero(self, inputs) -> bool:
+                    return super()._loss_is_zero(inputs) if skipping else False
+
+            return Planned
+
+        return make
+
+    settings = GRPOSettings(
+        max_steps=3, num_generations=2, per_device_train_batch_size=1, gradient_accumulation_steps=2,
+        max_completion_length=400, max_tool_calling_iterations=2, learning_rate=1e-3,
+        prompt_filter=PromptFilterSettings(mode="none"),
+        generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"])},
+    )
+    adapters = {}
+    for skipping in (True, False):
+        monkeypatch.setattr(grpo_module, "_trainer_class", planned(skipping))
+        result = grpo_module.train_grpo(train_data["tiny"], None, train_data["grpo"], train_data["store_url"],
+                                        tmp_path / f"grpo-{skipping}", settings)
+        assert (result.skipped_micro_batches, result.scored_micro_batches) == ((3, 3) if skipping else (0, 6))
+        adapters[skipping] = load_file(result.adapter_dir / "adapter_model.safetensors")
+    assert adapters[True].keys() == adapters[False].keys()
+    moved = 0.0
+    for name, weight in adapters[True].items():
+        assert torch.allclose(weight, adapters[False][name], atol=1e-6), name
+        moved = max(moved, float(weight.abs().max()))
+    assert moved > 0
