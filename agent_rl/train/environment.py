@@ -170,6 +170,13 @@ def _accepted_answer(completion: list[dict[str, Any]], index: int) -> bool:
     return False
 
 
+def calls_left_unanswered(completion: list[dict[str, Any]]) -> bool:
+    """Whether the rollout ends on tool calls without their results: TRL drops results that would overflow
+    max_completion_length and stops the rollout there, a cut the policy did not choose (so does the turn budget,
+    after its last round)."""
+    return bool(completion) and completion[-1].get("role") == "assistant" and bool(completion[-1].get("tool_calls"))
+
+
 def observe(environment: InboxEnvironment, completion: list[dict[str, Any]]) -> RolloutObservation:
     """The judged rollout of `environment` whose conversation after the prompt is `completion`."""
     return environment._observe(completion)

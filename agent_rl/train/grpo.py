@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from agent_rl.agent.tools import TOOL_NAMES
+from agent_rl.records import Outcome
 from agent_rl.reward.rubric import score
 from agent_rl.train.config import GRPOSettings, common_trainer_args
-from agent_rl.train.environment import ANSWER_ACK, InboxEnvironment, observe
+from agent_rl.train.environment import ANSWER_ACK, InboxEnvironment, calls_left_unanswered, observe
 from agent_rl.train.prompt_filter import FilterReport, filter_prompts
 from agent_rl.train.rewards import REWARD_GROUPS, grouped, make_reward_funcs
 from agent_rl.train.static_prefix import StaticPrefix
@@ -64,6 +65,7 @@ class GRPOResult:
     static_prefix_tokens: int = 0  # the prompts' shared opening block, computed once per optimizer step
     static_prefix_rows: int = 0  # scored rows that fed only what follows it
     skipped_micro_batches: int = 0  # micro-batches of zero advantage, not scored: their gradient is exactly zero
+    budget_cuts: int = 0  # rollouts whose last tool results did not fit max_completion_length (scored as ran out)
     scored_micro_batches: int = 0
 
     @property
@@ -112,6 +114,7 @@ def _trainer_class():
             self.static_prefix = None  # set by train_grpo (train/static_prefix.py)
             self.skipped_micro_batches = 0
             self.scored_micro_batches = 0
+            self.budget_cuts = 0  # rollouts stopped by max_completion_length, not by the policy
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
                                   has_tool_images=False):
@@ -279,8 +282,12 @@ def _trainer_class():
                 self.tool_calls += obs.tool_calls
                 self.tool_failures += obs.tool_failures
                 self.outcomes[obs.outcome.value] += 1
+                # Calls left unanswered before the last turn: the token budget, not the turn budget, ended it.
+                cut = (obs.outcome == Outcome.RAN_OUT and calls_left_unanswered(completion)
+                       and obs.turns <= self.args.max_tool_calling_iterations)
+                self.budget_cuts += cut
                 self.rollouts.append(_rollout_record(env, obs, total, reward.components, self.state.global_step,
-                                                     index // self.num_generations))
+                                                     index // self.num_generations, cut))
             group_size = self.num_generations
             batch_groups = [totals[i: i + group_size] for i in range(0, len(totals), group_size)]
             zero = sum(1 for g in batch_groups if max(g) - min(g) < 1e-6)
@@ -291,6 +298,8 @@ def _trainer_class():
             for outcome in ("correct", "wrong", "idk", "format_error", "ran_out"):
                 share = sum(1 for r in list(self.rollouts)[-len(totals):] if r["outcome"] == outcome) / len(totals)
                 metrics[f"episode/{outcome}_rate"].append(share)
+            metrics["episode/budget_cut_rate"].append(
+                sum(1 for r in list(self.rollouts)[-len(totals):] if r["budget_cut"]) / len(totals))
             metrics["zero_variance_groups"].append(float(zero))
             self.last_batch = {
                 "completion_mask": output["completion_mask"].detach().cpu(),
@@ -345,8 +354,9 @@ def trim_padding(inputs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rollout_record(env: InboxEnvironment, obs, total: float, components: dict[str, float], step: int,
-                    group: int) -> dict[str, Any]:
+                    group: int, budget_cut: bool = False) -> dict[str, Any]:
     return {
+        "budget_cut": budget_cut,
         "step": step,
         "group": group,
         "scenario_id": env.row.get("scenario_id"),
@@ -543,7 +553,12 @@ def train_grpo(
         static_prefix_rows=trainer.static_prefix.rows if trainer.static_prefix else 0,
         skipped_micro_batches=trainer.skipped_micro_batches,
         scored_micro_batches=trainer.scored_micro_batches,
+        budget_cuts=trainer.budget_cuts,
     )
+    if result.budget_cuts:
+        log.warning("GRPO: %d of %d rollouts were cut by max_completion_length=%d (their tool results did not fit) "
+                    "and scored as running out; serving has no such budget: raise it", result.budget_cuts,
+                    sum(result.outcomes.values()), settings.max_completion_length)
     if result.zero_variance_groups:
         log.info("GRPO: %d of %d groups had zero reward variance (no learning signal); %d of %d micro-batches "
                  "skipped as zero-advantage", result.zero_variance_groups, result.groups,
@@ -551,7 +566,8 @@ def train_grpo(
     if stage is not None:
         stage.log_metrics({"zero_variance_groups_total": result.zero_variance_groups, "groups_total": result.groups,
                            "zero_variance_fraction_total": result.zero_variance_fraction,
-                           "skipped_micro_batches_total": result.skipped_micro_batches}, step=result.steps)
+                           "skipped_micro_batches_total": result.skipped_micro_batches,
+                           "budget_cuts_total": result.budget_cuts}, step=result.steps)
         stage.log_curves(["reward", "reward_std", *[f"rewards/reward_{g}/mean" for g in group_names],
                           "episode/turns", "frac_reward_zero_std", "loss"])
         stage.log_json(rollouts[-32:], "rollouts_sample.json")

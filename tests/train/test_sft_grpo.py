@@ -557,3 +557,31 @@ def test_zero_advantage_micro_batches_are_skipped_and_train_the_same_adapter(tra
         assert torch.allclose(weight, adapters[False][name], atol=1e-6), name
         moved = max(moved, float(weight.abs().max()))
     assert moved > 0
+
+
+def test_rollouts_cut_by_the_completion_budget_are_counted_and_warned_about(train_data, tmp_path, caplog):
+    """A search whose results do not fit max_completion_length ends the rollout as 'ran out' though the policy
+    chose to go on; serving has no such budget, so the run says how many rollouts it cut and what to raise."""
+    import json
+    import logging
+
+    from agent_rl.train.grpo import train_grpo
+
+    settings = GRPOSettings(
+        max_steps=1, num_generations=2, per_device_train_batch_size=1, gradient_accumulation_steps=4,
+        max_completion_length=64, max_tool_calling_iterations=2,
+        prompt_filter=PromptFilterSettings(mode="none"),
+        generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"])},
+    )
+    with caplog.at_level(logging.WARNING, logger="agent_rl.train.grpo"):
+        result = train_grpo(train_data["tiny"], None, train_data["grpo"], train_data["store_url"], tmp_path / "g",
+                            settings)
+    rollouts = [json.loads(line) for line in result.rollouts_path.read_text().splitlines()]
+    assert result.budget_cuts == 4 == sum(r["budget_cut"] for r in rollouts)
+    assert all(r["outcome"] == "ran_out" and r["turns"] == 1 for r in rollouts)
+    assert "4 of 4 rollouts were cut by max_completion_length=64" in caplog.text
+
+    # The turn budget running out is the policy's doing, not a cut.
+    roomy = settings.model_copy(update={"max_completion_length": 1200})
+    result = train_grpo(train_data["tiny"], None, train_data["grpo"], train_data["store_url"], tmp_path / "g2", roomy)
+    assert result.budget_cuts == 0 and result.outcomes == {"ran_out": 4}
