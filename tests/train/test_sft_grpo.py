@@ -471,6 +471,11 @@ def test_grpo_scores_rollouts_after_the_static_prefix_with_the_same_log_probs(tr
         cls = original()
 
         class Comparing(cls):
+            def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+                # Forced identical rollouts score alike; an advantage of 0 would skip scoring altogether.
+                inputs = {**inputs, "advantages": torch.ones(inputs["advantages"].shape[0])}
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
             def _get_per_token_logps_and_entropies(self, model, input_ids, *args, **kwargs):
                 ours = super()._get_per_token_logps_and_entropies(model, input_ids, *args, **kwargs)
                 prefix, self.static_prefix = self.static_prefix, None
