@@ -88,9 +88,10 @@ def _trainer_class():
         """GRPOTrainer plus rollout bookkeeping; generation, tool loop, masking and loss are TRL's."""
 
         def __init__(self, *args, group_weights: list[float], rubric, rollouts_kept: int = 256,
-                     cached_rollouts: bool = True, **kwargs):
+                     cached_rollouts: bool = True, max_turn_tokens: int | None = None, **kwargs):
             super().__init__(*args, **kwargs)
             self.cached_rollouts = cached_rollouts
+            self.max_turn_tokens = max_turn_tokens
             self._rollout_decoder = None
             self._rollout_weights_step = -1
             self._skip_positions = None  # tool-result positions of the micro-batch being scored
@@ -186,7 +187,9 @@ def _trainer_class():
             was_training = model.training
             model.eval()
             try:
-                completion_ids = self._rollout_decoder.generate_ids(list(prompt_ids), self.max_completion_length)
+                # A turn stops where serving stops it (the runner's max_new_tokens), not at the whole budget.
+                limit = min(self.max_turn_tokens or self.max_completion_length, self.max_completion_length)
+                completion_ids = self._rollout_decoder.generate_ids(list(prompt_ids), limit)
             finally:
                 model.train(was_training)
             return completion_ids, None
@@ -507,6 +510,7 @@ def train_grpo(
         rubric=settings.rubric,
         rollouts_kept=settings.rollouts_kept,
         cached_rollouts=settings.cached_rollouts,
+        max_turn_tokens=settings.max_turn_tokens,
     )
     if settings.static_prefix and kept:
         from agent_rl.agent.tools import tool_schemas

@@ -590,3 +590,22 @@ def test_rollouts_cut_by_the_completion_budget_are_counted_and_warned_about(trai
     roomy = settings.model_copy(update={"max_completion_length": 1200})
     result = train_grpo(train_data["tiny"], None, train_data["grpo"], train_data["store_url"], tmp_path / "g2", roomy)
     assert result.budget_cuts == 0 and result.outcomes == {"ran_out": 4}
+
+
+def test_a_rollout_turn_stops_where_serving_stops_it(train_data, tmp_path):
+    """A cached-rollout turn generates at most max_turn_tokens (the runner's per-turn limit when serving), not the
+    whole completion budget: the random tiny model, which rarely stops by itself, is cut there."""
+    from agent_rl.train.grpo import train_grpo
+
+    lengths = {}
+    for limit in (8, None):
+        settings = GRPOSettings(
+            max_steps=1, num_generations=2, per_device_train_batch_size=1, gradient_accumulation_steps=4,
+            max_completion_length=64, max_turn_tokens=limit, max_tool_calling_iterations=1,
+            prompt_filter=PromptFilterSettings(mode="none"),
+        )
+        result = train_grpo(train_data["tiny"], None, train_data["grpo"], train_data["store_url"],
+                            tmp_path / f"g-{limit}", settings)
+        assert result.outcomes == {"format_error": 4}  # random text is no tool call
+        lengths[limit] = _LAST_BATCH["completion_mask"].sum(1).tolist()
+    assert max(lengths[8]) <= 8 and max(lengths[None]) > 8, lengths
