@@ -163,8 +163,10 @@ class GRPOSettings(BaseModel):
     # the seed does. Reading together, after SFT 77.7/8.5 (seed 0) and 75.5/10.6 (seed 3): step 5 78.7/8.5 and
     # 76.6/12.8, step 10 76.6/8.5 and 72.3/10.6 (3 format errors), in 739 s next to SFT's 583 s, past the 20-minute
     # budget. 5 steps (~420 s) keep SFT + GRPO at ~17 minutes and lost nothing against 10. On an AMD EPYC (no AMX)
-    # seed 3 went 78.7/8.5 -> 74.5/11.7 in 598 s (6 of 10 groups without reward variance). Learning rate, 94 held-out
-    # questions (bench/quality.py, correct / wrong after SFT -> after GRPO): 5e-5 moved nothing (66.0/28.7 -> 66.0/27.7);
+    # seed 3 went 78.7/8.5 -> 74.5/11.7 in 598 s (6 of 10 groups without reward variance); with the 3,072-token
+    # budget, batch reward scaling or no turn reward it gave 70.2-74.5 correct / 9.6-12.8 wrong (README).
+    # Learning rate, 94 held-out questions (bench/quality.py, correct / wrong after SFT -> after GRPO): 5e-5 moved
+    # nothing (66.0/28.7 -> 66.0/27.7);
     # 2e-4 once cut wrong answers (66.0/28.7 -> 66.0/21.3) and, on another machine and SFT adapter, cost accuracy
     # (63.8/24.5 -> 56.4/24.5); 1e-4 on that same adapter cut wrong answers at the same accuracy (-> 63.8/19.2,
     # "I don't know" instead, which the rubric scores above a wrong answer) and turns from 3.11 to 3.02.
