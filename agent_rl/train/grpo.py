@@ -65,8 +65,8 @@ class GRPOResult:
     static_prefix_tokens: int = 0  # the prompts' shared opening block, computed once per optimizer step
     static_prefix_rows: int = 0  # scored rows that fed only what follows it
     skipped_micro_batches: int = 0  # micro-batches of zero advantage, not scored: their gradient is exactly zero
-    budget_cuts: int = 0  # rollouts whose last tool results did not fit max_completion_length (scored as ran out)
     scored_micro_batches: int = 0
+    budget_cuts: int = 0  # rollouts whose last tool results did not fit max_completion_length (scored as ran out)
 
     @property
     def zero_variance_fraction(self) -> float:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from agent_rl.agent.chat_format import normalize_message, parse_completion, render_prompt
+from agent_rl.agent.chat_format import END_MARKERS, normalize_message, parse_completion, render_prompt
 from agent_rl.agent.local_policy import LocalPolicy
 from agent_rl.agent.models import build_tiny_model
 from agent_rl.agent.policy import PolicyTurn
@@ -119,6 +120,8 @@ JSON_VALUES = st.recursive(
        content=st.sampled_from(["", "Let me search."]))
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_what_the_template_renders_for_a_call_parses_back(tiny, name, arguments, content):
+    # A generated turn cannot hold an end marker: decoding stops at it (Hypothesis once drew {"": "<|im_end|>"}).
+    assume(not any(marker in json.dumps(arguments, ensure_ascii=False) for marker in END_MARKERS))
     _, tokenizer = tiny
     conversation = QUESTIONS[0]
     prompt = render_prompt(tokenizer, conversation, TOOLS)
