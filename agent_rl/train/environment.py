@@ -49,6 +49,7 @@ class RolloutObservation:
     messages: list[dict[str, Any]] = field(default_factory=list)
     tool_calls: int = 0
     tool_failures: int = 0
+    budget_cut: bool = False  # ended by max_completion_length (tool results dropped), not by the policy
 
 
 class InboxEnvironment(InboxTools):
@@ -143,6 +144,9 @@ class InboxEnvironment(InboxTools):
             messages=list(self._row.get("prompt") or []) + list(completion),
             tool_calls=tool_calls,
             tool_failures=len(self.trace.errors),
+            # Calls left unanswered before the last turn: the token budget, not the turn budget, ended it.
+            budget_cut=(outcome == Outcome.RAN_OUT and turns < self._max_turns
+                        and _calls_left_unanswered(completion)),
         )
 
     def _judged(self, answer: str) -> Outcome:
@@ -170,7 +174,7 @@ def _accepted_answer(completion: list[dict[str, Any]], index: int) -> bool:
     return False
 
 
-def calls_left_unanswered(completion: list[dict[str, Any]]) -> bool:
+def _calls_left_unanswered(completion: list[dict[str, Any]]) -> bool:
     """Whether the rollout ends on tool calls without their results: TRL drops results that would overflow
     max_completion_length and stops the rollout there, a cut the policy did not choose (so does the turn budget,
     after its last round)."""

@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from agent_rl.agent.tools import TOOL_NAMES
-from agent_rl.records import Outcome
 from agent_rl.reward.rubric import score
 from agent_rl.train.config import GRPOSettings, common_trainer_args
-from agent_rl.train.environment import ANSWER_ACK, InboxEnvironment, calls_left_unanswered, observe
+from agent_rl.train.environment import ANSWER_ACK, InboxEnvironment, observe
 from agent_rl.train.prompt_filter import FilterReport, filter_prompts
 from agent_rl.train.rewards import REWARD_GROUPS, grouped, make_reward_funcs
 from agent_rl.train.static_prefix import StaticPrefix
@@ -285,12 +284,9 @@ def _trainer_class():
                 self.tool_calls += obs.tool_calls
                 self.tool_failures += obs.tool_failures
                 self.outcomes[obs.outcome.value] += 1
-                # Calls left unanswered before the last turn: the token budget, not the turn budget, ended it.
-                cut = (obs.outcome == Outcome.RAN_OUT and calls_left_unanswered(completion)
-                       and obs.turns <= self.args.max_tool_calling_iterations)
-                self.budget_cuts += cut
+                self.budget_cuts += obs.budget_cut
                 self.rollouts.append(_rollout_record(env, obs, total, reward.components, self.state.global_step,
-                                                     index // self.num_generations, cut))
+                                                     index // self.num_generations))
             group_size = self.num_generations
             batch_groups = [totals[i: i + group_size] for i in range(0, len(totals), group_size)]
             zero = sum(1 for g in batch_groups if max(g) - min(g) < 1e-6)
@@ -298,11 +294,10 @@ def _trainer_class():
             self.zero_variance_groups += zero
             metrics = self._metrics[mode]
             metrics["episode/turns"].append(sum(turns) / len(turns))
+            batch = list(self.rollouts)[-len(totals):]
             for outcome in ("correct", "wrong", "idk", "format_error", "ran_out"):
-                share = sum(1 for r in list(self.rollouts)[-len(totals):] if r["outcome"] == outcome) / len(totals)
-                metrics[f"episode/{outcome}_rate"].append(share)
-            metrics["episode/budget_cut_rate"].append(
-                sum(1 for r in list(self.rollouts)[-len(totals):] if r["budget_cut"]) / len(totals))
+                metrics[f"episode/{outcome}_rate"].append(sum(r["outcome"] == outcome for r in batch) / len(batch))
+            metrics["episode/budget_cut_rate"].append(sum(r["budget_cut"] for r in batch) / len(batch))
             metrics["zero_variance_groups"].append(float(zero))
             self.last_batch = {
                 "completion_mask": output["completion_mask"].detach().cpu(),
@@ -357,9 +352,9 @@ def trim_padding(inputs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rollout_record(env: InboxEnvironment, obs, total: float, components: dict[str, float], step: int,
-                    group: int, budget_cut: bool = False) -> dict[str, Any]:
+                    group: int) -> dict[str, Any]:
     return {
-        "budget_cut": budget_cut,
+        "budget_cut": obs.budget_cut,
         "step": step,
         "group": group,
         "scenario_id": env.row.get("scenario_id"),
