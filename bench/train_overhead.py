@@ -1,10 +1,12 @@
 """GRPO steps through agent_rl.train.grpo.train_grpo vs a bare TRL GRPOTrainer with the same model, data and settings.
 
 Both sides load the model, build the trainer and run `--steps` GRPO steps with the same environment (the inbox
-tools), reward functions and GRPOConfig; ours adds the prompt-row handling, rollout bookkeeping and result files,
-and saves time TRL spends: it skips micro-batches whose advantages are all zero (their gradient is zero), so with
-the tiny model, whose forced rollouts all score alike, ours does no loss passes at all: `ours_skipped` says how
-many it skipped. Target: ours / bare <= 1.10. Last line: one JSON object.
+tools), reward functions and GRPOConfig; ours adds the prompt-row handling, rollout bookkeeping and result files.
+The rubric scores every rollout of these untrained models alike (the tiny model's forced calls, the prompted
+base model's format errors), and ours skips micro-batches whose advantages are all zero, so without more the
+bench would time that skip, not a scored step. Both sides therefore get one more reward function, `alternating`
+(1, 0, 1, 0, ... over a batch: the two rollouts of every group differ), so every micro-batch carries signal and
+is scored on both sides (`ours_skipped` must be 0). Target: ours / bare <= 1.10. Last line: one JSON object.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/train_overhead.py [--model tiny|base] [--steps 2] [--repeats 2]
 """
@@ -53,12 +55,18 @@ def forced_call_bias(model_dir: Path) -> list:
     return [[head + ids[: i + 1], 30.0] for i in range(len(ids))]
 
 
+def alternating(completions: list, **_) -> list[float]:
+    """1, 0, 1, 0, ...: with groups of two, every group's rollouts differ, whatever the model did."""
+    return [float(index % 2 == 0) for index in range(len(completions))]
+
+
 def run_ours(model: Path, url: str, rows: Path, out: Path, settings) -> tuple[float, int]:
     """Seconds, and micro-batches skipped as zero-advantage."""
     from agent_rl.train.grpo import train_grpo
+    from agent_rl.train.rewards import ExtraReward
 
     started = time.perf_counter()
-    result = train_grpo(model, None, rows, url, out, settings)
+    result = train_grpo(model, None, rows, url, out, settings, extra_rewards=[ExtraReward(alternating)])
     return time.perf_counter() - started, result.skipped_micro_batches
 
 
@@ -79,8 +87,8 @@ def run_bare(model: Path, url: str, rows: Path, out: Path, settings) -> float:
     dataset = Dataset.from_list([{**r, "query_date": str(r.get("query_date") or "")} for r in data])
     tokenizer = AutoTokenizer.from_pretrained(str(model), padding_side="left")
     trainer = GRPOTrainer(
-        model=load_model(model, settings.compute), reward_funcs=make_reward_funcs(settings.rubric),
-        args=_grpo_config(settings, out, list(REWARD_GROUPS)), train_dataset=dataset, processing_class=tokenizer,
+        model=load_model(model, settings.compute), reward_funcs=[*make_reward_funcs(settings.rubric), alternating],
+        args=_grpo_config(settings, out, list(REWARD_GROUPS), [1.0]), train_dataset=dataset, processing_class=tokenizer,
         peft_config=lora_config(settings.lora),
         environment_factory=lambda: InboxEnvironment(store, max_turns=settings.max_tool_calling_iterations + 1),
     )

@@ -24,7 +24,7 @@ from agent_rl.reward.rubric import score
 from agent_rl.train.config import GRPOSettings, common_trainer_args
 from agent_rl.train.environment import ANSWER_ACK, InboxEnvironment, observe
 from agent_rl.train.prompt_filter import FilterReport, filter_prompts
-from agent_rl.train.rewards import REWARD_GROUPS, grouped, make_reward_funcs
+from agent_rl.train.rewards import REWARD_GROUPS, ExtraReward, check_extra_rewards, grouped, make_reward_funcs
 from agent_rl.train.static_prefix import StaticPrefix
 from agent_rl.train.sft import (
     ADAPTER_DIR,
@@ -87,8 +87,10 @@ def _trainer_class():
         """GRPOTrainer plus rollout bookkeeping; generation, tool loop, masking and loss are TRL's."""
 
         def __init__(self, *args, group_weights: list[float], rubric, rollouts_kept: int = 256,
-                     cached_rollouts: bool = True, max_turn_tokens: int | None = None, **kwargs):
+                     cached_rollouts: bool = True, max_turn_tokens: int | None = None,
+                     extra_rewards: list[ExtraReward] | None = None, **kwargs):
             super().__init__(*args, **kwargs)
+            self.extra_rewards = list(extra_rewards or [])
             self.cached_rollouts = cached_rollouts
             self.max_turn_tokens = max_turn_tokens
             self._rollout_decoder = None
@@ -272,6 +274,8 @@ def _trainer_class():
             self._mask_closing_tokens(output)
             mode = "train" if self.model.training else "eval"
             completions = list(self._logs["completion"])[-len(inputs):]
+            # The user's extra rewards, as TRL computed them for this batch (NaN where a function had no opinion).
+            extras = {x.name: (x.weight, list(self._logs["rewards"][x.name])[-len(inputs):]) for x in self.extra_rewards}
             totals = []
             turns = []
             for index, (env, completion) in enumerate(zip(self.environments, completions, strict=True)):
@@ -279,13 +283,18 @@ def _trainer_class():
                 reward = score(obs.rubric, self.rubric)
                 groups = grouped(reward)
                 total = sum(w * groups[g] for w, g in zip(self.group_weights, REWARD_GROUPS))
+                components = dict(reward.components)
+                for name, (weight, values) in extras.items():
+                    if values[index] == values[index]:  # not NaN
+                        components[f"extra.{name}"] = values[index]
+                        total += weight * values[index]
                 totals.append(total)
                 turns.append(obs.turns)
                 self.tool_calls += obs.tool_calls
                 self.tool_failures += obs.tool_failures
                 self.outcomes[obs.outcome.value] += 1
                 self.budget_cuts += obs.budget_cut
-                self.rollouts.append(_rollout_record(env, obs, total, reward.components, self.state.global_step,
+                self.rollouts.append(_rollout_record(env, obs, total, components, self.state.global_step,
                                                      index // self.num_generations))
             group_size = self.num_generations
             batch_groups = [totals[i: i + group_size] for i in range(0, len(totals), group_size)]
@@ -374,7 +383,7 @@ def _rollout_record(env: InboxEnvironment, obs, total: float, components: dict[s
     }
 
 
-def _grpo_config(settings: GRPOSettings, out_dir: Path, group_names: list[str]):
+def _grpo_config(settings: GRPOSettings, out_dir: Path, group_names: list[str], extra_weights: list[float] = ()):
     from trl import GRPOConfig
 
     vllm: dict[str, Any] = {}
@@ -397,7 +406,7 @@ def _grpo_config(settings: GRPOSettings, out_dir: Path, group_names: list[str]):
         max_tool_calling_iterations=settings.max_tool_calling_iterations,
         mask_truncated_completions=settings.mask_truncated_completions,
         generation_kwargs=settings.generation_kwargs,
-        reward_weights=settings.reward_weights.as_list(group_names),
+        reward_weights=[*settings.reward_weights.as_list(group_names), *extra_weights],
         log_completions=False,
         **vllm,
     )
@@ -432,9 +441,11 @@ def train_grpo(
     tracker: Tracker | None = None,
     solve_rates: dict[str, float] | None = None,
     callbacks: list | None = None,
+    extra_rewards: list[ExtraReward] | None = None,
 ) -> GRPOResult:
     """GRPO on the rows of `grpo_rows_jsonl` against the inbox store; the adapter lands in out_dir/adapter and the
-    rollouts in out_dir/rollouts.jsonl (input of the reward-hacking detectors)."""
+    rollouts in out_dir/rollouts.jsonl (input of the reward-hacking detectors). `extra_rewards` add reward
+    functions of your own to the rubric's, each with its weight."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is marked experimental
     from datasets import Dataset
     from transformers import AutoTokenizer
@@ -442,6 +453,7 @@ def train_grpo(
     from agent_rl.inbox.store import open_inbox_store
 
     settings = settings or GRPOSettings()
+    extras = check_extra_rewards(extra_rewards or [])
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = read_jsonl(grpo_rows_jsonl)
@@ -487,15 +499,16 @@ def train_grpo(
             "grpo",
             params={"model_path": str(model_path), "sft_adapter": str(sft_adapter), "inbox_store": _redact(inbox_store_url),
                     "settings": settings.model_dump(mode="json"), "rows": len(rows), "prompts_kept": len(kept),
-                    "prompt_filter": report.as_dict()},
+                    "prompt_filter": report.as_dict(),
+                    "extra_rewards": {x.name: x.weight for x in extras}},
             dataset_hashes={"grpo_rows": file_sha256(grpo_rows_jsonl)},
         )
     callback = MetricsCallback(stage)
     trainer_cls = _trainer_class()
     trainer = trainer_cls(
         model=model,
-        reward_funcs=make_reward_funcs(settings.rubric),
-        args=_grpo_config(settings, out_dir, group_names),
+        reward_funcs=[*make_reward_funcs(settings.rubric), *(x.func for x in extras)],
+        args=_grpo_config(settings, out_dir, group_names, [x.weight for x in extras]),
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
@@ -506,6 +519,7 @@ def train_grpo(
         rollouts_kept=settings.rollouts_kept,
         cached_rollouts=settings.cached_rollouts,
         max_turn_tokens=settings.max_turn_tokens,
+        extra_rewards=extras,
     )
     if settings.static_prefix and kept:
         from agent_rl.agent.tools import tool_schemas
@@ -568,6 +582,7 @@ def train_grpo(
                            "skipped_micro_batches_total": result.skipped_micro_batches,
                            "budget_cuts_total": result.budget_cuts}, step=result.steps)
         stage.log_curves(["reward", "reward_std", *[f"rewards/reward_{g}/mean" for g in group_names],
+                          *[f"rewards/{x.name}/mean" for x in extras],
                           "episode/turns", "frac_reward_zero_std", "loss"])
         stage.log_json(rollouts[-32:], "rollouts_sample.json")
         stage.log_json(result.summary(), "grpo_summary.json")

@@ -11,7 +11,10 @@ at 1.0 their weighted sum is exactly the rubric's total (the same reward the eva
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from agent_rl.reward.rubric import Reward, RubricWeights, score
@@ -63,6 +66,40 @@ def make_reward_funcs(weights: RubricWeights | None = None) -> list[Callable[...
         return reward_func
 
     return [make(group) for group in REWARD_GROUPS]
+
+
+@dataclass(frozen=True)
+class ExtraReward:
+    """A reward function of your own next to the rubric's (a cost or latency reward, a judge model, ...).
+
+    `func` has TRL's reward-function signature: keyword arguments `completions`, `environments`, `prompts` and the
+    dataset columns; it returns one float per completion (None where it has no opinion). Its weighted value is
+    added to the rubric's total, in TRL's advantages and in the rollout records alike."""
+
+    func: Callable[..., list[float | None]]
+    weight: float = 1.0
+
+    @property
+    def name(self) -> str:
+        return getattr(self.func, "__name__", type(self.func).__name__)
+
+
+def check_extra_rewards(extras: Sequence[ExtraReward]) -> list[ExtraReward]:
+    """The extras, or a ValueError naming the one that is unusable (names key TRL's logs, so they must differ)."""
+    taken = {f"reward_{group}" for group in REWARD_GROUPS}
+    for extra in extras:
+        if not isinstance(extra, ExtraReward) or not callable(extra.func):
+            raise ValueError(f"extra reward {extra!r} is not an ExtraReward(func=callable, weight=float)")
+        if not math.isfinite(extra.weight):
+            raise ValueError(f"extra reward {extra.name!r}: weight {extra.weight!r} is not a finite number")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", extra.name):
+            raise ValueError(f"extra reward {extra.name!r}: name the function with letters, digits, '_', '.' or "
+                             "'-' (TRL and MLflow log each reward under its function's name; a lambda has none)")
+        if extra.name in taken:
+            raise ValueError(f"extra reward {extra.name!r}: the name is taken (by {', '.join(sorted(taken))}); "
+                             "TRL logs every reward function under its name")
+        taken.add(extra.name)
+    return list(extras)
 
 
 def observations(environments: list[InboxEnvironment], completions: list[list[dict[str, Any]]]) -> list[RolloutObservation]:

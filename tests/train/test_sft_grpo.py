@@ -609,3 +609,65 @@ def test_a_rollout_turn_stops_where_serving_stops_it(train_data, tmp_path):
         assert result.outcomes == {"format_error": 4}  # random text is no tool call
         lengths[limit] = _LAST_BATCH["completion_mask"].sum(1).tolist()
     assert max(lengths[8]) <= 8 and max(lengths[None]) > 8, lengths
+
+
+def test_an_extra_reward_joins_the_rubric_in_advantages_records_and_mlflow(train_data, tmp_path):
+    """A reward function of the user's (here: the first rollout of each group is better) is added to the rubric's
+    total with its weight: groups the rubric scores alike now have variance, so every micro-batch is scored,
+    and each rollout record carries the extra component and the weighted total."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from agent_rl.train.grpo import train_grpo
+    from agent_rl.train.rewards import ExtraReward
+    from agent_rl.train.tracking import Tracker
+
+    def first_is_better(completions, **_):
+        return [1.0 if index % 2 == 0 else 0.0 for index in range(len(completions))]
+
+    settings = GRPOSettings(
+        max_steps=1, num_generations=2, per_device_train_batch_size=1, gradient_accumulation_steps=4,
+        max_completion_length=1200, max_tool_calling_iterations=2,
+        prompt_filter=PromptFilterSettings(mode="none"),
+        generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"])},
+    )
+    plain = train_grpo(train_data["tiny"], None, train_data["grpo"], train_data["store_url"], tmp_path / "plain",
+                       settings)
+    assert plain.zero_variance_groups == 2 and plain.skipped_micro_batches == 4  # forced rollouts score alike
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(tracking_uri=uri)
+    result = train_grpo(train_data["tiny"], None, train_data["grpo"], train_data["store_url"], tmp_path / "extra",
+                        settings, tracker=tracker, extra_rewards=[ExtraReward(first_is_better, weight=0.5)])
+    assert (result.zero_variance_groups, result.skipped_micro_batches, result.scored_micro_batches) == (0, 0, 4)
+    records = [json.loads(line) for line in result.rollouts_path.read_text().splitlines()]
+    plain_records = [json.loads(line) for line in plain.rollouts_path.read_text().splitlines()]
+    rubric_total = plain_records[0]["reward"]
+    assert [r["reward_components"]["extra.first_is_better"] for r in records] == [1.0, 0.0, 1.0, 0.0]
+    assert [r["reward"] for r in records] == pytest.approx([rubric_total + 0.5, rubric_total] * 2)
+    run = MlflowClient(uri).get_run(result.mlflow_run_id)
+    assert "rewards/first_is_better/mean" in run.data.metrics
+    assert run.data.params["extra_rewards.first_is_better"] == "0.5"
+
+
+@pytest.mark.parametrize("extra, complaint", [
+    ("lambda", "a lambda has none"),
+    ("taken", "the name is taken"),
+    ("nan", "is not a finite number"),
+    ("function", "is not an ExtraReward"),
+])
+def test_an_unusable_extra_reward_is_refused_before_training(train_data, tmp_path, extra, complaint):
+    from agent_rl.train.grpo import train_grpo
+    from agent_rl.train.rewards import ExtraReward
+
+    def reward_outcome(completions, **_):
+        return [0.0] * len(completions)
+
+    extras = {"lambda": [ExtraReward(lambda completions, **_: [0.0] * len(completions))],
+              "taken": [ExtraReward(reward_outcome)], "nan": [ExtraReward(reward_outcome, weight=float("nan"))],
+              "function": [reward_outcome]}[extra]
+    with pytest.raises(ValueError, match=complaint):
+        train_grpo(train_data["tiny"], None, train_data["grpo"], train_data["store_url"], tmp_path / "g",
+                   GRPOSettings(max_steps=1), extra_rewards=extras)
+    assert not (tmp_path / "g").exists()
