@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
 from agent_rl.reward.rubric import RubricWeights
 
@@ -149,6 +149,16 @@ class PromptFilterSettings(BaseModel):
     )
 
 
+def grpo_rubric() -> RubricWeights:
+    """The rubric GRPO trains on: a wrong answer costs 2, not 1 (format errors move down with it, so the tiers keep
+    their order). With correct +1 / "I don't know" 0 / wrong -1, answering pays whenever the model is right more
+    than half the time, and GRPO learned exactly that: it turned "I don't know" into answers, right and wrong
+    (seed 3, AMX Xeon, 94 held-out: after SFT 75.5 / 10.6 correct / wrong, 28.7% "I don't know"; after GRPO with
+    scale_rewards="none" 77.7 / 12.8, 23.4%). At -2 answering pays above 2/3 certainty: 74.5 / 9.6, 30.9%. The
+    evaluation and the pool keep the rubric of DESIGN (wrong -1): this only sets what GRPO optimises."""
+    return RubricWeights(wrong=-2.0, unparsable_tool_call=-3.0, unknown_tool=-2.9, no_tool_call=-2.8, policy_error=-3.0)
+
+
 class GRPOSettings(BaseModel):
     """Multi-turn GRPO with tool rollouts (TRL `GRPOConfig` knobs)."""
 
@@ -183,7 +193,11 @@ class GRPOSettings(BaseModel):
     beta: float = Field(0.0, ge=0, description="KL coefficient; 0 loads no reference model")
     epsilon: float = Field(0.2, gt=0)
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"] = "dapo"
-    scale_rewards: Literal["group", "batch", "none"] = "group"
+    # "none" (Dr. GRPO): advantage = reward - group mean. Per-group std scaling turned 0.1-0.4 reward differences
+    # (a cited source, partial credit) inside all-correct or all-wrong groups into full-size advantages, as large as
+    # a right-vs-wrong group's. Seed 3, AMX Xeon, same SFT adapter (75.5 / 10.6): "group" 75.5 / 13.8 after GRPO,
+    # "none" 77.7 / 12.8 (and 385-420 s instead of 512 s); on an AMD EPYC "batch" gave 70.2 / 9.6.
+    scale_rewards: Literal["group", "batch", "none"] = "none"
     temperature: float = Field(
         0.7, gt=0, description="below 1: a 135M model sampled at 1.0 breaks long ids, and at 0.8 got 17 of 32 "
                                "rollouts wrong where greedy gets ~30% wrong: rollouts should resemble the served policy")
@@ -222,12 +236,21 @@ class GRPOSettings(BaseModel):
     vllm_server_base_url: str | None = None
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
     reward_weights: RewardWeights = Field(default_factory=RewardWeights)
-    rubric: RubricWeights = Field(default_factory=RubricWeights, description="the rubric's tier values")
+    rubric: RubricWeights = Field(default_factory=grpo_rubric,
+                                  description="the rubric's tier values GRPO trains on (see grpo_rubric: wrong -2)")
     prompt_filter: PromptFilterSettings = Field(default_factory=PromptFilterSettings)
     rollouts_kept: PositiveInt = Field(256, description="most rollouts kept for the hacking detectors / MLflow")
     static_prefix: bool = Field(
         True, description="score rollouts without re-running the prompts' shared opening block (instructions + tool "
         "schemas): its keys/values are computed once per optimizer step without gradient (train/static_prefix.py)")
+
+    @field_validator("rubric", mode="before")
+    @classmethod
+    def _rubric_overrides_grpo_rubric(cls, value: Any) -> Any:
+        """{"rubric": {"correct": 1.5}} changes one number of GRPO's rubric, not of the evaluation's."""
+        if isinstance(value, dict):
+            return {**grpo_rubric().model_dump(), **value}
+        return value
 
     @model_validator(mode="after")
     def _group_fits_batch(self) -> GRPOSettings:

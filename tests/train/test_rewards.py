@@ -106,3 +106,29 @@ def test_settings_validate_group_size_and_expose_trl_knobs():
     cpu = GRPOSettings()
     assert cpu.compute.use_cpu and not cpu.compute.bf16 and not cpu.compute.gradient_checkpointing
     assert RewardWeights().as_list(list(REWARD_GROUPS)) == [1.0] * len(REWARD_GROUPS)
+
+
+def test_grpo_trains_to_answer_only_when_two_answers_in_three_would_be_right(env_row):
+    """GRPO's rubric charges 2 for a wrong answer, so guessing pays only above 2/3 certainty (1 - 2(1-p) > 0),
+    where the evaluation's rubric (wrong -1) pays it above 1/2; its tiers keep their order, and overriding one
+    number of it keeps the others."""
+    store, row = env_row
+    settings = GRPOSettings()
+    totals = {}
+    for label, answer in {"right": row["answer"], "wrong": "Ontario", "idk": "I don't know"}.items():
+        env = InboxEnvironment(store, max_turns=5)
+        env.reset(**row)
+        obs = observe(env, _play(env, [("return_final_answer", {"answer": answer, "sources": []})]))
+        totals[label] = (score(obs.rubric, settings.rubric).total, score(obs.rubric, RubricWeights()).total)
+
+    def guessing_pays(p: float, rubric: int) -> bool:
+        return p * totals["right"][rubric] + (1 - p) * totals["wrong"][rubric] > totals["idk"][rubric]
+
+    assert guessing_pays(0.55, rubric=1) and not guessing_pays(0.55, rubric=0)
+    assert guessing_pays(0.75, rubric=0)
+    assert totals["idk"][0] == totals["idk"][1] and totals["right"][0] == totals["right"][1]
+
+    changed = GRPOSettings.model_validate({"rubric": {"correct": 1.5}}).rubric
+    assert (changed.correct, changed.wrong) == (1.5, settings.rubric.wrong)
+    with pytest.raises(ValueError, match="rubric tiers out of order"):
+        GRPOSettings.model_validate({"rubric": {"wrong": -2.7}})  # below GRPO's format errors + partial credit
