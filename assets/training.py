@@ -24,7 +24,8 @@ def _tracking(context: dg.AssetExecutionContext, mlflow: MlflowResource) -> dict
 
 def _metadata(result: dict) -> dict:
     keep = ("steps", "final_loss", "tokens_per_second", "rows_used", "cut_rows", "rows_dropped", "seconds",
-            "final_reward_mean", "groups", "zero_variance_groups", "mlflow_run_id", "resumed_from", "adapter_dir")
+            "final_reward_mean", "groups", "zero_variance_groups", "replaced_groups", "mlflow_run_id", "resumed_from",
+            "adapter_dir")
     meta = {k: result[k] for k in keep if result.get(k) is not None}
     if "adapter_path" in result and "adapter_dir" not in meta:
         meta["adapter_dir"] = result["adapter_path"]

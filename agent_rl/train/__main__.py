@@ -95,6 +95,7 @@ def _materialization_metadata(stage: str, summary: dict[str, Any]) -> dict[str, 
         rewards = summary.get("reward_means") or []
         metadata.update(final_reward_mean=rewards[-1] if rewards else None, groups=summary.get("groups"),
                         zero_variance_groups=summary.get("zero_variance_groups"),
+                        replaced_groups=summary.get("replaced_groups") or None,
                         rollouts_path=summary.get("rollouts_path"), outcomes=summary.get("outcomes"),
                         tool_calls=summary.get("tool_calls"), tool_failures=summary.get("tool_failures"))
     # Pipes takes raw scalars; structured values must say they are JSON.

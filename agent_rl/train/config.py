@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 from agent_rl.reward.rubric import RubricWeights
 
@@ -188,6 +188,10 @@ class GRPOSettings(BaseModel):
     # batch of 8 ~1.9k-token completions in one backward pass needed >22 GB on CPU (killed by the OOM killer).
     per_device_train_batch_size: PositiveInt = Field(
         1, description="completions per backward pass; 1 on CPU: a row alone needs no padding mask (1.6x faster)")
+    extra_prompts_per_step: NonNegativeInt = Field(
+        0, description="prompts rolled out beyond the generation batch (G rollouts each); their groups with reward "
+                       "variance take the places of batch groups that scored alike, which teach nothing (DAPO's "
+                       "dynamic sampling, bounded). Costs their rollouts; a single process only")
     gradient_accumulation_steps: PositiveInt = Field(8, description="micro-batches per optimizer step")
     num_iterations: PositiveInt = Field(1, description="optimizer passes per generated batch (mu)")
     beta: float = Field(0.0, ge=0, description="KL coefficient; 0 loads no reference model")

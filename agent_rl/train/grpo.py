@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import time
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,8 @@ class GRPOResult:
     skipped_micro_batches: int = 0  # micro-batches of zero advantage, not scored: their gradient is exactly zero
     scored_micro_batches: int = 0
     budget_cuts: int = 0  # rollouts whose last tool results did not fit max_completion_length (scored as ran out)
+    extra_groups: int = 0  # groups rolled out beyond the batch (extra_prompts_per_step); counted in `groups`
+    replaced_groups: int = 0  # batch groups that scored alike, replaced by an extra group with reward variance
 
     @property
     def zero_variance_fraction(self) -> float:
@@ -88,8 +90,23 @@ def _trainer_class():
 
         def __init__(self, *args, group_weights: list[float], rubric, rollouts_kept: int = 256,
                      cached_rollouts: bool = True, max_turn_tokens: int | None = None,
-                     extra_rewards: list[ExtraReward] | None = None, **kwargs):
+                     extra_rewards: list[ExtraReward] | None = None, extra_prompts_per_step: int = 0,
+                     **kwargs):
             super().__init__(*args, **kwargs)
+            if extra_prompts_per_step and self.accelerator.num_processes > 1:
+                raise ValueError("extra_prompts_per_step needs a single process: a group's rollouts may be split "
+                                 "across processes, so groups cannot be exchanged locally")
+            self.extra_prompts_per_step = extra_prompts_per_step
+            if extra_prompts_per_step:  # TRL's completion logs hold one generation batch; ours is larger
+                rows = self.args.generation_batch_size + extra_prompts_per_step * self.num_generations
+                for key, log in list(self._logs.items()):
+                    if isinstance(log, deque):
+                        self._logs[key] = deque(log, maxlen=rows)
+                    elif isinstance(log, dict):
+                        self._logs[key] = defaultdict(lambda rows=rows: deque(maxlen=rows),
+                                                      {k: deque(v, maxlen=rows) for k, v in log.items()})
+            self.extra_groups = 0
+            self.replaced_groups = 0
             self.extra_rewards = list(extra_rewards or [])
             self.cached_rollouts = cached_rollouts
             self.max_turn_tokens = max_turn_tokens
@@ -269,7 +286,23 @@ def _trainer_class():
                     and self.accelerator.distributed_type == DistributedType.NO
                     and not self.top_k and self.min_p is None and self.repetition_penalty == 1.0)
 
+        def _extra_prompt_inputs(self, inputs) -> list[dict[str, Any]]:
+            """G copies each of `extra_prompts_per_step` training rows not in this batch, drawn by a generator
+            seeded with the run's seed and the step (a resumed run draws the same)."""
+            import random
+
+            dataset = self.train_dataset
+            taken = {str(x.get("scenario_id")) for x in inputs}
+            ids = dataset["scenario_id"] if "scenario_id" in dataset.column_names else [None] * len(dataset)
+            pool = [i for i, sid in enumerate(ids) if sid is None or str(sid) not in taken]
+            rng = random.Random(f"{self.args.seed}:{self.state.global_step}")
+            chosen = rng.sample(pool, min(self.extra_prompts_per_step, len(pool)))
+            return [dict(dataset[i]) for i in chosen for _ in range(self.num_generations)]
+
         def _generate_and_score_completions(self, inputs):
+            batch_rows = len(inputs)
+            if self.model.training and self.extra_prompts_per_step:
+                inputs = [*inputs, *self._extra_prompt_inputs(inputs)]
             output = super()._generate_and_score_completions(inputs)
             self._mask_closing_tokens(output)
             mode = "train" if self.model.training else "eval"
@@ -301,6 +334,17 @@ def _trainer_class():
             zero = sum(1 for g in batch_groups if max(g) - min(g) < 1e-6)
             self.groups += len(batch_groups)
             self.zero_variance_groups += zero
+            if len(inputs) > batch_rows:  # extra prompts were rolled out: keep the batch's size, prefer signal
+                kept = choose_groups(totals, group_size, batch_rows // group_size)
+                replaced = sum(1 for g in kept if g >= batch_rows // group_size)
+                self.extra_groups += len(batch_groups) - batch_rows // group_size
+                self.replaced_groups += replaced
+                self._metrics[mode]["replaced_groups"].append(float(replaced))
+                rows = [g * group_size + k for g in kept for k in range(group_size)]
+                records = list(self.rollouts)[-len(totals):]  # fewer if rollouts_kept is below the batch
+                for index, record in enumerate(records, start=len(totals) - len(records)):
+                    record["trained"] = index in set(rows)
+                output = select_rows(output, rows)
             metrics = self._metrics[mode]
             metrics["episode/turns"].append(sum(turns) / len(turns))
             batch = list(self.rollouts)[-len(totals):]
@@ -316,6 +360,40 @@ def _trainer_class():
             return output
 
     return AgentGRPOTrainer
+
+
+def choose_groups(totals: list[float], group_size: int, wanted: int) -> list[int]:
+    """Indices of the `wanted` groups to train on: groups with reward variance first, then groups that scored
+    alike, each in generation order (the batch's own groups come first)."""
+    groups = [totals[i: i + group_size] for i in range(0, len(totals), group_size)]
+    varied = [g for g, values in enumerate(groups) if max(values) - min(values) >= 1e-6]
+    alike = [g for g in range(len(groups)) if g not in varied]
+    return sorted((varied + alike)[:wanted])
+
+
+def select_rows(output: dict[str, Any], rows: list[int]) -> dict[str, Any]:
+    """TRL's generated batch with only `rows` (text-only batches: every per-row tensor has the batch as its first
+    dimension). `num_items_in_batch`, the loss normaliser of 'dapo', is recounted over what is kept."""
+    import torch
+
+    if any(output.get(key) is not None for key in _MULTIMODAL_KEYS):
+        raise ValueError("extra_prompts_per_step supports text-only GRPO")
+    size = output["completion_ids"].shape[0]
+    index = torch.tensor(rows, dtype=torch.long, device=output["completion_ids"].device)
+    selected = {}
+    for key, value in output.items():
+        if isinstance(value, torch.Tensor) and value.ndim >= 1 and value.shape[0] == size:
+            selected[key] = value.index_select(0, index)
+        elif isinstance(value, list) and len(value) == size:
+            selected[key] = [value[i] for i in rows]
+        else:
+            selected[key] = value
+    loss_mask = selected["completion_mask"]
+    if selected.get("tool_mask") is not None:
+        loss_mask = loss_mask * selected["tool_mask"]
+    if isinstance(output.get("num_items_in_batch"), torch.Tensor):
+        selected["num_items_in_batch"] = loss_mask.sum().to(output["num_items_in_batch"].dtype)
+    return selected
 
 
 # |advantage| at or below this counts as zero: a zero-variance group's advantages are rounding residue, and
@@ -365,6 +443,7 @@ def _rollout_record(env: InboxEnvironment, obs, total: float, components: dict[s
     return {
         "budget_cut": obs.budget_cut,
         "step": step,
+        "trained": True,  # False: an extra group left out of the loss (extra_prompts_per_step)
         "group": group,
         "scenario_id": env.row.get("scenario_id"),
         "question": obs.question,
@@ -520,6 +599,7 @@ def train_grpo(
         cached_rollouts=settings.cached_rollouts,
         max_turn_tokens=settings.max_turn_tokens,
         extra_rewards=extras,
+        extra_prompts_per_step=settings.extra_prompts_per_step,
     )
     if settings.static_prefix and kept:
         from agent_rl.agent.tools import tool_schemas
@@ -567,6 +647,8 @@ def train_grpo(
         skipped_micro_batches=trainer.skipped_micro_batches,
         scored_micro_batches=trainer.scored_micro_batches,
         budget_cuts=trainer.budget_cuts,
+        extra_groups=trainer.extra_groups,
+        replaced_groups=trainer.replaced_groups,
     )
     if result.budget_cuts:
         log.warning("GRPO: %d of %d rollouts were cut by max_completion_length=%d (their tool results did not fit) "
@@ -580,7 +662,8 @@ def train_grpo(
         stage.log_metrics({"zero_variance_groups_total": result.zero_variance_groups, "groups_total": result.groups,
                            "zero_variance_fraction_total": result.zero_variance_fraction,
                            "skipped_micro_batches_total": result.skipped_micro_batches,
-                           "budget_cuts_total": result.budget_cuts}, step=result.steps)
+                           "budget_cuts_total": result.budget_cuts, "extra_groups_total": result.extra_groups,
+                           "replaced_groups_total": result.replaced_groups}, step=result.steps)
         stage.log_curves(["reward", "reward_std", *[f"rewards/reward_{g}/mean" for g in group_names],
                           *[f"rewards/{x.name}/mean" for x in extras],
                           "episode/turns", "frac_reward_zero_std", "loss"])

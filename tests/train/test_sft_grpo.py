@@ -671,3 +671,61 @@ def test_an_unusable_extra_reward_is_refused_before_training(train_data, tmp_pat
         train_grpo(train_data["tiny"], None, train_data["grpo"], train_data["store_url"], tmp_path / "g",
                    GRPOSettings(max_steps=1), extra_rewards=extras)
     assert not (tmp_path / "g").exists()
+
+
+def test_extra_prompts_replace_groups_that_scored_alike(train_data, tmp_path):
+    """With extra prompts rolled out each step, the groups trained on are the ones with reward variance: here a
+    reward of the user's separates the rollouts of two of the four prompts only, so whichever two prompts the
+    sampler puts in the batch, those two are trained and every micro-batch is scored; the other rollouts are
+    recorded as not trained."""
+    import json
+
+    from agent_rl.train.grpo import train_grpo
+    from agent_rl.train.rewards import ExtraReward
+
+    rows = train_data["grpo"].read_text().splitlines()[:4]
+    prompts = tmp_path / "grpo.jsonl"
+    prompts.write_text("\n".join(rows) + "\n")
+    ids = [json.loads(row)["scenario_id"] for row in rows]
+    signal = set(ids[2:])
+
+    def separates_two_prompts(completions, scenario_id, **_):
+        return [float(index % 2) if sid in signal else 0.0 for index, sid in enumerate(scenario_id)]
+
+    settings = GRPOSettings(
+        max_steps=2, num_generations=2, per_device_train_batch_size=1, gradient_accumulation_steps=4,
+        extra_prompts_per_step=2, max_completion_length=1200, max_tool_calling_iterations=2,
+        prompt_filter=PromptFilterSettings(mode="none"),
+        generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"])},
+    )
+    result = train_grpo(train_data["tiny"], None, prompts, train_data["store_url"], tmp_path / "g", settings,
+                        extra_rewards=[ExtraReward(separates_two_prompts)])
+    records = [json.loads(line) for line in result.rollouts_path.read_text().splitlines()]
+    assert len(records) == 2 * 4 * 2 and result.groups == 8 and result.extra_groups == 4
+    for step in (0, 1):
+        batch = [r for r in records if r["step"] == step]
+        assert {r["scenario_id"] for r in batch} == set(ids)  # 2 batch prompts + 2 extra ones
+        assert {r["scenario_id"] for r in batch if r["trained"]} == signal
+        assert sum(r["trained"] for r in batch) == 4
+    assert (result.skipped_micro_batches, result.scored_micro_batches) == (0, 8)
+    assert result.zero_variance_groups == 4  # 2 of the 4 prompts, both steps
+    # An extra group (after the batch's 2 in each step's numbering) trained = a batch group replaced.
+    assert result.replaced_groups == len({(r["step"], r["group"]) for r in records if r["trained"] and r["group"] >= 2})
+
+
+def test_selected_rows_keep_their_tensors_and_recount_the_loss_normaliser():
+    import torch
+
+    from agent_rl.train.grpo import choose_groups, select_rows
+
+    assert choose_groups([1, 1, 0, 1, 2, 2, 0, 3], group_size=2, wanted=2) == [1, 3]
+    assert choose_groups([1, 1, 2, 2, 0, 1], group_size=2, wanted=2) == [0, 2]  # signal first, then alike
+    assert choose_groups([1, 1, 2, 2, 3, 3], group_size=2, wanted=2) == [0, 1]  # none: the batch's own
+    output = {"completion_ids": torch.arange(12).view(4, 3), "completion_mask": torch.tensor(
+        [[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1]]), "tool_mask": torch.tensor(
+        [[1, 0, 1], [1, 1, 1], [1, 1, 1], [0, 0, 1]]), "advantages": torch.tensor([0.5, -0.5, 0.0, 0.0]),
+        "num_items_in_batch": torch.tensor(7)}
+    kept = select_rows(output, [1, 3])
+    assert kept["completion_ids"].tolist() == [[3, 4, 5], [9, 10, 11]]
+    assert kept["advantages"].tolist() == [-0.5, 0.0]
+    assert int(kept["num_items_in_batch"]) == 3 + 1
