@@ -25,6 +25,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -86,6 +87,18 @@ def trained_row(policy, name: str, scenarios, store, eval_config, home: Path) ->
     result = evaluate_policy(policy, scenarios, store, eval_config)
     save_jsonl([e.model_dump(mode="json") for e in result.episodes], home / f"episodes_{name}.jsonl")
     return {**row_of(result.metrics), "forgetting_probe": forgetting_probe(policy)}
+
+
+def outcome_changes(before: Path, after: Path) -> dict[str, int]:
+    """How many held-out questions moved from one outcome to another between two evaluations ("correct->wrong": 5):
+    a GRPO run that nets +1 can hide 9 changes, and the changes say what it learned."""
+    def outcomes(path: Path) -> dict[str, str]:
+        with path.open(encoding="utf-8") as handle:
+            return {e["scenario_id"]: e["outcome"] for e in map(json.loads, handle)}
+
+    first, second = outcomes(before), outcomes(after)
+    moves = Counter(f"{first[sid]}->{second[sid]}" for sid in first if sid in second and first[sid] != second[sid])
+    return dict(sorted(moves.items()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                            "groups": grpo.groups, "zero_variance_groups": grpo.zero_variance_groups,
                            "skipped_micro_batches": grpo.skipped_micro_batches,
                            "scored_micro_batches": grpo.scored_micro_batches,
+                           "extra_groups": grpo.extra_groups, "replaced_groups": grpo.replaced_groups,
                            "outcomes": grpo.outcomes, "reward_means": [round(r, 3) for r in grpo.reward_means],
                            "tokens": grpo_tokens, "tokens_per_s_wall": round(grpo_tokens / max(grpo.seconds, 1e-9), 1),
                            "static_prefix_tokens": grpo.static_prefix_tokens, "static_prefix_rows": grpo.static_prefix_rows,
@@ -233,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
             policy.config = policy.config.model_copy(update={"batch_size": 16})
             table["after_sft_grpo"] = trained_row(policy, "after_sft_grpo", env.scenarios, store, eval_config, home)
             del policy
+        sft_episodes = (args.sft_from or home) / "episodes_after_sft.jsonl"
+        if sft_episodes.exists():
+            figures["grpo"]["outcome_changes"] = outcome_changes(sft_episodes, home / "episodes_after_sft_grpo.jsonl")
     store.close()
 
     final = table.get("after_sft_grpo") or table["after_sft"]
