@@ -176,7 +176,8 @@ class GRPOSettings(BaseModel):
     # seed 3 went 78.7/8.5 -> 74.5/11.7 in 598 s (6 of 10 groups without reward variance); with the 3,072-token
     # budget, batch reward scaling or no turn reward it gave 70.2-74.5 correct / 9.6-12.8 wrong (README).
     # Learning rate, 94 held-out questions (bench/quality.py, correct / wrong after SFT -> after GRPO): 5e-5 moved
-    # nothing (66.0/28.7 -> 66.0/27.7);
+    # nothing (66.0/28.7 -> 66.0/27.7); 3e-5 still changed 6 greedy answers (AMD EPYC, seed 3, 78.7/8.5 -> 74.5/10.6
+    # against 76.6/14.9 at 1e-4);
     # 2e-4 once cut wrong answers (66.0/28.7 -> 66.0/21.3) and, on another machine and SFT adapter, cost accuracy
     # (63.8/24.5 -> 56.4/24.5); 1e-4 on that same adapter cut wrong answers at the same accuracy (-> 63.8/19.2,
     # "I don't know" instead, which the rubric scores above a wrong answer) and turns from 3.11 to 3.02.
@@ -191,7 +192,8 @@ class GRPOSettings(BaseModel):
     extra_prompts_per_step: NonNegativeInt = Field(
         0, description="prompts rolled out beyond the generation batch (G rollouts each); their groups with reward "
                        "variance take the places of batch groups that scored alike, which teach nothing (DAPO's "
-                       "dynamic sampling, bounded). Costs their rollouts; a single process only")
+                       "dynamic sampling, bounded). Costs their rollouts (2 extra prompts: GRPO 700 s instead "
+                       "of 468 s on an AMD EPYC, 2 of 10 groups replaced); a single process only")
     gradient_accumulation_steps: PositiveInt = Field(8, description="micro-batches per optimizer step")
     num_iterations: PositiveInt = Field(1, description="optimizer passes per generated batch (mu)")
     beta: float = Field(0.0, ge=0, description="KL coefficient; 0 loads no reference model")
