@@ -341,9 +341,10 @@ def _trainer_class():
                 self.replaced_groups += replaced
                 self._metrics[mode]["replaced_groups"].append(float(replaced))
                 rows = [g * group_size + k for g in kept for k in range(group_size)]
+                trained = set(rows)
                 records = list(self.rollouts)[-len(totals):]  # fewer if rollouts_kept is below the batch
                 for index, record in enumerate(records, start=len(totals) - len(records)):
-                    record["trained"] = index in set(rows)
+                    record["trained"] = index in trained
                 output = select_rows(output, rows)
             metrics = self._metrics[mode]
             metrics["episode/turns"].append(sum(turns) / len(turns))
