@@ -331,13 +331,14 @@ def _trainer_class():
                                                      index // self.num_generations))
             group_size = self.num_generations
             batch_groups = [totals[i: i + group_size] for i in range(0, len(totals), group_size)]
-            zero = sum(1 for g in batch_groups if max(g) - min(g) < 1e-6)
+            zero = sum(1 for g in batch_groups if scored_alike(g))
             self.groups += len(batch_groups)
             self.zero_variance_groups += zero
             if len(inputs) > batch_rows:  # extra prompts were rolled out: keep the batch's size, prefer signal
-                kept = choose_groups(totals, group_size, batch_rows // group_size)
-                replaced = sum(1 for g in kept if g >= batch_rows // group_size)
-                self.extra_groups += len(batch_groups) - batch_rows // group_size
+                wanted = batch_rows // group_size
+                kept = choose_groups(totals, group_size, wanted)
+                replaced = sum(1 for g in kept if g >= wanted)
+                self.extra_groups += len(batch_groups) - wanted
                 self.replaced_groups += replaced
                 self._metrics[mode]["replaced_groups"].append(float(replaced))
                 rows = [g * group_size + k for g in kept for k in range(group_size)]
@@ -363,12 +364,17 @@ def _trainer_class():
     return AgentGRPOTrainer
 
 
+def scored_alike(rewards: list[float]) -> bool:
+    """A group whose rollouts all got the same reward: zero advantage, nothing to learn."""
+    return max(rewards) - min(rewards) < 1e-6
+
+
 def choose_groups(totals: list[float], group_size: int, wanted: int) -> list[int]:
     """Indices of the `wanted` groups to train on: groups with reward variance first, then groups that scored
     alike, each in generation order (the batch's own groups come first)."""
     groups = [totals[i: i + group_size] for i in range(0, len(totals), group_size)]
-    varied = [g for g, values in enumerate(groups) if max(values) - min(values) >= 1e-6]
-    alike = [g for g in range(len(groups)) if g not in varied]
+    varied = [g for g, values in enumerate(groups) if not scored_alike(values)]
+    alike = [g for g, values in enumerate(groups) if scored_alike(values)]
     return sorted((varied + alike)[:wanted])
 
 
