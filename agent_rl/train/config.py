@@ -227,6 +227,10 @@ class GRPOSettings(BaseModel):
         True, description="generate rollout turns with the prefix-cached decoder (shared system prompt computed once "
                           "per round, finished rows leave the batch) instead of transformers generate(); ignored "
                           "with vLLM, multimodal inputs, top_k/min_p/repetition_penalty or distributed training")
+    top_entropy_quantile: float = Field(
+        1.0, gt=0, le=1, description="share of each completion's generated tokens, by entropy, that the policy loss "
+                                     "keeps (TRL; 'Beyond the 80/20 rule': 0.2 trains only the forking tokens); "
+                                     "1 keeps all")
     mask_truncated_completions: bool = False
     generation_kwargs: dict[str, Any] | None = Field(
         None, description="extra transformers/vLLM sampling options (TRL generation_kwargs), e.g. sequence_bias"

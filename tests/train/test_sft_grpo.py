@@ -341,16 +341,19 @@ def test_cached_rollout_turns_generate_what_transformers_generate_does(train_dat
     assert any(len(ids) < 48 for ours, _ in rounds for ids in ours)  # rows stopped early and left the batch
 
 
-@pytest.mark.parametrize("micro_batch", [1, 4])
-def test_trimmed_micro_batches_scoring_generated_tokens_give_trls_loss(train_data, tmp_path, monkeypatch, micro_batch):
+@pytest.mark.parametrize("micro_batch, quantile", [(1, 1.0), (4, 1.0), (1, 0.2)])
+def test_trimmed_micro_batches_scoring_generated_tokens_give_trls_loss(train_data, tmp_path, monkeypatch, micro_batch,
+                                                                       quantile):
     """Dropping all-padding columns and skipping tool-result positions in the LM head is an optimisation only:
-    each micro-batch's gradient equals that of TRL's own compute_loss on the untrimmed micro-batch."""
+    each micro-batch's gradient equals that of TRL's own compute_loss on the untrimmed micro-batch, also when
+    top_entropy_quantile keeps only the high-entropy generated tokens (the entropies must be TRL's)."""
     import torch
     from trl import GRPOTrainer
 
     import agent_rl.train.grpo as grpo_module
 
     seen: list[tuple[float, float, int, int]] = []
+    masked: list[float] = []  # gradient difference between all generated tokens and the high-entropy ones
     original = grpo_module._trainer_class
 
     def comparing():
@@ -366,6 +369,14 @@ def test_trimmed_micro_batches_scoring_generated_tokens_give_trls_loss(train_dat
                 ours_grads = torch.autograd.grad(ours, params, retain_graph=True, allow_unused=True)
                 reference = GRPOTrainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
                 reference_grads = torch.autograd.grad(reference, params, allow_unused=True)
+                if self.top_entropy_quantile < 1.0:  # the quantile must act: every token's gradient differs
+                    self.top_entropy_quantile, kept = 1.0, self.top_entropy_quantile
+                    every = GRPOTrainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
+                    every_grads = torch.autograd.grad(every, params, allow_unused=True)
+                    self.top_entropy_quantile = kept
+                    masked.append(max(float((a - b).abs().max()) for a, b in
+                                      zip(every_grads, reference_grads, strict=True)
+                                      if a is not None and b is not None))
                 # On-policy, the loss value is -A x token share whatever the log-probs; its gradient is where they act.
                 difference = max(float((a - b).abs().max()) for a, b in zip(ours_grads, reference_grads, strict=True)
                                  if a is not None and b is not None)
@@ -384,10 +395,13 @@ def test_trimmed_micro_batches_scoring_generated_tokens_give_trls_loss(train_dat
         prompt_filter=PromptFilterSettings(mode="none"),
         generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"])},
         static_prefix=False,  # drops a gradient path on purpose: tested on its own below
+        top_entropy_quantile=quantile,
     )
     grpo_module.train_grpo(train_data["tiny"], None, train_data["grpo"], train_data["store_url"], tmp_path / "grpo",
                            settings)
     assert len(seen) == 4 // micro_batch
+    assert len(masked) == (len(seen) if quantile < 1 else 0)
+    assert all(difference > 0 for difference in masked)
     for difference, scale, _, _ in seen:
         assert scale > 0 and difference <= 1e-4 * scale, (difference, scale)
     if micro_batch == 1:  # rows of different lengths: every single-row micro-batch lost its padding
