@@ -198,6 +198,8 @@ def _apply_turn(episode: _Live, turn: Any) -> None:
     calls = _normalized_calls(turn)
     content = turn.content if isinstance(turn.content, str) else str(turn.content)
     message: dict[str, Any] = {"role": "assistant", "content": content}
+    if not turn.train:
+        message["train"] = False
     if calls:
         message["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}

@@ -159,7 +159,8 @@ def without_answer_ack(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def assistant_char_spans(tokenizer, messages: list[dict[str, Any]], tools: list[dict] | None) -> tuple[str, list[tuple[int, int]]]:
     """The rendered conversation and the character spans the model generates (each assistant turn, through its
-    end-of-turn token). Fails loudly if the template is not prefix-preserving (training would not match serving)."""
+    end-of-turn token; not a turn marked "train": false). Fails loudly if the template is not prefix-preserving
+    (training would not match serving)."""
     render = lambda msgs, gen=False: tokenizer.apply_chat_template(  # noqa: E731
         msgs, tools=tools, tokenize=False, add_generation_prompt=gen
     )
@@ -167,7 +168,7 @@ def assistant_char_spans(tokenizer, messages: list[dict[str, Any]], tools: list[
     eos = tokenizer.eos_token
     spans = []
     for i, message in enumerate(messages):
-        if message["role"] != "assistant" or i == 0:
+        if message["role"] != "assistant" or i == 0 or message.get("train") is False:
             continue
         before, through = render(messages[:i], True), render(messages[: i + 1])
         if not (text.startswith(before) and text.startswith(through) and through.startswith(before)):

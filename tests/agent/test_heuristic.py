@@ -389,3 +389,62 @@ def test_parallel_reader_is_as_good_a_teacher_on_the_demo_in_fewer_turns(demo):
     assert correct[1] >= correct[0] - 0.02
     assert sum(e.turns for e in together) <= sum(e.turns for e in one)
     assert max(len(m.get("tool_calls") or []) for e in together for m in e.messages) > 1
+
+
+def test_retry_rows_show_a_second_search_after_a_fruitless_one_and_train_only_the_recovery(demo):
+    """retry_rate: episodes open with a search on all the question's words; where the store finds nothing for it,
+    the usual search follows. The fruitless turn is marked "train": false, and through curation and tokenization
+    it stays context: the row teaches what to do after "No emails match", not the search that needed it."""
+    from transformers import AutoTokenizer
+
+    from agent_rl.agent.models import build_tiny_model
+    from agent_rl.curation.datasets import sft_rows
+    from agent_rl.train.sft import tokenize_rows
+
+    store, scenarios = demo
+    sample = scenarios[:60]
+    plain = play(HeuristicPolicy(HeuristicConfig(), store=store), sample, store)
+    retried = play(HeuristicPolicy(HeuristicConfig(retry_rate=1.0), store=store), sample, store)
+    assert [e.outcome for e in retried] == [e.outcome for e in plain]  # the recovery finds what one search found
+    assert all("train" not in m for e in plain for m in e.messages)
+    shown = 0
+    for before, after in zip(plain, retried):
+        flagged = [i for i, m in enumerate(after.messages) if m.get("train") is False]
+        if not flagged:  # all the question's words found something: no retry row, the usual episode
+            assert after.messages == before.messages
+            continue
+        shown += 1
+        (index,) = flagged
+        assert after.messages[index]["tool_calls"][0]["function"]["name"] == "search_emails"
+        assert after.messages[index + 1]["content"].startswith("No emails match")
+        assert after.turns == before.turns + 1
+        assert _without_call_ids(after.messages[index + 2:]) == _without_call_ids(before.messages[index:])
+    assert shown >= 20
+
+    rows = sft_rows([e.model_dump(mode="json") for e in retried])
+    row = next(r for r in rows if any(m.get("train") is False for m in r["messages"]))
+    tokenizer = AutoTokenizer.from_pretrained(build_tiny_model())
+    data = tokenize_rows(tokenizer, [row], 10**6)
+    trained = tokenizer.decode([t for t, label in zip(data.input_ids[0], data.labels[0]) if label != -100])
+    context = tokenizer.decode(data.input_ids[0])
+    fruitless, recovery = (m["tool_calls"][0]["function"]["arguments"] for m in row["messages"]
+                           if m["role"] == "assistant" and m["tool_calls"][0]["function"]["name"] == "search_emails")
+    assert json.dumps(fruitless["keywords"]) in context and json.dumps(fruitless["keywords"]) not in trained
+    assert json.dumps(recovery["keywords"]) in trained and trained.count('"search_emails"') == 1
+
+
+def _without_call_ids(messages: list[dict]) -> list[dict]:
+    """Messages without tool-call ids (call_<turn>: one turn later in a retry episode)."""
+    out = []
+    for message in messages:
+        message = {k: v for k, v in message.items() if k != "tool_call_id"}
+        if message.get("tool_calls"):
+            message["tool_calls"] = [{k: v for k, v in c.items() if k != "id"} for c in message["tool_calls"]]
+        out.append(message)
+    return out
+
+
+def test_no_retry_rows_without_a_store_to_check_the_search_against(demo):
+    store, scenarios = demo
+    episodes = play(HeuristicPolicy(HeuristicConfig(retry_rate=1.0)), scenarios[:30], store)
+    assert all("train" not in m for e in episodes for m in e.messages)
