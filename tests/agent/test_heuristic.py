@@ -448,3 +448,28 @@ def test_no_retry_rows_without_a_store_to_check_the_search_against(demo):
     store, scenarios = demo
     episodes = play(HeuristicPolicy(HeuristicConfig(retry_rate=1.0)), scenarios[:30], store)
     assert all("train" not in m for e in episodes for m in e.messages)
+
+
+def test_search_again_never_gives_up_after_one_empty_search(demo):
+    """search_again: where the usual search finds nothing (unanswerable questions, mostly), the teacher searches
+    once more before "I don't know", so no row teaches giving up after one fruitless search (the student did)."""
+    store, scenarios = demo
+
+    def empty_then_answer(episode) -> list[bool]:
+        """For each search, whether its result was empty."""
+        return [m["content"].startswith("No emails match") for i, m in enumerate(episode.messages)
+                if m["role"] == "tool" and m.get("name") == "search_emails"]
+
+    plain = play(HeuristicPolicy(HeuristicConfig(), store=store), scenarios, store)
+    again = play(HeuristicPolicy(HeuristicConfig(search_again=True), store=store), scenarios, store)
+    gave_up = [e for e in plain if empty_then_answer(e) == [True]]
+    assert len(gave_up) >= 5
+    assert not [e for e in again if empty_then_answer(e) == [True]]
+    for before, after in zip(plain, again):
+        if empty_then_answer(before) == [True]:
+            # the second search may find emails to read before the answer
+            assert len(empty_then_answer(after)) == 2 and after.turns >= before.turns + 1
+        else:
+            assert after.messages == before.messages
+    correct = [sum(e.outcome == Outcome.CORRECT for e in run) for run in (plain, again)]
+    assert correct[1] >= correct[0] - 2
