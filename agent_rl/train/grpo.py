@@ -15,6 +15,7 @@ import logging
 import os
 import time
 from collections import Counter, defaultdict, deque
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -469,7 +470,7 @@ def _rollout_record(env: InboxEnvironment, obs, total: float, components: dict[s
     }
 
 
-def _grpo_config(settings: GRPOSettings, out_dir: Path, group_names: list[str], extra_weights: list[float] = ()):
+def _grpo_config(settings: GRPOSettings, out_dir: Path, group_names: list[str], extra_weights: Sequence[float] = ()):
     from trl import GRPOConfig
 
     vllm: dict[str, Any] = {}
