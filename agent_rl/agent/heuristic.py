@@ -89,10 +89,11 @@ class HeuristicConfig(BaseModel):
     # The student gives up where the teacher never has to: after SFT (seed 3, 94 held-out demo questions) 10 of its
     # 20 misses were "I don't know" after one search that found nothing ("Bridget's Engineering team", "Tiber
     # Ridge"), because every teacher episode's first search finds something, so no row shows a second one.
-    # Measured, and off for it (session 17, fp32 EPYC, seed 3, 94 held-out, correct / wrong after SFT): retry_rate=0.3
-    # with search_again gave 63.8 / 13.8 (4 ran out of turns) against 76.6 / 10.6: the extra searches found nothing either.
     # With retry rows alone the student still gave up after its own fruitless searches (11 of 94): the rows where
     # the teacher's usual search found nothing (unanswerable questions) answered "I don't know" right away.
+    # Both together, measured and therefore off (session 17, fp32 EPYC, seed 3, 94 held-out, correct / wrong after SFT):
+    # retry_rate=0.3 with search_again gave 63.8 / 13.8 (4 ran out of turns) against 76.6 / 10.6 without; the
+    # student's second searches mostly found nothing either.
     search_again: bool = Field(
         False, description="after searches that found nothing, search once more with the next query of the plan "
         "before answering \"I don't know\" (the rows then never teach giving up after one empty search)")
