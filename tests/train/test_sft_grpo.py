@@ -743,3 +743,47 @@ def test_selected_rows_keep_their_tensors_and_recount_the_loss_normaliser():
     assert kept["completion_ids"].tolist() == [[3, 4, 5], [9, 10, 11]]
     assert kept["advantages"].tolist() == [-0.5, 0.0]
     assert int(kept["num_items_in_batch"]) == 3 + 1
+
+
+def test_a_kl_anchor_trains_a_fresh_adapter_over_the_merged_sft_policy(train_data, tmp_path):
+    """beta > 0: TRL's reference is the policy with its adapter disabled, so GRPO merges the SFT adapter into the
+    base and trains a new adapter over it: the KL term then pulls towards the SFT policy, not the raw base model.
+    The checkpoint that gets served must be base + SFT + GRPO, in that order."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from agent_rl.agent.precision import load_merged
+    from agent_rl.train.adapters import adapter_stack, merge_adapter_stack
+    from agent_rl.train.grpo import train_grpo
+    from agent_rl.train.rewards import ExtraReward
+    from agent_rl.train.sft import train_sft
+
+    def first_is_better(completions, **_):  # reward variance in every group, so the new adapter moves
+        return [1.0 if index % 2 == 0 else 0.0 for index in range(len(completions))]
+
+    sft = train_sft(train_data["tiny"], train_data["sft"], tmp_path / "sft",
+                    SFTSettings(max_steps=1, per_device_train_batch_size=1, max_length=8192, learning_rate=1e-2,
+                                warmup_ratio=0.0))
+    settings = GRPOSettings(
+        beta=0.04, learning_rate=1e-2, max_steps=2, num_generations=2, per_device_train_batch_size=1,
+        gradient_accumulation_steps=4, max_completion_length=1200, max_tool_calling_iterations=2,
+        prompt_filter=PromptFilterSettings(mode="none"),
+        generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"])},
+    )
+    result = train_grpo(train_data["tiny"], sft.adapter_dir, train_data["grpo"], train_data["store_url"],
+                        tmp_path / "grpo", settings, extra_rewards=[ExtraReward(first_is_better, weight=1.0)])
+    assert result.steps == 2 and result.skipped_micro_batches == 0  # the KL term depends on the model
+    kl = [h["kl"] for h in result.history if "kl" in h]
+    assert len(kl) == 2 and all(math.isfinite(x) and x >= 0 for x in kl) and kl[-1] > 0
+
+    base, stack = adapter_stack(result.adapter_dir)
+    assert base == Path(train_data["tiny"]) and stack == [sft.adapter_dir, result.adapter_dir]
+    merged_dir = merge_adapter_stack(result.adapter_dir, tmp_path / "merged")
+    ids = torch.tensor([[5, 17, 42, 99, 3]])
+    with torch.no_grad():
+        served = AutoModelForCausalLM.from_pretrained(merged_dir)(ids).logits
+        sft_policy = load_merged(base, [sft.adapter_dir], torch.float32)
+        sft_only = sft_policy(ids).logits
+        by_hand = PeftModel.from_pretrained(sft_policy, str(result.adapter_dir))(ids).logits
+    assert torch.allclose(served, by_hand, atol=1e-4) and not torch.allclose(served, sft_only, atol=1e-4)
