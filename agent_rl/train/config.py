@@ -164,7 +164,8 @@ class GRPOSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    lora: LoraSettings = Field(default_factory=LoraSettings, description="fresh adapter used only when beta > 0")
+    lora: LoraSettings = Field(default_factory=LoraSettings,
+                               description="shape of the fresh adapter (beta > 0 or fresh_adapter)")
     compute: ComputeSettings = Field(default_factory=ComputeSettings)
     # CPU budget: a step (2 prompts x 4 rollouts of ~3 turns, then the loss) takes ~40-110 s on 2 cores (bf16 base,
     # cached rollouts) now that the teacher, and so the student, reads a search's hits together (longer episodes).
@@ -196,7 +197,16 @@ class GRPOSettings(BaseModel):
                        "of 468 s on an AMD EPYC, 2 of 10 groups replaced); a single process only")
     gradient_accumulation_steps: PositiveInt = Field(8, description="micro-batches per optimizer step")
     num_iterations: PositiveInt = Field(1, description="optimizer passes per generated batch (mu)")
-    beta: float = Field(0.0, ge=0, description="KL coefficient; 0 loads no reference model")
+    beta: float = Field(0.0, ge=0, description="KL coefficient; 0 loads no reference model. > 0: the SFT adapter is "
+                                               "merged and a fresh one trained (TRL's reference is the adapter off)")
+    # Session 18, AMD EPYC, 94 held-out (correct / wrong after SFT -> after 5 GRPO steps): beta 0.04 gave 78.7/8.5 ->
+    # 78.7/10.6 (seed 3) and 77.7/11.7 -> 78.7/9.6 (seed 0), where the defaults gave 76.6/14.9 and 76.6/12.8. The KL
+    # term is ~1e-5 of the loss at 5 steps, so the fresh adapter is the likely cause (README). beta > 0 scores every
+    # micro-batch and adds a reference pass (GRPO 1.2-1.5x longer); fresh_adapter gets the adapter without them.
+    fresh_adapter: bool = Field(
+        False, description="with beta 0 too: merge the SFT adapter into the base and train a new zero-initialised "
+                           "adapter over it instead of training the SFT adapter on (Adam's first, sign-sized steps "
+                           "then move the policy less); the served model is base + SFT + GRPO")
     epsilon: float = Field(0.2, gt=0)
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"] = "dapo"
     # "none" (Dr. GRPO): advantage = reward - group mean. Per-group std scaling turned 0.1-0.4 reward differences

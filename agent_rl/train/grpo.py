@@ -501,8 +501,9 @@ def _grpo_config(settings: GRPOSettings, out_dir: Path, group_names: list[str], 
 
 
 def load_policy_for_grpo(model_path: str | Path, sft_adapter: str | Path | None, settings: GRPOSettings):
-    """(model, peft_config, adapter stack). beta == 0: keep training the SFT adapter itself. beta > 0: merge SFT
-    into the base and train a fresh adapter, so TRL's reference (adapter disabled) is the SFT policy."""
+    """(model, peft_config, adapter stack). beta == 0: keep training the SFT adapter itself, unless fresh_adapter.
+    beta > 0 or fresh_adapter: merge SFT into the base and train a fresh adapter (so TRL's reference, the adapter
+    disabled, is the SFT policy)."""
     from peft import PeftModel
 
     from agent_rl.agent.precision import load_merged
@@ -512,7 +513,7 @@ def load_policy_for_grpo(model_path: str | Path, sft_adapter: str | Path | None,
     sft_adapter = Path(sft_adapter)
     if not (sft_adapter / "adapter_config.json").is_file():
         raise ValueError(f"sft_adapter {sft_adapter} is not a PEFT adapter directory (no adapter_config.json)")
-    if settings.beta == 0:
+    if settings.beta == 0 and not settings.fresh_adapter:
         model = load_model(model_path, settings.compute)
         return PeftModel.from_pretrained(model, str(sft_adapter), is_trainable=True), None, []
     merged = load_merged(model_path, [sft_adapter], training_dtype(model_path, settings.compute))

@@ -745,10 +745,12 @@ def test_selected_rows_keep_their_tensors_and_recount_the_loss_normaliser():
     assert int(kept["num_items_in_batch"]) == 3 + 1
 
 
-def test_a_kl_anchor_trains_a_fresh_adapter_over_the_merged_sft_policy(train_data, tmp_path):
+@pytest.mark.parametrize("beta, fresh_adapter", [(0.04, False), (0.0, True)])
+def test_a_kl_anchor_or_fresh_adapter_trains_a_new_adapter_over_the_merged_sft_policy(train_data, tmp_path, beta,
+                                                                                       fresh_adapter):
     """beta > 0: TRL's reference is the policy with its adapter disabled, so GRPO merges the SFT adapter into the
     base and trains a new adapter over it: the KL term then pulls towards the SFT policy, not the raw base model.
-    The checkpoint that gets served must be base + SFT + GRPO, in that order."""
+    fresh_adapter does the same without a KL term. The checkpoint that gets served must be base + SFT + GRPO."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -766,16 +768,19 @@ def test_a_kl_anchor_trains_a_fresh_adapter_over_the_merged_sft_policy(train_dat
                     SFTSettings(max_steps=1, per_device_train_batch_size=1, max_length=8192, learning_rate=1e-2,
                                 warmup_ratio=0.0))
     settings = GRPOSettings(
-        beta=0.04, learning_rate=1e-2, max_steps=2, num_generations=2, per_device_train_batch_size=1,
+        beta=beta, fresh_adapter=fresh_adapter, learning_rate=1e-2, max_steps=2, num_generations=2, per_device_train_batch_size=1,
         gradient_accumulation_steps=4, max_completion_length=1200, max_tool_calling_iterations=2,
         prompt_filter=PromptFilterSettings(mode="none"),
         generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"])},
     )
     result = train_grpo(train_data["tiny"], sft.adapter_dir, train_data["grpo"], train_data["store_url"],
                         tmp_path / "grpo", settings, extra_rewards=[ExtraReward(first_is_better, weight=1.0)])
-    assert result.steps == 2 and result.skipped_micro_batches == 0  # the KL term depends on the model
+    assert result.steps == 2 and result.skipped_micro_batches == 0  # every group has reward variance
     kl = [h["kl"] for h in result.history if "kl" in h]
-    assert len(kl) == 2 and all(math.isfinite(x) and x >= 0 for x in kl) and kl[-1] > 0
+    if beta:
+        assert len(kl) == 2 and all(math.isfinite(x) and x >= 0 for x in kl) and kl[-1] > 0
+    else:
+        assert not kl  # no reference model, no KL term
 
     base, stack = adapter_stack(result.adapter_dir)
     assert base == Path(train_data["tiny"]) and stack == [sft.adapter_dir, result.adapter_dir]
