@@ -201,7 +201,8 @@ class GRPOSettings(BaseModel):
                                                "merged and a fresh one trained (TRL's reference is the adapter off)")
     # Session 18, AMD EPYC, 94 held-out (correct / wrong after SFT -> after 5 GRPO steps): beta 0.04 gave 78.7/8.5 ->
     # 78.7/10.6 (seed 3) and 77.7/11.7 -> 78.7/9.6 (seed 0), where the defaults gave 76.6/14.9 and 76.6/12.8. The KL
-    # term is ~1e-5 of the loss at 5 steps, so the fresh adapter is the likely cause (README). beta > 0 scores every
+    # term is ~1e-5 of the loss at 5 steps; beta 1e-6 (the fresh adapter alone) changed 3-5 answers against the
+    # defaults' 9-10 but gave 77.7/10.6 and 77.7/11.7: gentler, not better (README). beta > 0 scores every
     # micro-batch and adds a reference pass (GRPO 1.2-1.5x longer); fresh_adapter gets the adapter without them.
     fresh_adapter: bool = Field(
         False, description="with beta 0 too: merge the SFT adapter into the base and train a new zero-initialised "
