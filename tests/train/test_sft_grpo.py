@@ -29,6 +29,11 @@ def _forced_tool_call_bias(model_dir: Path, call: str = SEARCH_CALL) -> list:
     return [[head + ids[: i + 1], 30.0] for i in range(len(ids))]
 
 
+def first_is_better(completions, **_):
+    """An extra reward giving every group of two rollouts reward variance: the first of each pair is better."""
+    return [1.0 if index % 2 == 0 else 0.0 for index in range(len(completions))]
+
+
 def test_tiny_sft_then_grpo_calls_tools_masks_results_and_tracks_mlflow(train_data, tmp_path):
     from mlflow.tracking import MlflowClient
 
@@ -637,9 +642,6 @@ def test_an_extra_reward_joins_the_rubric_in_advantages_records_and_mlflow(train
     from agent_rl.train.rewards import ExtraReward
     from agent_rl.train.tracking import Tracker
 
-    def first_is_better(completions, **_):
-        return [1.0 if index % 2 == 0 else 0.0 for index in range(len(completions))]
-
     settings = GRPOSettings(
         max_steps=1, num_generations=2, per_device_train_batch_size=1, gradient_accumulation_steps=4,
         max_completion_length=1200, max_tool_calling_iterations=2,
@@ -761,15 +763,12 @@ def test_a_kl_anchor_or_fresh_adapter_trains_a_new_adapter_over_the_merged_sft_p
     from agent_rl.train.rewards import ExtraReward
     from agent_rl.train.sft import train_sft
 
-    def first_is_better(completions, **_):  # reward variance in every group, so the new adapter moves
-        return [1.0 if index % 2 == 0 else 0.0 for index in range(len(completions))]
-
     sft = train_sft(train_data["tiny"], train_data["sft"], tmp_path / "sft",
                     SFTSettings(max_steps=1, per_device_train_batch_size=1, max_length=8192, learning_rate=1e-2,
                                 warmup_ratio=0.0))
     settings = GRPOSettings(
-        beta=beta, fresh_adapter=fresh_adapter, learning_rate=1e-2, max_steps=2, num_generations=2, per_device_train_batch_size=1,
-        gradient_accumulation_steps=4, max_completion_length=1200, max_tool_calling_iterations=2,
+        beta=beta, fresh_adapter=fresh_adapter, learning_rate=1e-2, max_steps=2, num_generations=2,
+        per_device_train_batch_size=1, gradient_accumulation_steps=4, max_completion_length=1200, max_tool_calling_iterations=2,
         prompt_filter=PromptFilterSettings(mode="none"),
         generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"])},
     )
