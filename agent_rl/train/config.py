@@ -195,6 +195,9 @@ class GRPOSettings(BaseModel):
                        "variance take the places of batch groups that scored alike, which teach nothing (DAPO's "
                        "dynamic sampling, bounded). Costs their rollouts (2 extra prompts: GRPO 700 s instead "
                        "of 468 s on an AMD EPYC, 2 of 10 groups replaced); a single process only")
+    negative_advantage_scale: float = Field(
+        1.0, ge=0, le=1, description="multiplies negative advantages before the loss: 1 is GRPO; 0 only reinforces "
+                                     "the rollouts that beat their group's mean and never pushes the worse ones down")
     gradient_accumulation_steps: PositiveInt = Field(8, description="micro-batches per optimizer step")
     num_iterations: PositiveInt = Field(1, description="optimizer passes per generated batch (mu)")
     beta: float = Field(0.0, ge=0, description="KL coefficient; 0 loads no reference model. > 0: the SFT adapter is "

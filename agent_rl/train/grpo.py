@@ -92,12 +92,13 @@ def _trainer_class():
         def __init__(self, *args, group_weights: list[float], rubric, rollouts_kept: int = 256,
                      cached_rollouts: bool = True, max_turn_tokens: int | None = None,
                      extra_rewards: list[ExtraReward] | None = None, extra_prompts_per_step: int = 0,
-                     **kwargs):
+                     negative_advantage_scale: float = 1.0, **kwargs):
             super().__init__(*args, **kwargs)
             if extra_prompts_per_step and self.accelerator.num_processes > 1:
                 raise ValueError("extra_prompts_per_step needs a single process: a group's rollouts may be split "
                                  "across processes, so groups cannot be exchanged locally")
             self.extra_prompts_per_step = extra_prompts_per_step
+            self.negative_advantage_scale = negative_advantage_scale
             if extra_prompts_per_step:  # TRL's completion logs hold one generation batch; ours is larger
                 rows = self.args.generation_batch_size + extra_prompts_per_step * self.num_generations
                 for key, log in list(self._logs.items()):
@@ -348,6 +349,9 @@ def _trainer_class():
                 for index, record in enumerate(records, start=len(totals) - len(records)):
                     record["trained"] = index in trained
                 output = select_rows(output, rows)
+            if self.negative_advantage_scale != 1.0:
+                advantages = output["advantages"]
+                output["advantages"] = advantages.where(advantages >= 0, advantages * self.negative_advantage_scale)
             metrics = self._metrics[mode]
             metrics["episode/turns"].append(sum(turns) / len(turns))
             batch = list(self.rollouts)[-len(totals):]
@@ -610,6 +614,7 @@ def train_grpo(
         max_turn_tokens=settings.max_turn_tokens,
         extra_rewards=extras,
         extra_prompts_per_step=settings.extra_prompts_per_step,
+        negative_advantage_scale=settings.negative_advantage_scale,
     )
     if settings.static_prefix and kept:
         from agent_rl.agent.tools import tool_schemas

@@ -667,6 +667,42 @@ def test_an_extra_reward_joins_the_rubric_in_advantages_records_and_mlflow(train
     assert run.data.params["extra_rewards.first_is_better"] == "0.5"
 
 
+@pytest.mark.parametrize("scale", [0.0, 0.5])
+def test_negative_advantages_are_scaled_before_the_loss(train_data, tmp_path, monkeypatch, scale):
+    """negative_advantage_scale multiplies only the advantages below zero: with an extra reward making the first
+    rollout of each group of two the better one (advantages +0.25 / -0.25), the loss sees +0.25 and -0.25 x scale,
+    the rollout records keep the rewards as scored, and at 0 the worse rollouts' micro-batches are not scored."""
+    import json
+
+    import agent_rl.train.grpo as grpo_module
+    from agent_rl.train.rewards import ExtraReward
+
+    seen: list[float] = []
+    original = grpo_module._trainer_class
+
+    def recording():
+        class Recording(original()):
+            def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+                seen.extend(inputs["advantages"].tolist())
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+        return Recording
+
+    monkeypatch.setattr(grpo_module, "_trainer_class", recording)
+    settings = GRPOSettings(
+        max_steps=1, num_generations=2, per_device_train_batch_size=1, gradient_accumulation_steps=4,
+        max_completion_length=1200, max_tool_calling_iterations=2, negative_advantage_scale=scale,
+        prompt_filter=PromptFilterSettings(mode="none"),
+        generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"])},
+    )
+    result = grpo_module.train_grpo(train_data["tiny"], None, train_data["grpo"], train_data["store_url"],
+                                    tmp_path / "g", settings, extra_rewards=[ExtraReward(first_is_better, weight=0.5)])
+    assert sorted(seen) == pytest.approx(sorted([0.25, -0.25 * scale] * 2))
+    assert (result.skipped_micro_batches, result.scored_micro_batches) == ((2, 2) if scale == 0 else (0, 4))
+    records = [json.loads(line) for line in result.rollouts_path.read_text().splitlines()]
+    assert [r["reward"] - records[1]["reward"] for r in records] == pytest.approx([0.5, 0.0, 0.5, 0.0])
+
+
 @pytest.mark.parametrize("extra, complaint", [
     ("lambda", "a lambda has none"),
     ("taken", "the name is taken"),
