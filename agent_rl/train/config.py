@@ -196,8 +196,9 @@ class GRPOSettings(BaseModel):
                        "dynamic sampling, bounded). Costs their rollouts (2 extra prompts: GRPO 700 s instead "
                        "of 468 s on an AMD EPYC, 2 of 10 groups replaced); a single process only")
     # Measured (AMD EPYC Zen 5, 94 held-out, correct / wrong after SFT -> after GRPO): at 0, 5 steps gave
-    # 78.7/8.5 -> 77.7/7.4 (seed 3) and 77.7/11.7 -> 72.3/11.7 with 3 format errors (seed 0); 20 steps 66.0/8.5 and
-    # 55.3/25.5 (README, session 19). It stays 1.
+    # 78.7/8.5 -> 77.7/7.4 (seed 3) and 77.7/11.7 -> 72.3/11.7 with 2 format errors (seed 0); with GRPO seed 13 on
+    # seed 3's adapter 58.5/7.4 (defaults: 62.8/11.7); 20 steps 66.0/8.5 and 55.3/25.5 (README, session 19). It
+    # stays 1.
     negative_advantage_scale: float = Field(
         1.0, ge=0, le=1, description="multiplies negative advantages before the loss: 1 is GRPO; 0 only reinforces "
                                      "the rollouts that beat their group's mean and never pushes the worse ones down")
