@@ -34,6 +34,17 @@ def first_is_better(completions, **_):
     return [1.0 if index % 2 == 0 else 0.0 for index in range(len(completions))]
 
 
+def _forced_pairs(model_dir: Path, **overrides) -> GRPOSettings:
+    """GRPO in groups of two whose rollouts all open with the same forced search call (so the rubric scores them
+    alike), one micro-batch per completion, one step unless overridden."""
+    settings = dict(
+        max_steps=1, num_generations=2, per_device_train_batch_size=1, gradient_accumulation_steps=4,
+        max_completion_length=1200, max_tool_calling_iterations=2, prompt_filter=PromptFilterSettings(mode="none"),
+        generation_kwargs={"sequence_bias": _forced_tool_call_bias(model_dir)},
+    )
+    return GRPOSettings(**{**settings, **overrides})
+
+
 def test_tiny_sft_then_grpo_calls_tools_masks_results_and_tracks_mlflow(train_data, tmp_path):
     from mlflow.tracking import MlflowClient
 
@@ -591,12 +602,7 @@ def test_rollouts_cut_by_the_completion_budget_are_counted_and_warned_about(trai
 
     from agent_rl.train.grpo import train_grpo
 
-    settings = GRPOSettings(
-        max_steps=1, num_generations=2, per_device_train_batch_size=1, gradient_accumulation_steps=4,
-        max_completion_length=64, max_tool_calling_iterations=2,
-        prompt_filter=PromptFilterSettings(mode="none"),
-        generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"])},
-    )
+    settings = _forced_pairs(train_data["tiny"], max_completion_length=64)
     with caplog.at_level(logging.WARNING, logger="agent_rl.train.grpo"):
         result = train_grpo(train_data["tiny"], None, train_data["grpo"], train_data["store_url"], tmp_path / "g",
                             settings)
@@ -642,12 +648,7 @@ def test_an_extra_reward_joins_the_rubric_in_advantages_records_and_mlflow(train
     from agent_rl.train.rewards import ExtraReward
     from agent_rl.train.tracking import Tracker
 
-    settings = GRPOSettings(
-        max_steps=1, num_generations=2, per_device_train_batch_size=1, gradient_accumulation_steps=4,
-        max_completion_length=1200, max_tool_calling_iterations=2,
-        prompt_filter=PromptFilterSettings(mode="none"),
-        generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"])},
-    )
+    settings = _forced_pairs(train_data["tiny"])
     plain = train_grpo(train_data["tiny"], None, train_data["grpo"], train_data["store_url"], tmp_path / "plain",
                        settings)
     assert plain.zero_variance_groups == 2 and plain.skipped_micro_batches == 4  # forced rollouts score alike
@@ -689,12 +690,7 @@ def test_negative_advantages_are_scaled_before_the_loss(train_data, tmp_path, mo
         return Recording
 
     monkeypatch.setattr(grpo_module, "_trainer_class", recording)
-    settings = GRPOSettings(
-        max_steps=1, num_generations=2, per_device_train_batch_size=1, gradient_accumulation_steps=4,
-        max_completion_length=1200, max_tool_calling_iterations=2, negative_advantage_scale=scale,
-        prompt_filter=PromptFilterSettings(mode="none"),
-        generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"])},
-    )
+    settings = _forced_pairs(train_data["tiny"], negative_advantage_scale=scale)
     result = grpo_module.train_grpo(train_data["tiny"], None, train_data["grpo"], train_data["store_url"],
                                     tmp_path / "g", settings, extra_rewards=[ExtraReward(first_is_better, weight=0.5)])
     assert sorted(seen) == pytest.approx(sorted([0.25, -0.25 * scale] * 2))
@@ -744,12 +740,7 @@ def test_extra_prompts_replace_groups_that_scored_alike(train_data, tmp_path):
     def separates_two_prompts(completions, scenario_id, **_):
         return [float(index % 2) if sid in signal else 0.0 for index, sid in enumerate(scenario_id)]
 
-    settings = GRPOSettings(
-        max_steps=2, num_generations=2, per_device_train_batch_size=1, gradient_accumulation_steps=4,
-        extra_prompts_per_step=2, max_completion_length=1200, max_tool_calling_iterations=2,
-        prompt_filter=PromptFilterSettings(mode="none"),
-        generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"])},
-    )
+    settings = _forced_pairs(train_data["tiny"], max_steps=2, extra_prompts_per_step=2)
     result = train_grpo(train_data["tiny"], None, prompts, train_data["store_url"], tmp_path / "g", settings,
                         extra_rewards=[ExtraReward(separates_two_prompts)])
     records = [json.loads(line) for line in result.rollouts_path.read_text().splitlines()]
@@ -802,12 +793,8 @@ def test_a_kl_anchor_or_fresh_adapter_trains_a_new_adapter_over_the_merged_sft_p
     sft = train_sft(train_data["tiny"], train_data["sft"], tmp_path / "sft",
                     SFTSettings(max_steps=1, per_device_train_batch_size=1, max_length=8192, learning_rate=1e-2,
                                 warmup_ratio=0.0))
-    settings = GRPOSettings(
-        beta=beta, fresh_adapter=fresh_adapter, learning_rate=1e-2, max_steps=2, num_generations=2,
-        per_device_train_batch_size=1, gradient_accumulation_steps=4, max_completion_length=1200, max_tool_calling_iterations=2,
-        prompt_filter=PromptFilterSettings(mode="none"),
-        generation_kwargs={"sequence_bias": _forced_tool_call_bias(train_data["tiny"])},
-    )
+    settings = _forced_pairs(train_data["tiny"], beta=beta, fresh_adapter=fresh_adapter, learning_rate=1e-2,
+                             max_steps=2)
     result = train_grpo(train_data["tiny"], sft.adapter_dir, train_data["grpo"], train_data["store_url"],
                         tmp_path / "grpo", settings, extra_rewards=[ExtraReward(first_is_better, weight=1.0)])
     assert result.steps == 2 and result.skipped_micro_batches == 0  # every group has reward variance
