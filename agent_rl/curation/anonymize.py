@@ -379,7 +379,9 @@ class Anonymizer:
                 parsed = json.loads(text)
             except ValueError:
                 return fn(text)
-            compact = ", " not in text and ": " not in text
+            # Keep the layout the text came in: tools emit compact JSON, and a row that SFT learns from must
+            # render exactly what serving shows (a body's own ", " says nothing about the separators).
+            compact = json.dumps(parsed, ensure_ascii=False, separators=(",", ":")) == text
             separators = (",", ":") if compact else None
             return json.dumps(self._walk(parsed, fn), ensure_ascii=False, separators=separators)
         return fn(text)

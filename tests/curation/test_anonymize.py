@@ -130,3 +130,18 @@ def test_surrogates_are_keyed():
     names = [f"Person{i}" for i in range(20)]
     assert [a.first_name(n) for n in names] == [a.first_name(n) for n in names]
     assert [a.first_name(n) for n in names] != [b.first_name(n) for n in names]
+
+
+def test_tool_results_keep_the_compact_json_the_tools_emit(demo_env, directory):
+    """Serving shows the model compact JSON (`[{"id":"...","date":...`); a training row that re-serialized it with
+    spaces taught the model a format it never sees. Bodies full of ", " must not change the layout."""
+    anonymizer = Anonymizer(AnonymizerConfig(key="test-key"), directory)
+    body = "Hi Anna, the figures: 12, 14, 19. Regards, Bob"
+    compact = json.dumps([{"id": "<a@b>", "subject": "Q3, final", "body": body}], separators=(",", ":"))
+    spaced = json.dumps({"id": "<a@b>", "note": "x"})
+    episode = {**demo_env.episodes[0], "messages": [
+        {"role": "tool", "content": compact}, {"role": "tool", "content": spaced}]}
+    out = anonymizer.anonymize_episode(episode)["messages"]
+    assert out[0]["content"].startswith('[{"id":"<a@b>","subject":"Q3, final","body":"')
+    assert json.dumps(json.loads(out[0]["content"]), ensure_ascii=False, separators=(",", ":")) == out[0]["content"]
+    assert out[1]["content"] == spaced
