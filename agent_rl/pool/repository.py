@@ -11,13 +11,15 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import Engine, and_, create_engine, delete, event, func, inspect, or_, select, update
+from sqlalchemy import Connection, Engine, and_, create_engine, delete, event, func, inspect, or_, select, update
+from sqlalchemy import text as sql_text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
@@ -390,10 +392,8 @@ class PoolRepository:
         if stats is not None and not isinstance(stats, Mapping):
             raise ValueError("stats must be a JSON object (mapping) or None")
         stats_json = json.loads(_json_dumps(dict(stats))) if stats is not None else None
-        now = utcnow()
-        with self.engine.begin() as conn:
-            # Lock-free read-modify-write is fine: SQLite serializes writers, and on PostgreSQL a
-            # concurrent change at worst records the same old weights twice in the history.
+        with self._routing_change() as conn:
+            now = utcnow()
             old = {r.policy_version: (r.weight, r.spec) for r in conn.execute(select(schema.routing))}
             new_specs = {
                 v: (specs or {}).get(v) or (old[v][1] if v in old else v) for v in normalized
@@ -415,6 +415,36 @@ class PoolRepository:
                 )
             )
         return Routing(weights=normalized, specs=new_specs, updated_at=now)
+
+    @contextmanager
+    def _routing_change(self) -> Iterator[Connection]:
+        """A transaction that holds the routing write lock from its first statement until commit.
+
+        set_routing reads the old weights and writes the new ones plus a history record; two
+        changes interleaving there would both record the same old weights, and the history would
+        stop being a chain. pysqlite begins its own (deferred) transaction only at the first write,
+        so the read would run outside it: SQLite takes the database write lock up front with BEGIN
+        IMMEDIATE (on a connection whose driver leaves transactions to us). PostgreSQL locks the
+        routing table in a mode that conflicts with itself but not with plain reads, so serving
+        keeps reading the split while a change waits.
+        """
+        if self.engine.dialect.name == "sqlite":
+            with self.engine.connect() as raw:
+                conn = raw.execution_options(isolation_level="AUTOCOMMIT")
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    conn.exec_driver_sql("ROLLBACK")
+                    raise
+                conn.exec_driver_sql("COMMIT")
+            return
+        with self.engine.begin() as conn:
+            conn.execute(sql_text(f"LOCK TABLE {self._quoted(schema.routing)} IN SHARE ROW EXCLUSIVE MODE"))
+            yield conn
+
+    def _quoted(self, table: Any) -> str:
+        return self.engine.dialect.identifier_preparer.format_table(table)
 
     def routing_history(self, limit: int | None = None) -> list[RoutingChange]:
         """Routing changes, oldest first (the latest `limit` of them when given)."""
