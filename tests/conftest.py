@@ -1,4 +1,4 @@
-"""Shared fixtures: a real PostgreSQL schema per test, the shared Enron sample, an isolated AGENT_RL_HOME."""
+"""Shared fixtures: a real PostgreSQL schema per test, the Enron sample in tests/data, an isolated AGENT_RL_HOME."""
 
 from __future__ import annotations
 
@@ -11,20 +11,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _shared_dir() -> Path:
-    """The team's shared data: AGENT_RL_SHARED, else ../shared beside the checkout, else /work/shared (a clone
-    elsewhere, as CI makes, still finds it)."""
-    candidates = [os.environ.get("AGENT_RL_SHARED"), ROOT.parent / "shared", "/work/shared"]
-    for candidate in candidates:
-        if candidate and (Path(candidate) / "data").is_dir():
-            return Path(candidate)
-    return ROOT.parent / "shared"
-
-
-SHARED = _shared_dir()
-ENRON_CSV = SHARED / "data" / "enron-sample" / "emails_sample.csv"
-ENRON_ANNOTATED = SHARED / "data" / "enron-sample" / "enron_annotated.json"
-ARTE_QUESTIONS = SHARED / "data" / "art-e-questions"
+# Test data lives in the repository so the suite runs on any fresh machine: the public Enron sample
+# (103 Kaggle rows and 48 annotated emails) and a few hand-written questions in the ART-E style.
+DATA = ROOT / "tests" / "data"
+ENRON_CSV = DATA / "emails_sample.csv"
+ENRON_ANNOTATED = DATA / "enron_annotated.json"
+ART_E_STYLE_QUESTIONS = DATA / "art_e_style_questions.jsonl"
 PG_ADMIN_URL = os.environ.get("AGENT_RL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 

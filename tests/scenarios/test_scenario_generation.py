@@ -12,7 +12,7 @@ from agent_rl.inbox.demo_corpus import generate_demo_corpus
 from agent_rl.records import Category, Split
 from agent_rl.reward.judge import DeterministicJudge, contains_answer, is_idk
 from agent_rl.scenarios import IDK_ANSWER, generate_scenarios, load_scenarios, save_scenarios
-from tests.conftest import ARTE_QUESTIONS
+from tests.conftest import ART_E_STYLE_QUESTIONS
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +101,11 @@ def test_train_and_test_never_share_a_fact(scenarios):
 
 
 def test_questions_read_like_art_e_questions(scenarios):
-    real = [json.loads(line)["question"] for line in (ARTE_QUESTIONS / "train.jsonl").open()]
-    real_lengths = sorted(len(q.split()) for q in real)
+    # Hand-written questions in the ART-E style: their length spread is the yardstick.
+    reference = [json.loads(line)["question"] for line in ART_E_STYLE_QUESTIONS.open()]
+    lengths = sorted(len(q.split()) for q in reference)
     ours = [len(s.question.split()) for s in scenarios]
-    assert real_lengths[len(real) // 10] <= sum(ours) / len(ours) <= real_lengths[9 * len(real) // 10]
+    assert lengths[len(lengths) // 10] <= sum(ours) / len(ours) <= lengths[9 * len(lengths) // 10]
     assert all(s.question.endswith("?") and s.question[0].isupper() for s in scenarios)
     # unanswerable ones reuse another inbox's question on purpose; within an inbox none repeats
     assert len({(s.inbox_id, s.question) for s in scenarios}) == len(scenarios)
