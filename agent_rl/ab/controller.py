@@ -19,8 +19,19 @@ from agent_rl.ab.rollout import Decision, RolloutConfig, RolloutState, apply_dec
 from agent_rl.ab.stats import ArmStats
 from agent_rl.pool.repository import PoolRepository
 
-BASE_VERSION = "base"  # the prompted base model serves as champion until one is registered
+BASE_VERSION = "base"  # what an empty routing table serves: the prompted base model
 STATE_KEY = "rollout_state"
+
+
+def incumbent_of(weights: dict[str, float]) -> str | None:
+    """The version production serves now: the largest share of the routing table (ties: by name)."""
+    if not weights:
+        return None
+    return min(weights, key=lambda version: (-weights[version], version))
+
+
+def is_registered_version(version: str) -> bool:
+    return version.startswith("v") and version[1:].isdigit()
 
 
 def version_id(registry_version: str) -> str:
@@ -79,13 +90,18 @@ class RolloutController:
         if state is not None and not state.finished:
             self.log(f"challenger {challenger} waits: the test of {state.challenger} is still running")
             return None
-        champion_found = self._alias("champion")
-        champion = version_id(champion_found.version) if champion_found else BASE_VERSION
-        new = RolloutState.start(champion, challenger, self.config, now=now)
+        # The champion is what production serves when the challenger arrives (a registered model, a rule-based
+        # agent, an external API model), never a stand-in; whatever else is routed keeps its share, scaled.
+        routing = self.pool.get_routing()
+        baseline = {v: w for v, w in routing.weights.items() if w > 0 and v != challenger}
+        if not baseline:
+            baseline = {BASE_VERSION: 1.0}
+        champion = incumbent_of(baseline)
+        new = RolloutState.start(champion, challenger, self.config, now=now, baseline_weights=baseline)
         weights = new.weights()
         self.pool.set_routing(
             weights,
-            specs={v: version_spec(v, self.base_spec) for v in weights},
+            specs=self._specs(weights, routing.specs),
             reason=f"A/B test started: {challenger} at {new.step_share:.0%} against {champion}",
             actor="challenger_sensor",
             stats={STATE_KEY: new.model_dump(mode="json")},
@@ -116,7 +132,7 @@ class RolloutController:
         new_state = apply_decision(state, decision)
         self.pool.set_routing(
             decision.new_weights,
-            specs={v: version_spec(v, self.base_spec) for v in decision.new_weights},
+            specs=self._specs(decision.new_weights, self.pool.get_routing().specs),
             reason=f"{decision.action}: {decision.reason}",
             actor="rollout_sensor",
             stats={STATE_KEY: new_state.model_dump(mode="json"), "decision": decision.stats},
@@ -124,6 +140,10 @@ class RolloutController:
         self._record_in_registry(state, decision)
         self.log(f"rollout {decision.action} ({decision.cause}): {decision.reason}")
         return decision
+
+    def _specs(self, weights: dict[str, float], known: dict[str, str]) -> dict[str, str]:
+        """Where each routed version loads from: the spec it was routed with, else its registry or base spec."""
+        return {v: known.get(v) or version_spec(v, self.base_spec) for v in weights}
 
     def _record_in_registry(self, state: RolloutState, decision: Decision) -> None:
         challenger = state.challenger.removeprefix("v")
@@ -133,7 +153,7 @@ class RolloutController:
             tags.update({f"rollout.{k}": test[k] for k in ("p_value", "lift", "n") if k in test})
         if decision.action == "promote":
             tags["rollout"] = "promoted"
-            if state.champion != BASE_VERSION:
+            if is_registered_version(state.champion):
                 registry.set_alias("previous_champion", state.champion.removeprefix("v"),
                                    name=self.model_name, tracking_uri=self.tracking_uri)
             registry.set_alias("champion", challenger, name=self.model_name, tracking_uri=self.tracking_uri)

@@ -79,12 +79,15 @@ class Margin(BaseModel):
 
 
 class Guardrails(BaseModel):
-    """Metrics that may not get worse beyond a margin, whatever the success rate does."""
+    """Metrics that may not get worse beyond a margin, whatever the success rate does.
+
+    The rate guardrail is on the failures a user feels, all together: a wrong answer, a broken reply (format
+    error) or no answer in time. Separate guardrails would hold a challenger back on a rate the incumbent only
+    keeps low by failing another way: an agent that never answers never answers wrong (docs/architecture.md)."""
 
     model_config = ConfigDict(frozen=True)
 
-    hallucination_rate: Margin = Margin(kind="absolute", value=0.02)
-    error_rate: Margin = Margin(kind="absolute", value=0.02)
+    failure_rate: Margin = Margin(kind="absolute", value=0.02)
     latency_p95: Margin = Margin(kind="relative", value=0.20)
     alpha: float = Field(0.05, description="Per-guardrail always-valid level of the breach tests.")
 
@@ -192,20 +195,37 @@ class RolloutState(BaseModel):
     )
     status: Literal["running", "promoted", "rolled_back"] = "running"
     history: tuple[RolloutEvent, ...] = ()
+    baseline_weights: dict[str, float] = Field(
+        default_factory=dict,
+        description="The routing before the test (the champion and any other version routed then). During the "
+        "test they keep their shares scaled by 1 - the challenger's share; a rollback restores exactly this.")
 
     @model_validator(mode="after")
     def _distinct_versions(self) -> RolloutState:
         if self.champion == self.challenger:
             raise ValueError(f"champion and challenger must be different versions, both are {self.champion!r}")
+        if self.baseline_weights:
+            if self.challenger in self.baseline_weights:
+                raise ValueError(f"the challenger {self.challenger!r} is already routed: it cannot be tested anew")
+            if self.champion not in self.baseline_weights:
+                raise ValueError(f"the champion {self.champion!r} is not in the routing before the test "
+                                 f"({sorted(self.baseline_weights)})")
         return self
 
     @classmethod
     def start(
-        cls, champion: str, challenger: str, config: RolloutConfig, now: datetime | None = None
+        cls,
+        champion: str,
+        challenger: str,
+        config: RolloutConfig,
+        now: datetime | None = None,
+        baseline_weights: dict[str, float] | None = None,
     ) -> RolloutState:
-        """A new A/B test at the first step (10% by default)."""
+        """A new A/B test at the first step (10% by default). `baseline_weights` is the routing the challenger
+        arrives in (default: the champion alone)."""
         now = _utc(now)
         share = config.steps[0]
+        baseline = _normalized(baseline_weights or {champion: 1.0})
         state = cls(
             champion=champion,
             challenger=challenger,
@@ -213,6 +233,7 @@ class RolloutState(BaseModel):
             test_started_at=now,
             step_started_at=now,
             step_start_trials={champion: 0, challenger: 0},
+            baseline_weights=baseline,
         )
         event = RolloutEvent(
             at=now, action="start", step_share=share, weights=state.weights(), reason="A/B test started"
@@ -223,15 +244,26 @@ class RolloutState(BaseModel):
     def finished(self) -> bool:
         return self.status != "running"
 
+    def baseline(self) -> dict[str, float]:
+        """The routing before the test (states saved before it was recorded: the champion alone)."""
+        return dict(self.baseline_weights) if self.baseline_weights else {self.champion: 1.0}
+
+    def weights_at(self, share: float) -> dict[str, float]:
+        """The challenger at `share`, every version routed before the test at its share scaled by 1 - `share`."""
+        if share <= 0:
+            return self.baseline()
+        if share >= 1.0:
+            return {self.challenger: 1.0}
+        scaled = {version: weight * (1.0 - share) for version, weight in self.baseline().items()}
+        return {**{v: w for v, w in scaled.items() if w > 0}, self.challenger: share}
+
     def weights(self) -> dict[str, float]:
         """Routing weights for the current state (they always sum to 1)."""
         if self.status == "promoted":
             return {self.challenger: 1.0}
-        if self.status == "rolled_back" or self.step_share <= 0:
-            return {self.champion: 1.0}
-        if self.step_share >= 1.0:
-            return {self.challenger: 1.0}
-        return {self.champion: 1.0 - self.step_share, self.challenger: self.step_share}
+        if self.status == "rolled_back":
+            return self.baseline()
+        return self.weights_at(self.step_share)
 
 
 class Decision(BaseModel):
@@ -249,26 +281,26 @@ class Decision(BaseModel):
     previous_champion: str | None = None
 
 
+def _normalized(weights: dict[str, float]) -> dict[str, float]:
+    total = sum(weights.values())
+    if total <= 0 or any(w < 0 for w in weights.values()):
+        raise ValueError(f"routing weights must be >= 0 with a positive sum, got {weights}")
+    if math.isclose(total, 1.0, abs_tol=1e-9):  # kept as given, so a rollback restores them to the decimal
+        return {version: weight for version, weight in weights.items() if weight > 0}
+    return {version: weight / total for version, weight in weights.items() if weight > 0}
+
+
 def _guardrails(champion: ArmStats, challenger: ArmStats, config: RolloutConfig) -> list[GuardrailResult]:
     g = config.guardrails
     common = {"alpha": g.alpha, "tau_squared": config.tau_squared}
     return [
         rate_guardrail(
-            "hallucination_rate",
-            champion.hallucinations,
+            "failure_rate",
+            champion.failures,
             champion.trials,
-            challenger.hallucinations,
+            challenger.failures,
             challenger.trials,
-            g.hallucination_rate.limit(champion.hallucination_rate) - champion.hallucination_rate,
-            **common,
-        ),
-        rate_guardrail(
-            "error_rate",
-            champion.errors,
-            champion.trials,
-            challenger.errors,
-            challenger.trials,
-            g.error_rate.limit(champion.error_rate) - champion.error_rate,
+            g.failure_rate.limit(champion.failure_rate) - champion.failure_rate,
             **common,
         ),
         latency_guardrail(champion.latencies_ms, challenger.latencies_ms, g.latency_p95.limit, **common),
@@ -320,7 +352,7 @@ def decide(
             action=action, cause=cause, new_weights=weights, reason=reason, stats=stats, decided_at=now, **extra
         )
 
-    rollback_weights = {state.champion: 1.0}
+    rollback_weights = state.baseline()
     if not enough:
         if elapsed >= config.max_step_duration:
             reason = f"fewer than {config.min_samples_per_arm} episodes per arm after {elapsed}"
@@ -358,7 +390,7 @@ def decide(
         return out(
             "advance",
             "significantly_better",
-            {state.champion: 1.0 - next_share, state.challenger: next_share},
+            state.weights_at(next_share),
             f"advance to {next_share:.0%}: lift {test.lift:+.3f}, p={test.p_value:.4f}",
         )
 

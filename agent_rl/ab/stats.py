@@ -73,6 +73,15 @@ class ArmStats:
         return self.errors / self.trials if self.trials else 0.0
 
     @property
+    def failures(self) -> int:
+        """What a user feels as a failure: a wrong answer, a broken reply or none in time."""
+        return self.hallucinations + self.errors
+
+    @property
+    def failure_rate(self) -> float:
+        return self.failures / self.trials if self.trials else 0.0
+
+    @property
     def latency_p95_ms(self) -> float | None:
         return float(np.percentile(self.latencies_ms, 95)) if self.latencies_ms else None
 
@@ -84,6 +93,7 @@ class ArmStats:
             "success_rate": self.success_rate,
             "hallucination_rate": self.hallucination_rate,
             "error_rate": self.error_rate,
+            "failure_rate": self.failure_rate,
             "latency_p95_ms": self.latency_p95_ms,
         }
 

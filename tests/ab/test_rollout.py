@@ -70,8 +70,36 @@ def test_more_hallucinations_roll_back_even_when_success_is_better():
     state, decisions, _ = drive(Arm(0.55, hallucination=0.08), Arm(0.75, hallucination=0.22))
     assert state.status == "rolled_back"
     assert decisions[-1].cause == "guardrail_breach"
-    assert "hallucination_rate" in decisions[-1].reason
+    assert "failure_rate" in decisions[-1].reason
     assert decisions[-1].stats["test"]["lift"] > 0.1
+
+
+def test_a_challenger_that_answers_where_the_champion_breaks_is_not_held_back_by_its_few_wrong_answers():
+    """The incumbent never answers wrong because it rarely answers at all (format errors, timeouts): the failures
+    a user feels are counted together, so trading many broken replies for a few wrong answers is a win."""
+    broken_incumbent = Arm(0.30, hallucination=0.0, error=0.60)
+    answers = Arm(0.75, hallucination=0.08, error=0.02)
+    state, decisions, _ = drive(broken_incumbent, answers)
+    assert state.status == "promoted", decisions[-1].reason
+
+
+def test_the_incumbent_keeps_the_other_routed_versions_and_a_rollback_restores_the_routing_exactly():
+    """A challenger arrives in a table where the incumbent serves 70% and two others 20% and 10%: they keep their
+    shares scaled by what the test takes, and a rollback puts back the table as it was, to the decimal."""
+    before = {"teacher": 0.7, "v3": 0.2, "api": 0.1}
+    state = RolloutState.start("teacher", "v4", CONFIG, now=T0, baseline_weights=before)
+    assert state.weights() == pytest.approx({"teacher": 0.63, "v3": 0.18, "api": 0.09, "v4": 0.10})
+    worse = decide(state, ArmStats(500, 1000), ArmStats(20, 200), CONFIG, now=T0 + timedelta(hours=1))
+    assert worse.action == "rollback" and worse.new_weights == before
+    assert apply_decision(state, worse).weights() == before
+    better = decide(state, ArmStats(500, 1000), ArmStats(180, 200), CONFIG, now=T0 + timedelta(hours=1))
+    assert better.action == "advance"
+    assert better.new_weights == pytest.approx({"teacher": 0.35, "v3": 0.10, "api": 0.05, "v4": 0.5})
+    advanced = apply_decision(state, better)
+    back = decide(advanced, ArmStats(500, 1000), ArmStats(40, 400), CONFIG, now=T0 + timedelta(hours=2))
+    assert back.action == "rollback" and back.new_weights == before
+    with pytest.raises(ValueError, match="not in the routing"):
+        RolloutState.start("v9", "v4", CONFIG, now=T0, baseline_weights=before)
 
 
 def test_slower_p95_latency_rolls_back_even_when_success_is_better():
@@ -84,7 +112,7 @@ def test_slower_p95_latency_rolls_back_even_when_success_is_better():
 
 
 def test_guardrail_margins_are_configurable():
-    lenient = CONFIG.model_copy(update={"guardrails": Guardrails(hallucination_rate=Margin(kind="absolute", value=0.5))})
+    lenient = CONFIG.model_copy(update={"guardrails": Guardrails(failure_rate=Margin(kind="absolute", value=0.5))})
     assert drive(Arm(0.55, hallucination=0.08), Arm(0.75, hallucination=0.22), lenient)[0].status == "promoted"
 
 

@@ -40,16 +40,22 @@ def world(tmp_path, monkeypatch):
 
 
 def run_rollout(world, champion_spec: str, challenger_spec: str | None, rounds: int = 30, per_round: int = 150,
-                config: RolloutConfig = SMALL):
-    """Register the challenger, let the controller route and decide on replayed traffic; the decision trail."""
+                config: RolloutConfig = SMALL, routing: dict[str, tuple[float, str]] | None = None):
+    """Register the challenger, let the controller route and decide on replayed traffic; the decision trail.
+    `routing` ({version: (weight, spec)}) is what production serves before the test; empty: the base spec."""
     env, uri = world
     pool = PoolRepository(settings.pool_url())
+    if routing:
+        pool.set_routing({v: w for v, (w, _) in routing.items()}, specs={v: s for v, (_, s) in routing.items()},
+                         reason="production before the test", actor="test")
     found = (registry.register_policy_spec(challenger_spec, tracking_uri=uri) if challenger_spec
              else registry.get_version("challenger", tracking_uri=uri))
     controller = RolloutController(pool, config, tracking_uri=uri, base_spec=champion_spec)
     config = ArbiterConfig(scenarios_path=env.path, default_routing={"unused": 1.0})
     state = controller.start_if_new_challenger()
-    assert state is not None and state.weights() == {BASE_VERSION: 0.9, f"v{found.version}": 0.1}
+    before = {v: w for v, (w, _) in routing.items()} if routing else {BASE_VERSION: 1.0}
+    assert state is not None and state.weights() == pytest.approx(
+        {**{v: w * 0.9 for v, w in before.items()}, f"v{found.version}": 0.1})
     assert controller.start_if_new_challenger() is None  # the same challenger is not started twice
     trail = []
     with running_arbiter(config, access_log=False) as url:
@@ -82,6 +88,34 @@ def test_worse_challenger_is_rolled_back(world):
     assert pool.get_routing().weights == {"base": 1.0}
     tags = registry.get_version(version=found.version, tracking_uri=uri).tags
     assert tags["rollout"] == "rolled_back" and tags["rollout.cause"]
+
+
+PRODUCTION = {"teacher": (0.95, BAD), "spare": (0.05, BAD)}
+
+
+def test_the_champion_is_the_rule_based_agent_production_runs_and_a_better_challenger_replaces_it(world):
+    """No model is registered yet: the champion is the incumbent of the routing table (a rule-based agent here),
+    not the base model; the other routed version keeps its scaled share until the promotion."""
+    trail, found, pool, uri = run_rollout(world, champion_spec="base", challenger_spec=GOOD, routing=PRODUCTION)
+    assert [a for a in trail if a != "hold"] == ["advance", "promote"]
+    history = pool.routing_history()
+    challenger = f"v{found.version}"
+    assert history[-3].new_weights == pytest.approx({"teacher": 0.855, "spare": 0.045, challenger: 0.1})
+    assert history[-2].new_weights == pytest.approx({"teacher": 0.475, "spare": 0.025, challenger: 0.5})
+    assert history[-1].new_weights == {challenger: 1.0}
+    assert history[-3].stats["rollout_state"]["champion"] == "teacher"
+    assert "base" not in pool.get_routing().specs and pool.get_routing().specs[challenger] == f"mlflow:{challenger}"
+    with pytest.raises(LookupError):  # a rule-based agent was never a registered version
+        registry.get_version("previous_champion", tracking_uri=uri)
+
+
+def test_a_worse_challenger_against_the_rule_based_incumbent_gives_production_back_as_it_was(world):
+    good_production = {"teacher": (0.95, GOOD), "spare": (0.05, GOOD)}
+    trail, found, pool, uri = run_rollout(world, champion_spec="base", challenger_spec=BAD, routing=good_production)
+    assert trail[-1] == "rollback" and "promote" not in trail
+    routing = pool.get_routing()
+    assert routing.weights == {"teacher": 0.95, "spare": 0.05}
+    assert routing.specs == {"teacher": GOOD, "spare": GOOD}
 
 
 def test_identical_policies_are_not_promoted(world):
