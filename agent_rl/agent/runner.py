@@ -198,8 +198,6 @@ def _apply_turn(episode: _Live, turn: Any) -> None:
     calls = _normalized_calls(turn)
     content = turn.content if isinstance(turn.content, str) else str(turn.content)
     message: dict[str, Any] = {"role": "assistant", "content": content}
-    if not turn.train:
-        message["train"] = False
     if calls:
         message["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -311,6 +309,10 @@ def _to_episode(episode: _Live, policy: Policy, config: RunnerConfig, judge: Jud
         episode.prompt_tokens * config.prompt_price_per_m + episode.completion_tokens * config.completion_price_per_m
     ) / 1e6
     ended = episode.ended or time.perf_counter()
+    latency_ms = round((ended - episode.started) * 1000, 3)
+    simulation = getattr(policy, "simulation", None)  # a rule-based agent playing an API model (api_models.py)
+    if simulation is not None:
+        cost, latency_ms = simulation.cost_per_episode_usd, simulation.latency_ms
     return Episode(
         tenant=task.tenant,
         inbox_id=task.inbox,
@@ -327,7 +329,7 @@ def _to_episode(episode: _Live, policy: Policy, config: RunnerConfig, judge: Jud
         turns=episode.turns,
         prompt_tokens=episode.prompt_tokens,
         completion_tokens=episode.completion_tokens,
-        latency_ms=round((ended - episode.started) * 1000, 3),
+        latency_ms=latency_ms,
         cost_usd=cost,
     )
 

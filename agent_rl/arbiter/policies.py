@@ -65,7 +65,18 @@ def _load_local(location: str) -> Policy:
     return LocalPolicy(checkpoint)
 
 
+def _load_api_simulation(name: str) -> Policy:
+    """`api-sim:o3`: the rule-based agent playing a named API model with its published latency and cost."""
+    from agent_rl.agent.api_models import simulated_api_policy
+
+    try:
+        return simulated_api_policy(name)
+    except ValueError as exc:
+        raise PolicyLoadError(str(exc)) from exc
+
+
 register_policy_loader("heuristic", _load_heuristic)
+register_policy_loader("api-sim", _load_api_simulation)
 register_policy_loader("local", _load_local)
 
 
