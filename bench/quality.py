@@ -187,8 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         save_jsonl(grpo_rows(train), home / "grpo.jsonl")
     from transformers import AutoTokenizer
 
-    tokenized = tokenize_rows(AutoTokenizer.from_pretrained(str(args.model)), rows, sft_settings.max_length,
-                              sft_settings.close_after_answer)
+    tokenized = tokenize_rows(AutoTokenizer.from_pretrained(str(args.model)), rows, sft_settings.max_length)
     figures["sft_rows"] = len(rows)
     figures["sft_tokens_per_row"] = round(tokenized.total_tokens / max(1, len(tokenized.input_ids)), 1)
     figures["sft_trained_tokens_per_row"] = round(tokenized.trained_tokens / max(1, len(tokenized.input_ids)), 1)

@@ -24,10 +24,6 @@ from agent_rl.records import Category, Scenario
 from agent_rl.reward.judge import DeterministicJudge, is_idk
 
 IDK = "I don't know"
-EVIDENCE_PREFIX = "The email says: "
-NO_EVIDENCE = "The emails I found do not say."
-# Longest quote: a window around the answer when its sentence is longer (a run-on line of a forwarded email).
-QUOTE_CHARS = 160
 
 STOP_WORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before being below
@@ -51,6 +47,10 @@ _TEXT_CACHE = 8192
 NAMED_THING_WORDS = 2
 
 
+# Teacher variants that were measured, made the SFT student worse, and were taken out (docs/experiments.md).
+REMOVED_KNOBS = frozenset({"explain_answer", "search_again", "retry_rate"})
+
+
 class HeuristicConfig(BaseModel):
     """Error rates (each a share of episodes), the seed, and the optional oracle."""
 
@@ -62,47 +62,26 @@ class HeuristicConfig(BaseModel):
     extra_turn_rate: float = Field(0.0, ge=0, le=1, description="share of episodes that waste one turn")
     seed: int = 0
     scenarios: list[Scenario] = Field(default_factory=list, description="oracle: golden answers by question text")
-    # Short, clean trajectories are what the student imitates (every token is a trained token). The first search
-    # is built from the question's names, so a second one found nothing the first had missed: on the demo's 386
-    # train questions one search gives 366 correct (two: 365) in 2.87 turns (two: 3.17), and SmolLM2-135M's own
-    # second searches never found a right answer (94 held-out: its 5 reads after one gave 4 wrong, 1 "I don't
-    # know"). A second read is the fallback, and a question none of whose hits is about it is answered "I don't
-    # know" without reading.
+    # Short, clean trajectories are what the student imitates (every token is a trained token). The first search is
+    # built from the question's names, so a second one rarely finds what it missed; reading the hits together leaves
+    # the student only the answer to choose (fewer wrong answers). Measurements, and the teacher variants tried and
+    # dropped (quoting the evidence sentence, retry rows, searching again): docs/experiments.md.
     max_searches: int = Field(1, ge=1, description="searches before giving up")
     max_reads: int = Field(2, ge=1, description="emails read before giving up")
-    # The student's wrong answers came from choosing which hit to read: after 96 SFT steps (seed 3, 94 held-out
-    # questions) it read the teacher's email in 65 episodes (4 wrong) and another in 18 (8 wrong), picking a follow-up
-    # or an acknowledgement over the announcement by its snippet. Reading the hits together in one turn leaves only
-    # the answer to choose: wrong answers 14.9% -> 10.6% (seed 3, 75.5% correct both) and 12.8% -> 8.5% (seed 0,
-    # 79.8% -> 77.7% correct); rows are 15% longer. Four read calls
-    # (~57 tokens each) fit the runner's 256-token turn; the fifth hit of a search rarely matters (train: 94.8% correct
-    # with 4, 95.3% with 5, 94.8% reading one at a time).
     parallel_reads: int = Field(
         4, ge=1, description="read up to this many relevant hits of the search together in one turn, in the order "
         "shown, and answer from the one that tells (the student copies ids instead of judging snippets); 1 reads one "
-        "at a time, the likeliest first")
-    # Off by default: meant to make the answer a copy from a line just written, it made SmolLM2-135M worse. On the
-    # 94 held-out demo questions after 96 SFT steps (bench/quality.py, same machine): 63.8% correct and 30.9% wrong
-    # with it, 73.4% and 19.1% without. The student learned to quote *some* line ("Perfect,
-    # thank you.", a From: header) and answer from it: choosing the line is the hard part, and it did not learn it.
-    explain_answer: bool = Field(False, description="before the final answer, quote the sentence it comes from")
-    # The student gives up where the teacher never has to: after SFT (seed 3, 94 held-out demo questions) 10 of its
-    # 20 misses were "I don't know" after one search that found nothing ("Bridget's Engineering team", "Tiber
-    # Ridge"), because every teacher episode's first search finds something, so no row shows a second one.
-    # With retry rows alone the student still gave up after its own fruitless searches (11 of 94): the rows where
-    # the teacher's usual search found nothing (unanswerable questions) answered "I don't know" right away.
-    # Both together, measured and therefore off (session 17, fp32 EPYC, seed 3, 94 held-out, correct / wrong after SFT):
-    # retry_rate=0.3 with search_again gave 63.8 / 13.8 (4 ran out of turns) against 76.6 / 10.6 without; the
-    # student's second searches mostly found nothing either.
-    search_again: bool = Field(
-        False, description="after searches that found nothing, search once more with the next query of the plan "
-        "before answering \"I don't know\" (the rows then never teach giving up after one empty search)")
-    retry_rate: float = Field(
-        0.0, ge=0, le=1, description="share of episodes that open with a search on all the question's words and, "
-        "when that finds nothing (checked in the store; needs one), search again with the usual keywords: rows that "
-        "show what to do after a fruitless search. The fruitless turn is recorded with \"train\": false, so SFT "
-        "learns the recovery, not the search that needed it")
+        "at a time, the likeliest first. Four read calls (~57 tokens each) fit the runner's 256-token turn")
     version: str = "heuristic-v1"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_removed_knobs(cls, values: Any) -> Any:
+        removed = sorted(set(values) & REMOVED_KNOBS) if isinstance(values, dict) else []
+        if removed:
+            raise ValueError(f"{', '.join(removed)}: removed, measured to make the student worse "
+                             "(docs/experiments.md)")
+        return values
 
     @model_validator(mode="after")
     def _rates_fit(self) -> HeuristicConfig:
@@ -119,7 +98,6 @@ class _Plan:
     mistake: str | None  # "wrong" | "idk" | "malformed" | None
     extra_turn: bool
     malformed_turn: int
-    retry: bool = False  # open with a search on all the question's words when it finds nothing
 
 
 @dataclass
@@ -240,7 +218,6 @@ class HeuristicPolicy(Policy):
         self._judge = DeterministicJudge()
         self._queries: dict[str, list[dict[str, Any]]] = {}
         self._plans: dict[str, _Plan] = {}
-        self._fruitless: dict[str, dict[str, Any] | None] = {}  # (inbox, question) -> a search that finds nothing
         # The runner passes equal tool schemas every turn: measure their size once, compare after.
         self._schema_size: tuple[list[dict[str, Any]], int] | None = None
 
@@ -295,25 +272,14 @@ class HeuristicPolicy(Policy):
             mistake = "wrong"
         elif draw < c.malformed_rate + c.wrong_rate + c.idk_rate:
             mistake = "idk"
-        retry = rng.random() < c.retry_rate  # drawn last: the earlier draws stay what they were without it
-        return _Plan(mistake, extra < c.extra_turn_rate, malformed_turn, retry)
+        return _Plan(mistake, extra < c.extra_turn_rate, malformed_turn)
 
     def _decide(self, state: _State) -> PolicyTurn:
         plan = self._plan(state.question)
         scenario = self._scenario_for(state)
         queries = self._search_plan(state.question, scenario)
-        searches = self.config.max_searches
-        if self.config.search_again and state.searches and not state.hits:
-            searches += 1  # nothing found yet: one more search before "I don't know"
-        if plan.retry and not scenario:
-            fruitless = self._fruitless_query(state)
-            if fruitless is not None:
-                queries, searches = [fruitless, *queries], searches + 1
-
         step = (self._oracle_step(state, scenario, queries) if scenario
-                else self._reading_step(state, queries, searches))
-        if step is not None and searches > self.config.max_searches and not state.searches:
-            step.train = False  # the fruitless search is there for the recovery after it, not to be imitated
+                else self._reading_step(state, queries, self.config.max_searches))
         if step is None and plan.extra_turn and not state.repeated_search and state.searches:
             step = _call(state.turn, "search_emails", dict(state.searches[0]))
         # The malformed call replaces a chosen turn, or the answer if the episode ends sooner.
@@ -341,27 +307,6 @@ class HeuristicPolicy(Policy):
         if len(state.searches) < min(len(queries), self.config.max_searches):
             return _call(state.turn, "search_emails", queries[len(state.searches)])
         return None
-
-    def _fruitless_query(self, state: _State) -> dict[str, Any] | None:
-        """All the question's words as keywords, when the store says they find nothing in this inbox (else None:
-        an episode that shows no recovery is just a longer search)."""
-        match = _INBOX_RE.search(state.system)
-        if self._store is None or match is None:
-            return None
-        key = f"{match.group(1)}\x00{state.question.strip()}"
-        if key not in self._fruitless:
-            words = [*_proper_phrases(state.question)]
-            in_phrases = {w.lower() for p in words for w in p.split()}
-            words += [w for w in content_words(state.question) if w not in in_phrases]
-            query = {"keywords": words[:5]}
-            try:
-                empty = len(words) > 1 and not self._store.search(match.group(1), query["keywords"], max_results=1)
-            except Exception:  # a store that refuses the query: no retry row rather than no episode
-                empty = False
-            if len(self._fruitless) > 100_000:  # bounded memory in long load tests
-                self._fruitless.clear()
-            self._fruitless[key] = query if empty else None
-        return self._fruitless[key]
 
     def _reading_step(self, state: _State, queries: list[dict[str, Any]], searches: int) -> PolicyTurn | None:
         """Search, read the likeliest hit until a relevant email yields an answer; None when ready to answer."""
@@ -417,30 +362,25 @@ class HeuristicPolicy(Policy):
         return sorted(ranked, key=quoted_or_silent)  # stable: own-words evidence first, each part in rank order
 
     def _answer(self, state: _State, scenario: Scenario | None, plan: _Plan) -> PolicyTurn:
-        answer, sources, quote = IDK, [], None
+        answer, sources = IDK, []
         if scenario is not None:
             if scenario.answerable:
                 answer = scenario.answer
                 gold = scenario.source_ids
                 sources = [g for g in gold if g in state.reads] or [g for g in gold if g in state.hits] or list(gold)
-                if self.config.explain_answer:  # off by default: no sentence search on the answer turn then
-                    quote = _oracle_quote(state.question, answer, [state.reads[g] for g in sources if g in state.reads])
         else:
             for message_id in self._answer_candidates(state):
                 found = _evidence_from(state.question, state.reads[message_id])
                 if found:
-                    answer, quote = found.answer, found.quote
+                    answer = found.answer
                     sources = [_quoted_origin(state, message_id) if found.from_quote else message_id]
                     break
         if plan.mistake == "idk":
-            answer, sources, quote = IDK, [], None
+            answer, sources = IDK, []
         elif plan.mistake == "wrong":
             answer = self._wrong_answer(state, scenario, answer)
-            sources, quote = sources or state.read_order[:1], None
-        content = ""
-        if self.config.explain_answer and plan.mistake is None:
-            content = NO_EVIDENCE if is_idk(answer) else (f'{EVIDENCE_PREFIX}"{quote}"' if quote else "")
-        return _call(state.turn, "return_final_answer", {"answer": answer, "sources": sources}, content)
+            sources = sources or state.read_order[:1]
+        return _call(state.turn, "return_final_answer", {"answer": answer, "sources": sources})
 
     def _wrong_answer(self, state: _State, scenario: Scenario | None, right: str) -> str:
         """A plausible answer that the judge rejects (checked against the golden when it is known)."""
@@ -508,7 +448,6 @@ def _quoted_origin(state: _State, message_id: str) -> str:
     return next((h for h in state.hits if h != message_id and state.hit_origin.get(h) == origin), message_id)
 
 
-_INBOX_RE = re.compile(r"The inbox is (\S+@\S+?)\.(?:\s|$)")  # prompts.CONTEXT_PROMPT
 _QUOTED_SENDER_RE = re.compile(r"^On .{6,200}<([^<>\s]+@[^<>\s]+)> wrote:$", re.MULTILINE)
 _REPLY_PREFIX_RE = re.compile(r"^(?:(?:re|fw|fwd):\s*)+", re.IGNORECASE)
 
@@ -519,8 +458,8 @@ def _message_chars(message: dict[str, Any]) -> int:
     return len(str(message.get("content") or "")) + (2 if calls == "" else len(json.dumps(calls)))
 
 
-def _call(turn: int, name: str, arguments: dict[str, Any], content: str = "") -> PolicyTurn:
-    return PolicyTurn(content=content, tool_calls=[ToolCall(name=name, arguments=arguments, id=f"call_{turn}")])
+def _call(turn: int, name: str, arguments: dict[str, Any]) -> PolicyTurn:
+    return PolicyTurn(tool_calls=[ToolCall(name=name, arguments=arguments, id=f"call_{turn}")])
 
 
 def _read_preference(state: _State, message_id: str) -> tuple[Any, ...]:
@@ -762,10 +701,9 @@ def _shows_answer(question: str, text: str) -> bool:
 
 
 class _Evidence(NamedTuple):
-    """An answer span, the sentence around it, and whether that sentence is in the earlier email a reply quotes."""
+    """An answer span, and whether its sentence is in the earlier email a reply quotes."""
 
     answer: str
-    quote: str
     from_quote: bool
 
 
@@ -795,7 +733,7 @@ def _extract_answer(question: str, email: dict[str, Any]) -> str | None:
 
 
 def _extract_evidence(question: str, email: dict[str, Any]) -> _Evidence | None:
-    """The answer span of the question's type, and the quote around it, from the sentences most like the question."""
+    """The answer span of the question's type, from the sentences most like the question."""
     category = question_category(question)
     if category is None:
         return None
@@ -808,50 +746,8 @@ def _extract_evidence(question: str, email: dict[str, Any]) -> _Evidence | None:
         for sentence in sorted(_sentences(text), key=lambda s: -len(asked.intersection(w[:5] for w in _content_words(s)))):
             found = _span(category, sentence, question)
             if found:
-                return _Evidence(found, _window(sentence, sentence.find(found), len(found)), from_quote)
+                return _Evidence(found, from_quote)
     return None
-
-
-def _oracle_quote(question: str, answer: str, read: list[dict[str, Any]]) -> str | None:
-    """The read gold emails' sentence holding the golden answer; for a golden worded unlike the email (normalized
-    "4:00 PM" for "4:00pm"), the sentence the reader would pick from the first of them."""
-    quote = next(filter(None, (_quote_of(answer, email) for email in read)), None)
-    if quote is None and read:
-        found = _extract_evidence(question, read[0])
-        quote = found.quote if found else None
-    return quote
-
-
-def _quote_of(answer: str, email: dict[str, Any]) -> str | None:
-    """The sentence of `email` (own words first, then quoted text) that holds `answer`, else None."""
-    needle = answer.strip().lower()
-    if not needle:
-        return None
-    body = str(email.get("body", ""))
-    for text in (_own_text(body), body):
-        for sentence in _sentences(f"{email.get('subject', '')}.\n{text}"):
-            sentence = sentence.lstrip("> ")  # a quoted line reads as the sentence it quotes
-            at = sentence.lower().find(needle)
-            if at >= 0:
-                return _window(sentence, at, len(needle))
-    return None
-
-
-def _window(sentence: str, start: int, length: int, limit: int = QUOTE_CHARS) -> str:
-    """`sentence`, or the whole words of it around [start, start + length) when it is longer than `limit`
-    (its first `limit` characters, cut at a word, when the span is not in it)."""
-    if len(sentence) <= limit:
-        return sentence
-    if start < 0:
-        return sentence[:limit].rsplit(" ", 1)[0]
-    margin = max(0, (limit - length) // 2)
-    left, right = max(0, start - margin), min(len(sentence), start + length + margin)
-    if left > 0:
-        left = sentence.find(" ", left, start) + 1 or left  # do not start mid-word
-    if right < len(sentence):
-        cut = sentence.rfind(" ", start + length, right)
-        right = cut if cut > 0 else right
-    return sentence[left:right].strip()
 
 
 def _span(category: Category, sentence: str, question: str) -> str | None:

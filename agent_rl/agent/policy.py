@@ -27,15 +27,10 @@ class PolicyTurn:
     parse_error: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    # False: a turn shown for what follows it, not to be imitated (a teacher's deliberately fruitless search);
-    # recorded as "train": false on the message and kept out of SFT's loss.
-    train: bool = True
 
     def as_message(self) -> dict[str, Any]:
         """The chat message (OpenAI / transformers layout) recorded in the episode."""
         message: dict[str, Any] = {"role": "assistant", "content": self.content}
-        if not self.train:
-            message["train"] = False
         if self.tool_calls:
             message["tool_calls"] = [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}

@@ -86,8 +86,6 @@ def conversation(messages: list[dict[str, Any]], schemas: list[dict[str, Any]]) 
                               "function": {"name": name, "arguments": _arguments(function.get("arguments"),
                                                                                  allowed.get(name))}})
             out.append({"role": "assistant", "content": content, "tool_calls": calls})
-            if message.get("train") is False:  # context for the turns after it, not a turn to imitate
-                out[-1]["train"] = False
         elif role == "tool":
             out.append({"role": "tool", "name": str(message.get("name") or ""), "content": content})
         else:

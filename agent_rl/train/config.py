@@ -17,6 +17,26 @@ from agent_rl.reward.rubric import RubricWeights
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+# Knobs measured and taken out (docs/experiments.md), and knobs that moved under GRPOSettings.experimental: a
+# settings dict that still names them is refused with a pointer, not silently ignored (pydantic ignores unknown keys).
+SFT_REMOVED = frozenset({"close_after_answer"})
+GRPO_REMOVED = frozenset({"negative_advantage_scale"})
+GRPO_MOVED = ("extra_prompts_per_step", "fresh_adapter", "top_entropy_quantile")
+
+
+def _refuse_removed(values: Any, removed: frozenset[str], moved: tuple[str, ...] = ()) -> Any:
+    if not isinstance(values, dict):
+        return values
+    gone = sorted(set(values) & removed)
+    if gone:
+        raise ValueError(f"{', '.join(gone)}: removed, measured not to help (docs/experiments.md)")
+    elsewhere = sorted(set(values) & set(moved))
+    if elsewhere:
+        raise ValueError(f"{', '.join(elsewhere)}: moved to experimental (e.g. {{\"experimental\": "
+                         f"{{\"{elsewhere[0]}\": ...}}}})")
+    return values
+
+
 class LoraSettings(BaseModel):
     """PEFT LoRA adapter shape."""
 
@@ -32,7 +52,7 @@ class LoraSettings(BaseModel):
 
 
 class ComputeSettings(BaseModel):
-    """Where and in which precision training runs; CPU defaults (DESIGN: fp32, no checkpointing)."""
+    """Where and in which precision training runs; CPU defaults (docs/architecture.md: fp32, no checkpointing)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -55,11 +75,9 @@ class SFTSettings(BaseModel):
 
     lora: LoraSettings = Field(default_factory=LoraSettings)
     compute: ComputeSettings = Field(default_factory=ComputeSettings)
-    # CPU budget (bench/quality.py, 20 minutes for SFT + GRPO on 2 cores): 192 teacher rows of ~1,400 tokens
-    # (~230k tokens, the cost: ~11 min at ~350 tokens/s) in 96 small optimizer steps. Batch 1 x accumulation 2:
-    # rows differ a lot in length and a padded batch pays for its longest row; more, smaller steps at a higher
-    # LoRA learning rate learn the tool-call format sooner. Measured on the demo test split: 32 steps 17%
-    # correct, 48 steps 42-58%, 96 steps 65-66%.
+    # CPU budget (20 minutes for SFT + GRPO on 2 cores): 96 small optimizer steps of batch 1 x accumulation 2, since
+    # rows differ a lot in length and a padded batch pays for its longest row. Fewer steps learn the tool-call format
+    # worse, more cost general knowledge (the forgetting gate): docs/experiments.md.
     learning_rate: float = Field(4e-4, gt=0)
     num_train_epochs: float = Field(1.0, gt=0)
     max_steps: int = Field(96, description="optimizer steps; -1 trains num_train_epochs")
@@ -90,12 +108,11 @@ class SFTSettings(BaseModel):
         True, description="compute the opening block most rows share (instructions + tool schemas, ~610 of ~1,450 "
         "demo tokens, never trained) once per optimizer step without gradient, instead of with every row "
         "(train/static_prefix.py); exact forward, the adapter just is not trained to change that block's keys")
-    close_after_answer: bool = Field(
-        False,
-        description="append the 'Answer recorded.' tool result and a trained empty assistant turn after "
-        "return_final_answer. Off: the model then learned to emit empty turns elsewhere too (after a fruitless "
-        "search: 4 of 48 held-out episodes ended in that format error); GRPO closes that turn itself instead",
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_removed_knobs(cls, values: Any) -> Any:
+        return _refuse_removed(values, SFT_REMOVED)
 
     @classmethod
     def gpu(cls, **overrides) -> SFTSettings:
@@ -152,88 +169,67 @@ class PromptFilterSettings(BaseModel):
 def grpo_rubric() -> RubricWeights:
     """The rubric GRPO trains on: a wrong answer costs 2, not 1 (format errors move down with it, so the tiers keep
     their order). With correct +1 / "I don't know" 0 / wrong -1, answering pays whenever the model is right more
-    than half the time, and GRPO learned exactly that: it turned "I don't know" into answers, right and wrong
-    (seed 3, AMX Xeon, 94 held-out: after SFT 75.5 / 10.6 correct / wrong, 28.7% "I don't know"; after GRPO with
-    scale_rewards="none" 77.7 / 12.8, 23.4%). At -2 answering pays above 2/3 certainty: 74.5 / 9.6, 30.9%. The
-    evaluation and the pool keep the rubric of DESIGN (wrong -1): this only sets what GRPO optimises."""
+    than half the time, and GRPO learned exactly that: it turned "I don't know" into answers, right and wrong. At -2
+    answering pays above 2/3 certainty (measurements: docs/experiments.md). The evaluation and the pool keep the
+    rubric of docs/architecture.md (wrong -1): this only sets what GRPO optimises."""
     return RubricWeights(wrong=-2.0, unparsable_tool_call=-3.0, unknown_tool=-2.9, no_tool_call=-2.8, policy_error=-3.0)
 
 
-class GRPOSettings(BaseModel):
-    """Multi-turn GRPO with tool rollouts (TRL `GRPOConfig` knobs)."""
+class GRPOExperimental(BaseModel):
+    """Research knobs: measured on the CPU demo and not adopted, kept for stronger policies or other budgets. Each
+    is off by default; what it did is in docs/experiments.md."""
 
     model_config = ConfigDict(frozen=True)
 
-    lora: LoraSettings = Field(default_factory=LoraSettings,
-                               description="shape of the fresh adapter (beta > 0 or fresh_adapter)")
-    compute: ComputeSettings = Field(default_factory=ComputeSettings)
-    # CPU budget: a step (2 prompts x 4 rollouts of ~3 turns, then the loss) takes ~40-110 s on 2 cores (bf16 base,
-    # cached rollouts) now that the teacher, and so the student, reads a search's hits together (longer episodes).
-    # Steps, 94 held-out (correct / wrong after SFT -> after GRPO), AMX Xeon: with one read per turn, 10 steps
-    # 79.8/12.8 -> 79.8/8.5 (seed 0); over three seeds they moved wrong answers by -4.3, -2.1 and 0 points, less than
-    # the seed does. Reading together, after SFT 77.7/8.5 (seed 0) and 75.5/10.6 (seed 3): step 5 78.7/8.5 and
-    # 76.6/12.8, step 10 76.6/8.5 and 72.3/10.6 (3 format errors), in 739 s next to SFT's 583 s, past the 20-minute
-    # budget. 5 steps (~420 s) keep SFT + GRPO at ~17 minutes and lost nothing against 10. On an AMD EPYC (no AMX)
-    # seed 3 went 78.7/8.5 -> 74.5/11.7 in 598 s (6 of 10 groups without reward variance); with the 3,072-token
-    # budget, batch reward scaling or no turn reward it gave 70.2-74.5 correct / 9.6-12.8 wrong (README).
-    # Learning rate, 94 held-out questions (bench/quality.py, correct / wrong after SFT -> after GRPO): 5e-5 moved
-    # nothing (66.0/28.7 -> 66.0/27.7); 3e-5 still changed 6 greedy answers (AMD EPYC, seed 3, 78.7/8.5 -> 74.5/10.6
-    # against 76.6/14.9 at 1e-4);
-    # 2e-4 once cut wrong answers (66.0/28.7 -> 66.0/21.3) and, on another machine and SFT adapter, cost accuracy
-    # (63.8/24.5 -> 56.4/24.5); 1e-4 on that same adapter cut wrong answers at the same accuracy (-> 63.8/19.2,
-    # "I don't know" instead, which the rubric scores above a wrong answer) and turns from 3.11 to 3.02.
-    # Session 19 (AMD EPYC Zen 5, 94 held-out, correct / wrong, SFT -> GRPO 5 steps, per GRPO draw): at 1e-4 seed 3's
-    # adapter 78.7/8.5 -> 76.6/14.9 and 62.8/11.7, seed 0's 77.7/11.7 -> 76.6/12.8; at 3e-5 74.5/10.6, 78.7/8.5,
-    # 78.7/11.7 and 79.8/8.5: fewer wrong answers in all three paired draws, more correct ones in two. The default.
-    learning_rate: float = Field(3e-5, gt=0)
-    max_steps: PositiveInt = 5
-    num_generations: int = Field(4, ge=2, description="group size G")
-    # Generation batch = per_device_train_batch_size x gradient_accumulation_steps (TRL steps_per_generation):
-    # 2 prompts x G=4 rollouts generated together, the loss back-propagated 1 completion at a time. The whole
-    # batch of 8 ~1.9k-token completions in one backward pass needed >22 GB on CPU (killed by the OOM killer).
-    per_device_train_batch_size: PositiveInt = Field(
-        1, description="completions per backward pass; 1 on CPU: a row alone needs no padding mask (1.6x faster)")
     extra_prompts_per_step: NonNegativeInt = Field(
         0, description="prompts rolled out beyond the generation batch (G rollouts each); their groups with reward "
                        "variance take the places of batch groups that scored alike, which teach nothing (DAPO's "
-                       "dynamic sampling, bounded). Costs their rollouts (2 extra prompts: GRPO 700 s instead "
-                       "of 468 s on an AMD EPYC, 2 of 10 groups replaced); a single process only")
-    # Measured (AMD EPYC Zen 5, 94 held-out, correct / wrong after SFT -> after GRPO): at 0, 5 steps gave
-    # 78.7/8.5 -> 77.7/7.4 (seed 3) and 77.7/11.7 -> 72.3/11.7 with 2 format errors (seed 0); with GRPO seed 13 on
-    # seed 3's adapter 58.5/7.4 (defaults: 62.8/11.7); 20 steps 66.0/8.5 and 55.3/25.5 (README, session 19). It
-    # stays 1.
-    negative_advantage_scale: float = Field(
-        1.0, ge=0, le=1, description="multiplies negative advantages before the loss: 1 is GRPO; 0 only reinforces "
-                                     "the rollouts that beat their group's mean and never pushes the worse ones down")
-    gradient_accumulation_steps: PositiveInt = Field(8, description="micro-batches per optimizer step")
-    num_iterations: PositiveInt = Field(1, description="optimizer passes per generated batch (mu)")
-    beta: float = Field(0.0, ge=0, description="KL coefficient; 0 loads no reference model. > 0: the SFT adapter is "
-                                               "merged and a fresh one trained (TRL's reference is the adapter off)")
-    # Session 18, AMD EPYC, 94 held-out (correct / wrong after SFT -> after 5 GRPO steps): beta 0.04 gave 78.7/8.5 ->
-    # 78.7/10.6 (seed 3) and 77.7/11.7 -> 78.7/9.6 (seed 0), where the defaults gave 76.6/14.9 and 76.6/12.8. The KL
-    # term is ~1e-5 of the loss at 5 steps; beta 1e-6 (the fresh adapter alone) changed 3-5 answers against the
-    # defaults' 9-10 but gave 77.7/10.6 and 77.7/11.7: gentler, not better (README). beta > 0 scores every
-    # micro-batch and adds a reference pass (GRPO 1.2-1.5x longer); fresh_adapter gets the adapter without them.
+                       "dynamic sampling, bounded: one extra generation). Costs their rollouts; a single process only")
     fresh_adapter: bool = Field(
         False, description="with beta 0 too: merge the SFT adapter into the base and train a new zero-initialised "
                            "adapter over it instead of training the SFT adapter on (Adam's first, sign-sized steps "
                            "then move the policy less); the served model is base + SFT + GRPO")
+    top_entropy_quantile: float = Field(
+        1.0, gt=0, le=1, description="TRL's top_entropy_quantile: share of each completion's generated tokens, by "
+                                     "entropy, that the policy loss keeps ('Beyond the 80/20 rule': 0.2 trains only "
+                                     "the forking tokens); 1 keeps all")
+
+
+class GRPOSettings(BaseModel):
+    """Multi-turn GRPO with tool rollouts: TRL `GRPOConfig` knobs under TRL's names, with CPU defaults. Why each
+    default is what it is, with the measurements: docs/experiments.md."""
+
+    model_config = ConfigDict(frozen=True)
+
+    lora: LoraSettings = Field(default_factory=LoraSettings,
+                               description="shape of the fresh adapter (beta > 0 or experimental.fresh_adapter)")
+    compute: ComputeSettings = Field(default_factory=ComputeSettings)
+    # 5 steps of ~40-110 s on 2 cores keep SFT + GRPO near 17 minutes; 10 did no better. 3e-5 moved fewer answers
+    # the wrong way than 1e-4 on the same rollouts.
+    learning_rate: float = Field(3e-5, gt=0)
+    max_steps: PositiveInt = 5
+    num_generations: int = Field(4, ge=2, description="group size G")
+    # Generation batch = per_device_train_batch_size x gradient_accumulation_steps (TRL steps_per_generation):
+    # 2 prompts x G=4 rollouts generated together, the loss back-propagated 1 completion at a time (all 8 ~1.9k-token
+    # completions in one backward pass needed >22 GB on CPU).
+    per_device_train_batch_size: PositiveInt = Field(
+        1, description="completions per backward pass; 1 on CPU: a row alone needs no padding mask (1.6x faster)")
+    gradient_accumulation_steps: PositiveInt = Field(8, description="micro-batches per optimizer step")
+    num_iterations: PositiveInt = Field(1, description="optimizer passes per generated batch (mu)")
+    beta: float = Field(0.0, ge=0, description="KL coefficient; 0 loads no reference model. > 0: the SFT adapter is "
+                                               "merged and a fresh one trained (TRL's reference is the adapter off); "
+                                               "every micro-batch is then scored (GRPO 1.2-1.5x longer)")
     epsilon: float = Field(0.2, gt=0)
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"] = "dapo"
-    # "none" (Dr. GRPO): advantage = reward - group mean. Per-group std scaling turned 0.1-0.4 reward differences
-    # (a cited source, partial credit) inside all-correct or all-wrong groups into full-size advantages, as large as
-    # a right-vs-wrong group's. Seed 3, AMX Xeon, same SFT adapter (75.5 / 10.6): "group" 75.5 / 13.8 after GRPO,
-    # "none" 77.7 / 12.8 (and 385-420 s instead of 512 s); on an AMD EPYC "batch" gave 70.2 / 9.6.
+    # "none" (Dr. GRPO): advantage = reward - group mean. Scaling by each group's std gave the 0.1-0.4 that a cited
+    # source or partial credit adds inside an all-correct or all-wrong group the weight of right against wrong.
     scale_rewards: Literal["group", "batch", "none"] = "none"
     temperature: float = Field(
         0.7, gt=0, description="below 1: a 135M model sampled at 1.0 breaks long ids, and at 0.8 got 17 of 32 "
                                "rollouts wrong where greedy gets ~30% wrong: rollouts should resemble the served policy")
     top_p: float = Field(1.0, gt=0, le=1)
-    # Serving has no such budget, so it should almost never bind: at 1,792 it cut 9 of 40 sampled demo rollouts
-    # that read four emails together (greedy evaluation episodes are 130-1,700 tokens), and a cut scores as running
-    # out, between a wrong and a right answer, whatever the rollout would have said. At 3,072: 0 of 80 cut, and 5
-    # steps took 610 s instead of 661 s (zero-advantage groups are not scored); seed 3 on an AMD EPYC, 94 held-out
-    # questions, 74.5 / 11.7 -> 74.5 / 12.8 correct / wrong (one question).
+    # Serving has no such budget, so it should almost never bind: a cut rollout scores as running out, whatever it
+    # would have said (at 1,792 tokens a quarter of the rollouts that read four emails together were cut).
     max_completion_length: PositiveInt = Field(
         3072, description="token budget of the whole multi-turn completion, tool results included; rollouts it cuts "
                           "are counted (GRPOResult.budget_cuts) and warned about"
@@ -248,10 +244,6 @@ class GRPOSettings(BaseModel):
         True, description="generate rollout turns with the prefix-cached decoder (shared system prompt computed once "
                           "per round, finished rows leave the batch) instead of transformers generate(); ignored "
                           "with vLLM, multimodal inputs, top_k/min_p/repetition_penalty or distributed training")
-    top_entropy_quantile: float = Field(
-        1.0, gt=0, le=1, description="share of each completion's generated tokens, by entropy, that the policy loss "
-                                     "keeps (TRL; 'Beyond the 80/20 rule': 0.2 trains only the forking tokens); "
-                                     "1 keeps all")
     mask_truncated_completions: bool = False
     generation_kwargs: dict[str, Any] | None = Field(
         None, description="extra transformers/vLLM sampling options (TRL generation_kwargs), e.g. sequence_bias"
@@ -274,6 +266,13 @@ class GRPOSettings(BaseModel):
     static_prefix: bool = Field(
         True, description="score rollouts without re-running the prompts' shared opening block (instructions + tool "
         "schemas): its keys/values are computed once per optimizer step without gradient (train/static_prefix.py)")
+    experimental: GRPOExperimental = Field(
+        default_factory=GRPOExperimental, description="research knobs, off by default (docs/experiments.md)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_removed_knobs(cls, values: Any) -> Any:
+        return _refuse_removed(values, GRPO_REMOVED, GRPO_MOVED)
 
     @field_validator("rubric", mode="before")
     @classmethod

@@ -91,14 +91,12 @@ def _trainer_class():
 
         def __init__(self, *args, group_weights: list[float], rubric, rollouts_kept: int = 256,
                      cached_rollouts: bool = True, max_turn_tokens: int | None = None,
-                     extra_rewards: list[ExtraReward] | None = None, extra_prompts_per_step: int = 0,
-                     negative_advantage_scale: float = 1.0, **kwargs):
+                     extra_rewards: list[ExtraReward] | None = None, extra_prompts_per_step: int = 0, **kwargs):
             super().__init__(*args, **kwargs)
             if extra_prompts_per_step and self.accelerator.num_processes > 1:
                 raise ValueError("extra_prompts_per_step needs a single process: a group's rollouts may be split "
                                  "across processes, so groups cannot be exchanged locally")
             self.extra_prompts_per_step = extra_prompts_per_step
-            self.negative_advantage_scale = negative_advantage_scale
             if extra_prompts_per_step:  # TRL's completion logs hold one generation batch; ours is larger
                 rows = self.args.generation_batch_size + extra_prompts_per_step * self.num_generations
                 for key, log in list(self._logs.items()):
@@ -349,9 +347,6 @@ def _trainer_class():
                 for index, record in enumerate(records, start=len(totals) - len(records)):
                     record["trained"] = index in trained
                 output = select_rows(output, rows)
-            if self.negative_advantage_scale != 1.0:
-                advantages = output["advantages"]
-                output["advantages"] = advantages.where(advantages >= 0, advantages * self.negative_advantage_scale)
             metrics = self._metrics[mode]
             metrics["episode/turns"].append(sum(turns) / len(turns))
             batch = list(self.rollouts)[-len(totals):]
@@ -496,7 +491,7 @@ def _grpo_config(settings: GRPOSettings, out_dir: Path, group_names: list[str], 
         max_completion_length=settings.max_completion_length,
         max_tool_calling_iterations=settings.max_tool_calling_iterations,
         mask_truncated_completions=settings.mask_truncated_completions,
-        top_entropy_quantile=settings.top_entropy_quantile,
+        top_entropy_quantile=settings.experimental.top_entropy_quantile,
         generation_kwargs=settings.generation_kwargs,
         reward_weights=[*settings.reward_weights.as_list(group_names), *extra_weights],
         log_completions=False,
@@ -505,9 +500,9 @@ def _grpo_config(settings: GRPOSettings, out_dir: Path, group_names: list[str], 
 
 
 def load_policy_for_grpo(model_path: str | Path, sft_adapter: str | Path | None, settings: GRPOSettings):
-    """(model, peft_config, adapter stack). beta == 0: keep training the SFT adapter itself, unless fresh_adapter.
-    beta > 0 or fresh_adapter: merge SFT into the base and train a fresh adapter (so TRL's reference, the adapter
-    disabled, is the SFT policy)."""
+    """(model, peft_config, adapter stack). beta == 0: keep training the SFT adapter itself, unless
+    experimental.fresh_adapter. beta > 0 or fresh_adapter: merge SFT into the base and train a fresh adapter (so
+    TRL's reference, the adapter disabled, is the SFT policy)."""
     from peft import PeftModel
 
     from agent_rl.agent.precision import load_merged
@@ -517,7 +512,7 @@ def load_policy_for_grpo(model_path: str | Path, sft_adapter: str | Path | None,
     sft_adapter = Path(sft_adapter)
     if not (sft_adapter / "adapter_config.json").is_file():
         raise ValueError(f"sft_adapter {sft_adapter} is not a PEFT adapter directory (no adapter_config.json)")
-    if settings.beta == 0 and not settings.fresh_adapter:
+    if settings.beta == 0 and not settings.experimental.fresh_adapter:
         model = load_model(model_path, settings.compute)
         return PeftModel.from_pretrained(model, str(sft_adapter), is_trainable=True), None, []
     merged = load_merged(model_path, [sft_adapter], training_dtype(model_path, settings.compute))
@@ -613,8 +608,7 @@ def train_grpo(
         cached_rollouts=settings.cached_rollouts,
         max_turn_tokens=settings.max_turn_tokens,
         extra_rewards=extras,
-        extra_prompts_per_step=settings.extra_prompts_per_step,
-        negative_advantage_scale=settings.negative_advantage_scale,
+        extra_prompts_per_step=settings.experimental.extra_prompts_per_step,
     )
     if settings.static_prefix and kept:
         from agent_rl.agent.tools import tool_schemas

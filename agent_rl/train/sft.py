@@ -18,7 +18,6 @@ from typing import Any
 
 from agent_rl.train.config import SFTSettings, common_trainer_args
 from agent_rl.train.static_prefix import StaticPrefix
-from agent_rl.train.environment import ANSWER_ACK
 from agent_rl.train.tracking import MetricsCallback, Tracker, file_sha256
 
 log = logging.getLogger(__name__)
@@ -132,22 +131,6 @@ def normalize_messages(messages: Any, where: str) -> list[dict[str, Any]]:
     return out
 
 
-def with_closing_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """After a final answer, add the tool's acknowledgement and an empty assistant turn: the model learns to stop
-    (in GRPO, TRL runs the answer tool and lets the model speak once more)."""
-    def answers(message: dict[str, Any]) -> bool:
-        return message["role"] == "assistant" and any(
-            c["function"]["name"] == "return_final_answer" for c in message.get("tool_calls") or [])
-
-    closing = {"role": "assistant", "content": ""}
-    if answers(messages[-1]):
-        return [*messages, {"role": "tool", "name": "return_final_answer", "content": ANSWER_ACK}, closing]
-    # Episodes recorded by the runner already hold the tool's acknowledgement.
-    if len(messages) >= 2 and messages[-1]["role"] == "tool" and answers(messages[-2]):
-        return [*messages, closing]
-    return messages
-
-
 def without_answer_ack(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The conversation ending at the final answer call: the tool's acknowledgement after it (recorded by the
     runner) is context nobody generates from, so it is not worth its tokens."""
@@ -159,7 +142,7 @@ def without_answer_ack(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def assistant_char_spans(tokenizer, messages: list[dict[str, Any]], tools: list[dict] | None) -> tuple[str, list[tuple[int, int]]]:
     """The rendered conversation and the character spans the model generates (each assistant turn, through its
-    end-of-turn token; not a turn marked "train": false). Fails loudly if the template is not prefix-preserving
+    end-of-turn token). Fails loudly if the template is not prefix-preserving
     (training would not match serving)."""
     render = lambda msgs, gen=False: tokenizer.apply_chat_template(  # noqa: E731
         msgs, tools=tools, tokenize=False, add_generation_prompt=gen
@@ -168,7 +151,7 @@ def assistant_char_spans(tokenizer, messages: list[dict[str, Any]], tools: list[
     eos = tokenizer.eos_token
     spans = []
     for i, message in enumerate(messages):
-        if message["role"] != "assistant" or i == 0 or message.get("train") is False:
+        if message["role"] != "assistant" or i == 0:
             continue
         before, through = render(messages[:i], True), render(messages[: i + 1])
         if not (text.startswith(before) and text.startswith(through) and through.startswith(before)):
@@ -208,13 +191,13 @@ def canonical_tools(tools: Any) -> list[dict[str, Any]] | None:
     return serving if same else tools
 
 
-def tokenize_rows(tokenizer, rows: list[dict[str, Any]], max_length: int, close_after_answer: bool = False) -> TokenizedRows:
+def tokenize_rows(tokenizer, rows: list[dict[str, Any]], max_length: int) -> TokenizedRows:
     out = TokenizedRows()
     for index, row in enumerate(rows):
         where = f"SFT row {index}"
         messages = normalize_messages(row.get("messages"), where)
         tools = canonical_tools(row.get("tools"))
-        messages = with_closing_turn(messages) if close_after_answer else without_answer_ack(messages)
+        messages = without_answer_ack(messages)
         input_ids, labels = tokenize_conversation(tokenizer, messages, tools or None)
         out.longest = max(out.longest, len(input_ids))
         if all(label == -100 for label in labels):
@@ -382,7 +365,7 @@ def rehearsal(model, tokenizer, task_rows: int, settings: SFTSettings) -> Tokeni
     if n <= 0:
         return TokenizedRows()
     rows = retain_rows(model, tokenizer, min(n, len(RETAIN_PROMPTS)))
-    retained = tokenize_rows(tokenizer, rows, settings.max_length, close_after_answer=False)
+    retained = tokenize_rows(tokenizer, rows, settings.max_length)
     log.info("SFT rehearsal: %d general prompts answered by the base model within budget, repeated to %d rows",
              len(rows), n)
     return repeat_to(retained, n)
@@ -415,7 +398,7 @@ def train_sft(
     if not tokenizer.chat_template:
         raise ValueError(f"model {model_path} has no chat template; tool calls cannot be rendered")
     rows = read_jsonl(rows_jsonl)
-    data = tokenize_rows(tokenizer, rows, settings.max_length, settings.close_after_answer)
+    data = tokenize_rows(tokenizer, rows, settings.max_length)
     for dropped in data.dropped:
         log.warning("SFT row %d dropped: %s", dropped.index, dropped.reason)
     if not data.input_ids:

@@ -108,6 +108,23 @@ def test_settings_validate_group_size_and_expose_trl_knobs():
     assert RewardWeights().as_list(list(REWARD_GROUPS)) == [1.0] * len(REWARD_GROUPS)
 
 
+def test_research_knobs_live_under_experimental_and_removed_ones_are_refused():
+    """The research knobs are off by default under `experimental`; a settings dict that names a removed knob, or a
+    research knob at the top level, is refused with a pointer instead of being silently ignored."""
+    from agent_rl.train.config import SFTSettings
+
+    off = GRPOSettings().experimental
+    assert (off.extra_prompts_per_step, off.fresh_adapter, off.top_entropy_quantile) == (0, False, 1.0)
+    on = GRPOSettings.model_validate({"experimental": {"fresh_adapter": True}})
+    assert on.experimental.fresh_adapter and GRPOSettings.model_validate_json(on.model_dump_json()) == on
+    with pytest.raises(ValueError, match="moved to experimental"):
+        GRPOSettings.model_validate({"fresh_adapter": True})
+    with pytest.raises(ValueError, match="docs/experiments.md"):
+        GRPOSettings.model_validate({"negative_advantage_scale": 0.0})
+    with pytest.raises(ValueError, match="docs/experiments.md"):
+        SFTSettings.model_validate({"close_after_answer": True})
+
+
 def test_grpo_trains_to_answer_only_when_two_answers_in_three_would_be_right(env_row):
     """GRPO's rubric charges 2 for a wrong answer, so guessing pays only above 2/3 certainty (1 - 2(1-p) > 0),
     where the evaluation's rubric (wrong -1) pays it above 1/2; its tiers keep their order, and overriding one
