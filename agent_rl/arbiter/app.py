@@ -1,20 +1,24 @@
 """The arbiter's HTTP API (FastAPI): answer questions with the routed policy, log every episode, take feedback.
 
+Callers of /v1/ask and /v1/feedback authenticate with an API key (`Authorization: Bearer <key>`,
+see keys.py) that limits them to their contexts; routing changes take the separate admin token.
 Every error is JSON `{"error": ..., "detail": ...}`; bad requests are 4xx and logged (without
-bodies or credentials), a pool that cannot be written is 503. Each response carries a
-`Server-Timing` header (`total` and `episode` milliseconds) so the routing and logging overhead
-can be measured from outside.
+bodies, credentials or the addresses asked about), a pool that cannot be written is 503. An error
+names only what the caller sent or may see: a context outside the key's scope is a bare 403, and a
+scenario outside it reads as unknown. Each response carries a `Server-Timing` header (`total` and
+`episode` milliseconds) so the routing and logging overhead can be measured from outside.
 """
 
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import os
 import time
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -24,8 +28,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent_rl.arbiter.config import ArbiterConfig
+from agent_rl.arbiter.keys import KEYS_ENV, KEYS_FILE_ENV, ApiKey
 from agent_rl.arbiter.policies import PolicyLoadError
-from agent_rl.arbiter.service import ArbiterService, PoolUnavailable, ScenarioMismatch, UnknownInbox, UnknownScenario
+from agent_rl.arbiter.service import (
+    ArbiterService,
+    OutOfScope,
+    PoolUnavailable,
+    ScenarioMismatch,
+    UnknownInbox,
+    UnknownScenario,
+)
+from agent_rl.arbiter.text_checks import storable_keys_and_values, storable_text, visible_text
 from agent_rl.pool import UnknownEpisodeError
 
 log = logging.getLogger("agent_rl.arbiter")
@@ -36,36 +49,18 @@ __all__ = ["ArbiterConfig", "create_app"]
 # -- request and response bodies ----------------------------------------------------------------
 
 
-def _storable_text(value: str | None) -> str | None:
-    # JSON escapes like "\ud800" or "\u0000" decode to strings the pool cannot store (PostgreSQL text
-    # holds no NUL): refused up front, else the failed write would also fail the rest of its batch.
-    if value is not None:
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ValueError("contains invalid unicode (a lone surrogate escape)") from exc
-        if "\x00" in value:
-            raise ValueError("contains a NUL character (\\u0000)")
-    return value
-
-
-def _storable_keys_and_values(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    for key, item in (value or {}).items():
-        _storable_text(key)
-        if isinstance(item, str):
-            _storable_text(item)
-    return value
-
-
 class AskRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     inbox: str = Field(min_length=1, max_length=320, description="address of the mailbox to answer from")
     question: str = Field(min_length=1, max_length=4000)
-    scenario_id: str | None = Field(None, min_length=1, max_length=200, description="judge against this scenario")
+    scenario_id: str | None = Field(
+        None, min_length=1, max_length=200, description="judge against this scenario (keys allowed to replay only)"
+    )
     request_key: str | None = Field(None, min_length=1, max_length=200, description="same key, same policy version")
 
-    _check_text = field_validator("inbox", "question", "scenario_id", "request_key")(_storable_text)
+    _check_text = field_validator("inbox", "question", "scenario_id", "request_key")(storable_text)
+    _check_visible = field_validator("question")(visible_text)
 
 
 class AskResponse(BaseModel):
@@ -78,25 +73,31 @@ class AskResponse(BaseModel):
 
 
 class FeedbackRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     episode_id: str = Field(min_length=1, max_length=64)
     verdict: str = Field(min_length=1, max_length=2000, description="e.g. 'up', 'down' or a short comment")
 
-    _check_text = field_validator("episode_id", "verdict")(_storable_text)
+    _check_text = field_validator("episode_id", "verdict")(storable_text)
+    _check_visible = field_validator("verdict")(visible_text)
+
+
+# A JSON number in [0, 1]: strict, so `true`, "1" or "0.5" are refused instead of moving traffic.
+Weight = Annotated[float, Field(strict=True, ge=0, le=1, allow_inf_nan=False)]
 
 
 class RoutingUpdate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    weights: dict[str, float]
+    weights: dict[str, Weight] = Field(min_length=1, description="share of traffic per policy version, each in [0, 1]")
     specs: dict[str, str] | None = None
     reason: str = Field(min_length=1, max_length=2000)
     actor: str = Field("admin", min_length=1, max_length=200)
     stats: dict[str, Any] | None = None
 
-    _check_text = field_validator("reason", "actor")(_storable_text)
-    _check_names = field_validator("weights", "specs")(_storable_keys_and_values)
+    _check_text = field_validator("reason", "actor")(storable_text)
+    _check_visible = field_validator("reason", "actor")(visible_text)
+    _check_names = field_validator("weights", "specs")(storable_keys_and_values)
 
 
 class RoutingView(BaseModel):
@@ -110,17 +111,24 @@ class RoutingView(BaseModel):
 
 
 class ApiError(StarletteHTTPException):
-    """An HTTP error with a short `error` and a longer `detail`."""
+    """An HTTP error with a short `error` and a longer `detail`; `log_detail` replaces the detail in the
+    log where the detail echoes what the caller sent (an inbox address is personal data)."""
 
-    def __init__(self, status: int, error: str, detail: Any = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, status: int, error: str, detail: Any = None, headers: dict[str, str] | None = None, log_detail: Any = None
+    ) -> None:
         super().__init__(status_code=status, detail=detail, headers=headers)
         self.error = error
+        self.log_detail = detail if log_detail is None else log_detail
 
 
-def _error_response(request: Request, status: int, error: str, detail: Any, headers: dict[str, str] | None = None) -> JSONResponse:
+def _error_response(
+    request: Request, status: int, error: str, detail: Any, headers: dict[str, str] | None = None, log_detail: Any = None
+) -> JSONResponse:
     level = logging.ERROR if status >= 500 else logging.WARNING
     # Only method, path and the message: bodies may hold personal data, headers hold the token.
-    log.log(level, "%s %s -> %d %s: %s", request.method, request.url.path, status, error, detail)
+    log.log(level, "%s %s -> %d %s: %s", request.method, request.url.path, status, error,
+            detail if log_detail is None else log_detail)
     return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
 
 
@@ -141,7 +149,7 @@ async def _on_validation_error(request: Request, exc: RequestValidationError) ->
 
 async def _on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     if isinstance(exc, ApiError):
-        return _error_response(request, exc.status_code, exc.error, exc.detail, exc.headers)
+        return _error_response(request, exc.status_code, exc.error, exc.detail, exc.headers, exc.log_detail)
     if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
         # FastAPI's wording for a body that is not even text (e.g. invalid UTF-8).
         return _error_response(request, 400, "malformed JSON", "the request body is not valid UTF-8 JSON")
@@ -211,16 +219,62 @@ async def _drain() -> Message:
 # -- the app ------------------------------------------------------------------------------------
 
 
+def _bearer(request: Request, what: str) -> str:
+    """The token of an `Authorization: Bearer` header; 401 when there is none."""
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        raise ApiError(401, "authentication required", f"send 'Authorization: Bearer <{what}>'", {"WWW-Authenticate": "Bearer"})
+    return given.strip()
+
+
 def _require_admin(request: Request, token_env: str) -> None:
     expected = os.environ.get(token_env)
     if not expected:
         raise ApiError(403, "routing changes are disabled", f"no admin token is configured: set {token_env} on the arbiter")
-    header = request.headers.get("authorization", "")
-    scheme, _, given = header.partition(" ")
-    if scheme.lower() != "bearer" or not given:
-        raise ApiError(401, "authentication required", "send 'Authorization: Bearer <admin token>'", {"WWW-Authenticate": "Bearer"})
-    if not hmac.compare_digest(given.strip().encode(), expected.encode()):
+    given = _bearer(request, "admin token")
+    if not hmac.compare_digest(given.encode(), expected.encode()):
         raise ApiError(403, "forbidden", "the admin token is wrong")
+
+
+def _require_key(request: Request, service: ArbiterService) -> ApiKey:
+    """The caller's API key; 401 without a valid one. The admin token is not an API key."""
+    if not len(service.keys):
+        raise ApiError(403, "API access is disabled",
+                       f"no API keys are configured: set {KEYS_FILE_ENV} or {KEYS_ENV} on the arbiter")
+    key = service.keys.find(_bearer(request, "API key"))
+    if key is None:
+        raise ApiError(401, "invalid API key", "the API key is not valid", {"WWW-Authenticate": 'Bearer error="invalid_token"'})
+    return key
+
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+async def _read_body(request: Request, model: type[Body], invalid: str = "invalid request") -> Body:
+    """Parse the body as `model` (after authentication: strangers learn nothing about the format)."""
+    content_type = request.headers.get("content-type")
+    if content_type is not None and "json" not in content_type.lower():
+        raise ApiError(415, "unsupported media type", "send the body as JSON with 'Content-Type: application/json'")
+    raw = await request.body()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, "malformed JSON", "the request body is not valid UTF-8 JSON") from exc
+    try:
+        # The standard parser, not pydantic's: it keeps escapes like "\ud800" for the text checks to
+        # name (pydantic's rejects the whole body as malformed).
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # ValueError: bad JSON or an integer past the digit limit
+        raise ApiError(400, "malformed JSON", "the request body is not valid JSON") from exc
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ApiError(422, invalid, _validation_detail(exc.errors())) from exc
+
+
+def _json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """OpenAPI for a body the handler parses itself."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
 def create_app(config: ArbiterConfig | None = None) -> FastAPI:
@@ -258,19 +312,28 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
             "worker": os.getpid(),
         }
 
-    @app.post("/v1/ask", response_model=AskResponse)
-    async def ask(body: AskRequest, request: Request) -> AskResponse:
+    @app.post("/v1/ask", response_model=AskResponse, openapi_extra=_json_body(AskRequest))
+    async def ask(request: Request) -> AskResponse:
         service = service_of(request)
+        key = _require_key(request, service)
+        body = await _read_body(request, AskRequest)
         try:
-            served = await service.ask(body.inbox, body.question, body.scenario_id, body.request_key)
+            served = await service.ask(key, body.inbox, body.question, body.scenario_id, body.request_key)
+        except OutOfScope as exc:
+            raise ApiError(403, "forbidden", "this API key may not use the requested inbox",
+                           log_detail=f"key {key.id!r} may not use the requested inbox") from exc
         except UnknownInbox as exc:
-            raise ApiError(404, "unknown inbox", str(exc)) from exc
+            raise ApiError(404, "unknown inbox", f"inbox {body.inbox!r} is not served by this arbiter",
+                           log_detail="the requested inbox is not in the inbox store") from exc
         except UnknownScenario as exc:
-            raise ApiError(404, "unknown scenario", str(exc)) from exc
+            raise ApiError(404, "unknown scenario", f"scenario {body.scenario_id!r} is not known to this arbiter") from exc
         except ScenarioMismatch as exc:
-            raise ApiError(422, "scenario does not match inbox", str(exc)) from exc
+            raise ApiError(422, "scenario does not match inbox",
+                           f"scenario {body.scenario_id!r} belongs to another inbox than the one asked about") from exc
         except PolicyLoadError as exc:
-            raise ApiError(503, "policy unavailable", str(exc)) from exc
+            # Which policy failed, and why, is for the operators (it names specs and paths): the log has it.
+            log.error("policy cannot be loaded for a request: %s", exc)
+            raise ApiError(503, "policy unavailable", "the policy chosen for this request cannot be loaded; try again later") from exc
         except PoolUnavailable as exc:
             raise ApiError(503, "benchmark pool unavailable", str(exc)) from exc
         request.state.episode_ms = served.episode_seconds * 1000
@@ -284,12 +347,15 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
             reward=episode.reward,
         )
 
-    @app.post("/v1/feedback")
-    async def feedback(body: FeedbackRequest, request: Request) -> dict[str, str]:
+    @app.post("/v1/feedback", openapi_extra=_json_body(FeedbackRequest))
+    async def feedback(request: Request) -> dict[str, str]:
+        service = service_of(request)
+        key = _require_key(request, service)
+        body = await _read_body(request, FeedbackRequest)
         try:
-            await service_of(request).feedback(body.episode_id, body.verdict)
-        except UnknownEpisodeError as exc:
-            raise ApiError(404, "unknown episode", str(exc)) from exc
+            await service.feedback(key, body.episode_id, body.verdict)
+        except UnknownEpisodeError as exc:  # also an episode outside the key's tenant or contexts
+            raise ApiError(404, "unknown episode", f"no episode {body.episode_id!r} in the benchmark pool") from exc
         except ValueError as exc:
             raise ApiError(422, "invalid feedback", str(exc)) from exc
         except Exception as exc:
@@ -304,17 +370,10 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
             raise ApiError(503, "benchmark pool unavailable", f"{type(exc).__name__} while reading routing") from exc
         return RoutingView(weights=routing.weights, specs=routing.specs, default=is_default)
 
-    @app.put("/v1/routing", response_model=RoutingView)
+    @app.put("/v1/routing", response_model=RoutingView, openapi_extra=_json_body(RoutingUpdate))
     async def put_routing(request: Request) -> RoutingView:
-        # Authenticate before even parsing the body: strangers learn nothing about its format.
         _require_admin(request, config.admin_token_env)
-        raw = await request.body()
-        try:
-            update = RoutingUpdate.model_validate_json(raw)
-        except ValidationError as exc:
-            if any(e.get("type") == "json_invalid" for e in exc.errors()):
-                raise ApiError(400, "malformed JSON", "the request body is not valid JSON") from exc
-            raise ApiError(422, "invalid routing", _validation_detail(exc.errors())) from exc
+        update = await _read_body(request, RoutingUpdate, "invalid routing")
         try:
             routing = await service_of(request).set_routing(
                 update.weights, update.specs, update.reason, update.actor, update.stats

@@ -37,14 +37,17 @@ def serve_command(
     access_log: Annotated[bool, typer.Option("--access-log/--no-access-log", help="Log every request line")] = False,
     workers: Annotated[Optional[int], typer.Option(help="Worker processes sharing the port; default one per CPU (a model policy is loaded once per worker)")] = None,
     max_new_tokens: Annotated[Optional[int], typer.Option("--max-new-tokens", help="Generation limit per assistant turn (default: RunnerConfig's)")] = None,
+    api_keys: Annotated[Optional[Path], typer.Option("--api-keys", help="JSON file of API key entries (see `arbiter new-key`); default $AGENT_RL_API_KEYS_FILE, else the JSON in $AGENT_RL_API_KEYS")] = None,
 ) -> None:
     """Serve POST /v1/ask, POST /v1/feedback, GET|PUT /v1/routing and GET /healthz."""
     from pydantic import ValidationError
 
     from agent_rl.arbiter.config import ArbiterConfig
+    from agent_rl.arbiter.keys import KeyConfigError, KeyRing
     from agent_rl.arbiter.server import default_workers, serve
 
-    options: dict = {"pool_url": pool_url, "inbox_url": inbox_url, "scenarios_path": scenarios, "batch_window_ms": batch_window_ms}
+    options: dict = {"pool_url": pool_url, "inbox_url": inbox_url, "scenarios_path": scenarios,
+                     "batch_window_ms": batch_window_ms, "api_keys_file": api_keys}
     if default_routing:
         try:
             options["default_routing"] = json.loads(default_routing)
@@ -61,8 +64,40 @@ def serve_command(
         raise typer.Exit(2) from exc
     if workers is not None and workers < 1:
         raise typer.BadParameter(f"{workers}: give at least 1", param_hint="--workers")
+    try:  # checked here, before binding: a worker failing on it would only say that it exited
+        KeyRing.load(config.api_keys, config.api_keys_file)
+    except KeyConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     serve(config, host=host, port=port, log_level=log_level, access_log=access_log, workers=workers or default_workers())
+
+
+@app.command("new-key")
+def new_key_command(
+    key_id: Annotated[str, typer.Option("--id", help="Name of the key, shown in logs (never the token)")],
+    tenant: Annotated[str, typer.Option(help="Tenant recorded on every episode the key causes")],
+    context: Annotated[list[str], typer.Option(help="A context (inbox address) the key may use; repeat it, or '*' for all")],
+    keys_file: Annotated[Path, typer.Option("--keys-file", help="JSON key file to add the hashed entry to (created if missing)")],
+    replay: Annotated[bool, typer.Option("--replay/--no-replay", help="May name scenarios, whose episodes are judged and become training labels")] = False,
+) -> None:
+    """Create an API key: add its hashed entry to a key file and print its token (once) on stdout."""
+    from pydantic import ValidationError
+
+    from agent_rl.arbiter.keys import ApiKey, KeyConfigError, add_key
+
+    try:
+        token, entry = ApiKey.create(key_id, tenant, context, replay=replay)
+        add_key(keys_file, entry)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_input=False))
+        typer.echo(f"error: invalid key: {problems}", err=True)
+        raise typer.Exit(2) from exc
+    except KeyConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(f"added key {entry.id!r} to {keys_file}; its token follows, shown only now", err=True)
+    typer.echo(token)
 
 
 @traffic_app.command("replay")
@@ -74,6 +109,7 @@ def replay_command(
     scenarios: Annotated[Optional[Path], typer.Option(help="Scenarios JSONL; default the scenarios asset's (AGENT_RL_HOME/artifacts/scenarios/all/scenarios.jsonl)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the summary as JSON")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar")] = True,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="AGENT_RL_API_KEY", show_envvar=True, help="API key allowed to replay scenarios (better given through the environment)")] = None,
 ) -> None:
     """Send scenarios to a running arbiter and print a summary (sent, ok, errors by status, per-version counts)."""
     from tqdm import tqdm
@@ -95,8 +131,11 @@ def replay_command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
 
+    if not api_key:
+        typer.echo("error: no API key: set AGENT_RL_API_KEY (or give --api-key) to a key allowed to replay", err=True)
+        raise typer.Exit(2)
     bar = tqdm(total=len(chosen), unit="req", disable=not progress or as_json)
-    summary = asyncio.run(replay(url, chosen, concurrency=concurrency, on_done=lambda ok: bar.update(1)))
+    summary = asyncio.run(replay(url, chosen, concurrency=concurrency, on_done=lambda ok: bar.update(1), api_key=api_key))
     bar.close()
     report = summary.as_dict()
     if as_json:

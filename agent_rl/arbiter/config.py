@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from agent_rl.agent.runner import RunnerConfig
+from agent_rl.arbiter.keys import ApiKey
 
 
 class ArbiterConfig(BaseModel):
@@ -16,6 +17,12 @@ class ArbiterConfig(BaseModel):
     inbox_url: str | None = Field(None, description="inbox store; default AGENT_RL_INBOX_URL or SQLite under AGENT_RL_HOME")
     admin_token_env: str = Field(
         "AGENT_RL_ADMIN_TOKEN", description="environment variable holding the bearer token for routing changes"
+    )
+    api_keys: tuple[ApiKey, ...] | None = Field(
+        None, description="keys of the callers of /v1/ask and /v1/feedback; None reads api_keys_file or the environment"
+    )
+    api_keys_file: Path | None = Field(
+        None, description="JSON list of API key entries; default $AGENT_RL_API_KEYS_FILE, else the JSON in $AGENT_RL_API_KEYS"
     )
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     default_routing: dict[str, float] = Field(

@@ -2,12 +2,15 @@
 
 This is how the benchmark pool fills up without real users: each scenario becomes one
 `POST /v1/ask` (with its scenario_id, so the episode is judged), cycling through the scenarios
-when more requests than scenarios are asked for.
+when more requests than scenarios are asked for. The API key must be allowed to replay and to use
+the scenarios' inboxes; without that the arbiter serves the requests as unjudged live traffic or
+refuses them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -17,6 +20,8 @@ from typing import Any
 import httpx
 
 from agent_rl.records import Scenario, Split
+
+API_KEY_ENV = "AGENT_RL_API_KEY"
 
 
 @dataclass
@@ -64,10 +69,17 @@ async def replay(
     timeout_s: float = 120.0,
     on_done: Callable[[bool], None] | None = None,
     key_prefix: str = "replay",
+    api_key: str | None = None,
 ) -> ReplaySummary:
-    """Send one request per scenario (in order) with at most `concurrency` in flight; never raises on HTTP errors."""
+    """Send one request per scenario (in order) with at most `concurrency` in flight; never raises on HTTP errors.
+
+    `api_key` defaults to $AGENT_RL_API_KEY.
+    """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    api_key = api_key or os.environ.get(API_KEY_ENV)
+    if not api_key:
+        raise ValueError(f"no API key: pass api_key or set {API_KEY_ENV} (a key allowed to replay scenarios)")
     summary = ReplaySummary()
     statuses: Counter[str] = Counter()
     versions: Counter[str] = Counter()
@@ -75,7 +87,8 @@ async def replay(
     next_index = 0
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
 
-    async with httpx.AsyncClient(base_url=url.rstrip("/"), timeout=timeout_s, limits=limits) as client:
+    headers = {"Authorization": f"Bearer {api_key}"}
+    async with httpx.AsyncClient(base_url=url.rstrip("/"), timeout=timeout_s, limits=limits, headers=headers) as client:
 
         async def send(i: int, scenario: Scenario) -> None:
             body = {

@@ -22,6 +22,7 @@ from agent_rl.agent.runner import EpisodeTask, run_episodes
 from agent_rl.agent.tools import tool_schemas
 from agent_rl.arbiter.batching import EpisodeBatcher
 from agent_rl.arbiter.config import ArbiterConfig
+from agent_rl.arbiter.keys import ApiKey, KeyRing
 from agent_rl.arbiter.policies import PolicyCache, PolicyLoadError
 from agent_rl.arbiter.routing import Router
 from agent_rl.inbox.store import InboxStore, open_inbox_store
@@ -45,11 +46,15 @@ class UnknownInbox(LookupError):
 
 
 class UnknownScenario(LookupError):
-    pass
+    """No scenario by that id that the caller may see (one outside its contexts reads the same)."""
 
 
 class ScenarioMismatch(ValueError):
     pass
+
+
+class OutOfScope(PermissionError):
+    """The caller's key does not cover the context it asked about."""
 
 
 def default_scenarios_path() -> Path:
@@ -97,6 +102,9 @@ class Served:
 class ArbiterService:
     def __init__(self, config: ArbiterConfig) -> None:
         self.config = config
+        self.keys = KeyRing.load(config.api_keys, config.api_keys_file)
+        if not len(self.keys):
+            log.warning("no API keys configured: /v1/ask and /v1/feedback refuse every request")
         self.pool = PoolRepository(config.pool_url)
         self.inbox_url = config.inbox_url or settings.inbox_url()
         self.router = Router(self.pool, config.default_routing, ttl_s=config.routing_ttl_s)
@@ -182,30 +190,46 @@ class ArbiterService:
         if time.monotonic() - self._inboxes_at >= INBOX_REFRESH_S:
             await self._blocking(self._refresh_inboxes)
         if inbox not in self._inboxes:
-            raise UnknownInbox(f"inbox {inbox!r} is not in the inbox store")
+            raise UnknownInbox(inbox)
 
-    def scenario(self, scenario_id: str | None, inbox: str) -> Scenario | None:
-        if scenario_id is None:
+    def reference(self, key: ApiKey, inbox: str, question: str, scenario_id: str | None) -> Scenario | None:
+        """The scenario to judge the episode against, or None: then it is live traffic without a reference.
+
+        A judged episode becomes a training label, so a scenario is honoured only for keys allowed to
+        replay, and only with the scenario's own question: anyone else naming a scenario (or a replay
+        asking something else under its name) would otherwise have an answer to their question stored
+        as the golden answer's `correct`. Callers that may not replay learn nothing about scenarios.
+        """
+        if scenario_id is None or not key.replay:
             return None
         scenario = self.scenarios.get(scenario_id)
-        if scenario is None:
-            raise UnknownScenario(f"scenario {scenario_id!r} is not known to this arbiter")
+        if scenario is None or not key.may_use(scenario.inbox_id):
+            raise UnknownScenario(scenario_id)
         if scenario.inbox_id != inbox:
-            raise ScenarioMismatch(f"scenario {scenario_id!r} belongs to inbox {scenario.inbox_id!r}, not {inbox!r}")
+            raise ScenarioMismatch(scenario_id)
+        if question != scenario.question:
+            return None
         return scenario
 
-    async def ask(self, inbox: str, question: str, scenario_id: str | None, request_key: str | None) -> Served:
+    async def ask(
+        self, key: ApiKey, inbox: str, question: str, scenario_id: str | None, request_key: str | None
+    ) -> Served:
+        if not key.may_use(inbox):  # before any lookup: whether the inbox exists is not the caller's business
+            raise OutOfScope(inbox)
         await self.check_inbox(inbox)
-        scenario = self.scenario(scenario_id, inbox)
+        scenario = self.reference(key, inbox, question, scenario_id)
         version, spec = self.router.choose(request_key)
         if not self.policies.is_loaded(spec):
             await self._blocking(self.policies.get, spec)  # load once, off the loop; errors name the spec
-        task = EpisodeTask(inbox=inbox, question=question, scenario=scenario, policy_version=version)
+        task = EpisodeTask(inbox=inbox, question=question, scenario=scenario, policy_version=version, tenant=key.tenant)
         episode, seconds = await self.batcher.submit(spec, task)
         return Served(episode=episode, episode_seconds=seconds)
 
-    async def feedback(self, episode_id: str, verdict: str) -> None:
-        await self._blocking(self.pool.record_feedback, episode_id, verdict)
+    async def feedback(self, key: ApiKey, episode_id: str, verdict: str) -> None:
+        """Record a verdict on an episode of the key's tenant and contexts (any other reads as unknown)."""
+        await self._blocking(
+            lambda: self.pool.record_feedback(episode_id, verdict, tenant=key.tenant, inbox_ids=key.context_filter())
+        )
 
     async def routing(self) -> tuple[Routing, bool]:
         """The routing in force and whether it is the configured default (the table is empty)."""

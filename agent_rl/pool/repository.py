@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -337,17 +337,25 @@ class PoolRepository:
         with self.engine.connect() as conn:
             return {version: int(n) for version, n in conn.execute(stmt)}
 
-    def record_feedback(self, episode_id: str, verdict: str) -> None:
-        """Attach a user's verdict to an episode (a later verdict replaces an earlier one)."""
+    def record_feedback(
+        self, episode_id: str, verdict: str, tenant: str | None = None, inbox_ids: Collection[str] | None = None
+    ) -> None:
+        """Attach a user's verdict to an episode (a later verdict replaces an earlier one).
+
+        With `tenant` and/or `inbox_ids` only an episode of that tenant and those inboxes qualifies;
+        any other is reported exactly like a missing one, so a caller learns nothing outside its scope.
+        """
         if not isinstance(verdict, str) or not verdict.strip():
             raise ValueError("feedback verdict must be a non-empty string")
         if len(verdict) > MAX_FEEDBACK_LENGTH:
             raise ValueError(f"feedback verdict is {len(verdict)} characters; at most {MAX_FEEDBACK_LENGTH}")
-        stmt = (
-            update(schema.episodes)
-            .where(schema.episodes.c.episode_id == episode_id)
-            .values(feedback=verdict.strip(), feedback_at=utcnow())
-        )
+        c = schema.episodes.c
+        where = [c.episode_id == episode_id]
+        if tenant is not None:
+            where.append(c.tenant == tenant)
+        if inbox_ids is not None:
+            where.append(c.inbox_id.in_(sorted(inbox_ids)))
+        stmt = update(schema.episodes).where(*where).values(feedback=verdict.strip(), feedback_at=utcnow())
         with self.engine.begin() as conn:
             if conn.execute(stmt).rowcount == 0:
                 raise UnknownEpisodeError(f"no episode {episode_id!r} in the benchmark pool")

@@ -14,6 +14,7 @@ from agent_rl import registry, settings
 from agent_rl.ab.controller import BASE_VERSION, RolloutController
 from agent_rl.ab.rollout import Guardrails, Margin, RolloutConfig
 from agent_rl.arbiter.config import ArbiterConfig
+from agent_rl.arbiter.keys import ApiKey
 from agent_rl.arbiter.replay import replay
 from agent_rl.arbiter.server import running_arbiter
 from agent_rl.inbox.store import open_inbox_store
@@ -51,7 +52,8 @@ def run_rollout(world, champion_spec: str, challenger_spec: str | None, rounds: 
     found = (registry.register_policy_spec(challenger_spec, tracking_uri=uri) if challenger_spec
              else registry.get_version("challenger", tracking_uri=uri))
     controller = RolloutController(pool, config, tracking_uri=uri, base_spec=champion_spec)
-    config = ArbiterConfig(scenarios_path=env.path, default_routing={"unused": 1.0})
+    token, key = ApiKey.create("rollout-replay", "tests", ["*"], replay=True)
+    config = ArbiterConfig(scenarios_path=env.path, default_routing={"unused": 1.0}, api_keys=(key,))
     state = controller.start_if_new_challenger()
     before = {v: w for v, (w, _) in routing.items()} if routing else {BASE_VERSION: 1.0}
     assert state is not None and state.weights() == pytest.approx(
@@ -60,7 +62,7 @@ def run_rollout(world, champion_spec: str, challenger_spec: str | None, rounds: 
     trail = []
     with running_arbiter(config, access_log=False) as url:
         for i in range(rounds):
-            summary = asyncio.run(replay(url, env.scenarios[: per_round], concurrency=8, key_prefix=f"r{i}"))
+            summary = asyncio.run(replay(url, env.scenarios[: per_round], concurrency=8, key_prefix=f"r{i}", api_key=token))
             assert summary.ok == summary.sent  # every request answered
             decision = controller.evaluate()
             trail.append(decision.action)

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from agent_rl.arbiter.config import ArbiterConfig
+from agent_rl.arbiter.keys import ApiKey, hash_token
 from agent_rl.arbiter.server import running_arbiter
 from agent_rl.inbox.demo_corpus import build_demo_corpus
 from agent_rl.inbox.store import open_inbox_store
@@ -18,6 +19,19 @@ from agent_rl.pool import PoolRepository
 from agent_rl.records import Scenario
 from agent_rl.scenarios import generate_scenarios, save_scenarios
 
+
+
+API_TOKEN = "tests-api-key-5b8e20c4"  # the fixture arbiter's key: every inbox, may replay scenarios
+
+
+def api_key(token: str = API_TOKEN, key_id: str = "tests", tenant: str = "tests", contexts: tuple[str, ...] = ("*",),
+            replay: bool = True) -> ApiKey:
+    """A configured key entry for `token` (tests create their keys explicitly, like a deployment)."""
+    return ApiKey(id=key_id, sha256=hash_token(token), tenant=tenant, contexts=contexts, replay=replay)
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
 
 
 @dataclass
@@ -52,11 +66,13 @@ def start_arbiter(demo_world, sqlite_url) -> Callable[..., object]:
 
     @contextmanager
     def start(pool_url: str = sqlite_url, **options) -> Iterator[Arbiter]:
+        """The client sends API_TOKEN unless a request gives its own Authorization header."""
+        options.setdefault("api_keys", (api_key(),))
         config = ArbiterConfig(
             pool_url=pool_url, inbox_url=demo_world.inbox_url, scenarios_path=demo_world.scenarios_path, **options
         )
         pool = PoolRepository(pool_url)
-        with running_arbiter(config) as url, httpx.Client(base_url=url, timeout=60) as client:
+        with running_arbiter(config) as url, httpx.Client(base_url=url, timeout=60, headers=bearer(API_TOKEN)) as client:
             yield Arbiter(url, client, pool)
         pool.close()
 

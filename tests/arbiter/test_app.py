@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import httpx
 import pytest
 from sqlalchemy import text
 
@@ -68,9 +69,10 @@ def test_routing_changes_are_refused_without_a_configured_token(arbiter, monkeyp
 def test_routing_needs_the_right_bearer_token_which_is_never_logged(arbiter, monkeypatch, caplog):
     monkeypatch.setenv("AGENT_RL_ADMIN_TOKEN", ADMIN_TOKEN)
     caplog.set_level(logging.DEBUG)
-    update = {"weights": {"main": 3, "cand": 1}, "specs": {"main": "heuristic", "cand": "heuristic"}, "reason": "A/B", "actor": "lead"}
+    update = {"weights": {"main": 0.75, "cand": 0.25}, "specs": {"main": "heuristic", "cand": "heuristic"}, "reason": "A/B", "actor": "lead"}
 
-    assert arbiter.client.put("/v1/routing", json=update).status_code == 401
+    assert httpx.put(f"{arbiter.url}/v1/routing", json=update).status_code == 401
+    assert arbiter.client.put("/v1/routing", json=update).status_code == 403  # an API key is not the admin token
     wrong = arbiter.client.put("/v1/routing", json=update, headers={"Authorization": "Bearer not-the-token"})
     assert wrong.status_code == 403 and wrong.json()["error"] == "forbidden"
     assert arbiter.client.put("/v1/routing", json=update, headers={"Authorization": ADMIN_TOKEN}).status_code == 401
@@ -90,8 +92,10 @@ def test_routing_needs_the_right_bearer_token_which_is_never_logged(arbiter, mon
 def test_bad_routing_is_422_naming_the_problem(arbiter, monkeypatch):
     monkeypatch.setenv("AGENT_RL_ADMIN_TOKEN", ADMIN_TOKEN)
     auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-    negative = arbiter.client.put("/v1/routing", json={"weights": {"a": -1, "b": 2}, "reason": "x"}, headers=auth)
-    assert negative.status_code == 422 and "weights['a']" in negative.json()["detail"]
+    negative = arbiter.client.put("/v1/routing", json={"weights": {"a": -1, "b": 1}, "reason": "x"}, headers=auth)
+    assert negative.status_code == 422 and [d["loc"] for d in negative.json()["detail"]] == [["weights", "a"]]
+    nothing = arbiter.client.put("/v1/routing", json={"weights": {"a": 0, "b": 0}, "reason": "x"}, headers=auth)
+    assert nothing.status_code == 422 and "sum" in nothing.json()["detail"]
     unloadable = arbiter.client.put(
         "/v1/routing", json={"weights": {"reg": 1}, "specs": {"reg": "mlflow:challenger"}, "reason": "x"}, headers=auth
     )

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from agent_rl.arbiter.cli import app as arbiter_app
 from agent_rl.arbiter.cli import traffic_app
 from agent_rl.arbiter.replay import replay, select_scenarios
-from arbiter_fixtures import arbiter, demo_world, start_arbiter  # noqa: F401  (pytest fixtures)
+from arbiter_fixtures import API_TOKEN, arbiter, demo_world, start_arbiter  # noqa: F401  (pytest fixtures)
 
 ADMIN_TOKEN = "s3cret-admin-token-4f1c9a"  # set as AGENT_RL_ADMIN_TOKEN by the tests that need it
 
@@ -44,7 +44,7 @@ def test_ninety_ten_split_over_replayed_traffic(start_arbiter, demo_world, store
             weights={"champion": 0.9, "challenger": 0.1},
         )
         scenarios = select_scenarios(demo_world.scenarios, "train", n)
-        summary = asyncio.run(replay(arbiter.url, scenarios, concurrency=8))
+        summary = asyncio.run(replay(arbiter.url, scenarios, concurrency=8, api_key=API_TOKEN))
         counts = _check_pool(arbiter, summary, n)
     assert counts == summary.per_version
     assert set(counts) == {"champion", "challenger"}
@@ -57,16 +57,17 @@ def test_ninety_ten_split_over_replayed_traffic(start_arbiter, demo_world, store
     assert accuracy["challenger"] < accuracy["champion"]
 
 
-def test_traffic_replay_cli_prints_a_summary(start_arbiter, demo_world):
+def test_traffic_replay_cli_prints_a_summary(start_arbiter, demo_world, monkeypatch):
     root = typer.Typer()
     root.add_typer(arbiter_app, name="arbiter")
     root.add_typer(traffic_app, name="traffic")
+    monkeypatch.delenv("AGENT_RL_API_KEY", raising=False)
     with start_arbiter() as arbiter:
-        result = CliRunner().invoke(
-            root,
-            ["traffic", "replay", "--url", arbiter.url, "--split", "test", "--n", "40", "--concurrency", "4",
-             "--scenarios", str(demo_world.scenarios_path), "--json"],
-        )
+        command = ["traffic", "replay", "--url", arbiter.url, "--split", "test", "--n", "40", "--concurrency", "4",
+                   "--scenarios", str(demo_world.scenarios_path), "--json"]
+        keyless = CliRunner().invoke(root, command)
+        assert keyless.exit_code == 2 and "AGENT_RL_API_KEY" in keyless.output
+        result = CliRunner().invoke(root, command, env={"AGENT_RL_API_KEY": API_TOKEN})
         assert result.exit_code == 0, result.output
         summary = json.loads(result.output.strip().splitlines()[-1])
         assert summary["sent"] == summary["ok"] == 40
@@ -91,7 +92,8 @@ def test_tiny_local_policy_takes_ten_percent(start_arbiter, demo_world, monkeypa
             specs={"heuristic": "heuristic", "tiny": str(tiny)},
             weights={"heuristic": 0.9, "tiny": 0.1},
         )
-        summary = asyncio.run(replay(arbiter.url, select_scenarios(demo_world.scenarios, "test", n), concurrency=8))
+        summary = asyncio.run(replay(arbiter.url, select_scenarios(demo_world.scenarios, "test", n), concurrency=8,
+                                     api_key=API_TOKEN))
         counts = _check_pool(arbiter, summary, n)
     assert set(counts) == {"heuristic", "tiny"}
     assert 0.03 <= counts["tiny"] / n <= 0.2

@@ -3,6 +3,7 @@ across them, a routing change made through one reaches the other within the TTL,
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 
 from agent_rl.arbiter.server import free_port
 from agent_rl.pool import PoolRepository
-from arbiter_fixtures import demo_world  # noqa: F401  (pytest fixture)
+from arbiter_fixtures import API_TOKEN, api_key, bearer, demo_world  # noqa: F401  (pytest fixture)
 
 ADMIN_TOKEN = "workers-admin-token-9d2e"
 TTL_S = 0.5
@@ -23,7 +24,8 @@ TTL_S = 0.5
 @pytest.fixture
 def two_workers(demo_world, sqlite_url):  # noqa: F811
     port = free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", AGENT_RL_ADMIN_TOKEN=ADMIN_TOKEN)
+    keys = json.dumps([api_key().model_dump(mode="json")])
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", AGENT_RL_ADMIN_TOKEN=ADMIN_TOKEN, AGENT_RL_API_KEYS=keys)
     # routing_ttl_s has no CLI flag: serve through the library with a typed config instead.
     code = (
         "import sys; from agent_rl.arbiter.config import ArbiterConfig; from agent_rl.arbiter.server import serve;"
@@ -78,7 +80,7 @@ def test_two_workers_share_routing_and_lose_no_episode(two_workers, demo_world):
     for i in range(40):
         key = f"user-{i % 8}"
         body = {"inbox": scenario.inbox_id, "question": scenario.question, "scenario_id": scenario.id, "request_key": key}
-        response = _fresh(url, "POST", "/v1/ask", json=body)
+        response = _fresh(url, "POST", "/v1/ask", json=body, headers=bearer(API_TOKEN))
         assert response.status_code == 200, response.text
         served = response.json()
         answered[served["episode_id"]] = served["policy_version"]

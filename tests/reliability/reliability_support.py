@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 
+from agent_rl.arbiter.keys import ApiKey, hash_token
 from agent_rl.arbiter.server import free_port
 from agent_rl.inbox.demo_corpus import build_demo_corpus
 from agent_rl.inbox.store import open_inbox_store
@@ -31,6 +32,14 @@ from agent_rl.records import Scenario
 from agent_rl.scenarios import generate_scenarios, save_scenarios
 
 ROOT = Path(__file__).resolve().parents[2]
+# The key the suite's arbiters admit and its load driver sends: every inbox, may replay scenarios.
+API_TOKEN = "reliability-api-key-3e91d7a0"
+
+
+def api_keys_json(token: str = API_TOKEN, contexts: tuple[str, ...] = ("*",), replay: bool = True) -> str:
+    """$AGENT_RL_API_KEYS for an arbiter process that admits `token` with this scope."""
+    entry = ApiKey(id="reliability", sha256=hash_token(token), tenant="tests", contexts=contexts, replay=replay)
+    return json.dumps([entry.model_dump(mode="json")])
 
 
 # -- the demo world ------------------------------------------------------------------------------
@@ -86,14 +95,17 @@ def arbiter_process(
     access_log: bool = False,
     env: dict[str, str] | None = None,
 ) -> Iterator[ArbiterProcess]:
-    """`python -m agent_rl.cli arbiter serve` on a free loopback port; stdout+stderr go to `log_path`."""
+    """`python -m agent_rl.cli arbiter serve` on a free loopback port; stdout+stderr go to `log_path`.
+
+    It admits API_TOKEN unless `env` gives its own AGENT_RL_API_KEYS."""
     host, port = "127.0.0.1", free_port()
     command = [
         sys.executable, "-m", "agent_rl.cli", "arbiter", "serve", "--host", host, "--port", str(port),
         "--pool-url", pool_url, "--inbox-url", world.inbox_url, "--scenarios", str(world.scenarios_path),
         "--workers", str(workers), "--log-level", log_level, "--access-log" if access_log else "--no-access-log",
     ]
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **(env or {})}
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "AGENT_RL_API_KEYS": api_keys_json(),
+                **(env or {})}
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=full_env, cwd=ROOT)
     url = f"http://{host}:{port}"
@@ -172,9 +184,10 @@ class LoadReport:
 _CONTENT_LENGTH = re.compile(rb"content-length: *(\d+)", re.IGNORECASE)
 
 
-async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, body: bytes) -> tuple[int, dict | None]:
+async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, body: bytes,
+                    api_token: str = API_TOKEN) -> tuple[int, dict | None]:
     head = (f"POST /v1/ask HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()
+            f"Authorization: Bearer {api_token}\r\nContent-Length: {len(body)}\r\n\r\n").encode()
     writer.write(head + body)
     header = await reader.readuntil(b"\r\n\r\n")
     match = _CONTENT_LENGTH.search(header)

@@ -22,10 +22,12 @@ from agent_rl.arbiter.server import running_arbiter
 from agent_rl.curation.validate import validate_episodes
 from agent_rl.inbox.store import open_inbox_store
 from agent_rl.pool import PoolRepository
-from reliability_support import build_world
+from agent_rl.arbiter.keys import ApiKey, hash_token
+from reliability_support import API_TOKEN, build_world
 
 ADMIN_TOKEN = "reliability-admin-token-9d2e7b"
 ENDPOINTS = [("POST", "/v1/ask"), ("POST", "/v1/feedback"), ("PUT", "/v1/routing")]
+API_KEYS = (ApiKey(id="bad-input", sha256=hash_token(API_TOKEN), tenant="tests", contexts=("*",), replay=True),)
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +41,9 @@ class LiveArbiter:
         self.pool = pool
 
     def send(self, method: str, path: str, body: bytes, content_type: str = "application/json") -> httpx.Response:
-        headers = {"Content-Type": content_type, "Authorization": f"Bearer {ADMIN_TOKEN}"}
+        """With the credentials the endpoint takes: the admin token for routing, the API key otherwise."""
+        token = ADMIN_TOKEN if path == "/v1/routing" else API_TOKEN
+        headers = {"Content-Type": content_type, "Authorization": f"Bearer {token}"}
         return self.client.request(method, path, content=body, headers=headers)
 
 
@@ -49,7 +53,8 @@ def live(world, tmp_path_factory):
     pool_url = f"sqlite:///{tmp_path_factory.mktemp('bad-input-pool') / 'pool.db'}"
     monkeypatch = pytest.MonkeyPatch()
     monkeypatch.setenv("AGENT_RL_ADMIN_TOKEN", ADMIN_TOKEN)
-    config = ArbiterConfig(pool_url=pool_url, inbox_url=world.inbox_url, scenarios_path=world.scenarios_path)
+    config = ArbiterConfig(pool_url=pool_url, inbox_url=world.inbox_url, scenarios_path=world.scenarios_path,
+                           api_keys=API_KEYS)
     pool = PoolRepository(pool_url)
     with running_arbiter(config, log_level="warning", access_log=False) as url, httpx.Client(base_url=url, timeout=60) as client:
         yield LiveArbiter(client, pool)
@@ -169,18 +174,20 @@ def test_nul_bytes_are_refused_up_front_on_postgres_and_do_not_sink_the_batch(wo
 
     monkeypatch.setenv("AGENT_RL_ADMIN_TOKEN", ADMIN_TOKEN)
     config = ArbiterConfig(pool_url=pg_url, inbox_url=world.inbox_url, scenarios_path=world.scenarios_path,
-                           batch_window_ms=50)
+                           batch_window_ms=50, api_keys=API_KEYS)
+    key = {"Authorization": f"Bearer {API_TOKEN}"}
     inbox = world.scenarios[0].inbox_id
     bodies = [{"inbox": inbox, "question": f"When is the meeting {i}?"} for i in range(6)]
     bodies.insert(3, {"inbox": inbox, "question": "When is the\u0000meeting?"})
     with running_arbiter(config, log_level="warning", access_log=False) as url:
 
         async def send_all() -> list[httpx.Response]:
-            async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            async with httpx.AsyncClient(base_url=url, timeout=60, headers=key) as client:
                 return await asyncio.gather(*(client.post("/v1/ask", json=b) for b in bodies))
 
         responses = asyncio.run(send_all())
-        feedback = httpx.post(f"{url}/v1/feedback", json={"episode_id": "x\u0000", "verdict": "up"}, timeout=30)
+        feedback = httpx.post(f"{url}/v1/feedback", json={"episode_id": "x\u0000", "verdict": "up"}, headers=key,
+                              timeout=30)
         routing = httpx.put(f"{url}/v1/routing", json={"weights": {"heuristic": 1}, "reason": "nul\u0000"},
                             headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30)
     statuses = [r.status_code for r in responses]

@@ -16,7 +16,7 @@ from agent_rl.agent.runner import EpisodeTask, RunnerConfig, run_episodes
 from agent_rl.agent.tools import call_tool, is_no_results, make_tools
 from agent_rl.inbox.demo_corpus import build_demo_corpus
 from agent_rl.inbox.store import open_inbox_store
-from reliability_support import arbiter_process, build_world
+from reliability_support import API_TOKEN, arbiter_process, build_world
 
 ADMIN_TOKEN = "Zq7-isolation-admin-token-c41f0e"
 
@@ -179,13 +179,16 @@ def test_routing_changes_without_the_token_are_refused_and_the_token_is_never_lo
             assert leaked.status_code == 401
 
             scenario = world.scenarios[0]
-            asked = client.post("/v1/ask", json={"inbox": scenario.inbox_id, "question": scenario.question},
-                                headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+            question = {"inbox": scenario.inbox_id, "question": scenario.question}
+            # The admin token is for routing only: it is no API key, and an API key changes no routing.
+            assert client.post("/v1/ask", json=question, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}).status_code == 401
+            assert client.put("/v1/routing", json=ROUTING, headers={"Authorization": f"Bearer {API_TOKEN}"}).status_code == 403
+            asked = client.post("/v1/ask", json=question, headers={"Authorization": f"Bearer {API_TOKEN}"})
             assert asked.status_code == 200
             ok = client.put("/v1/routing", json={**ROUTING, "actor": "lead"}, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
             assert ok.status_code == 200, ok.text
             assert client.get("/v1/routing").json()["default"] is False
     log = arbiter.log_text()
     assert "PUT /v1/routing" in log and "routing changed by lead" in log  # the debug/access log was captured
-    assert "?[query redacted]" in log and ADMIN_TOKEN not in log
+    assert "?[query redacted]" in log and ADMIN_TOKEN not in log and API_TOKEN not in log
     assert ADMIN_TOKEN[:12] not in log and ADMIN_TOKEN.swapcase() not in log  # nor a near miss of it
