@@ -28,6 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from agent_rl.curation.names import NameFinder
 from agent_rl.curation.surrogates import STREET_SUFFIXES, STREET_UNITS, TITLES, Surrogates, pseudonym_key
 
 logger = logging.getLogger(__name__)
@@ -45,10 +46,13 @@ STREET_ADDRESS_PATTERN = (
 # JSON keys whose values are ids or dates: they must survive unchanged so sources and rewards match.
 KEEP_KEYS = ("id", "message_id", "sources", "source_ids", "tool_call_id", "date", "query_date", "scenario_id")
 
-_CAPITALIZED = re.compile(r"(?<![\w@.])[^\W\d_a-z][\w'\-]*(?![\w@])")
+# A capitalised word, not inside an address ("sherry@enron.com"), yet Lotus Notes' "Taylor@ECT" counts.
+_CAPITALIZED = re.compile(r"(?<![\w@.])[^\W\d_a-z][\w'\-]*(?!\w|@(?![A-Z]{2,}\b))")
 _EMAILISH = re.compile(r"[\w.+\-']+@[\w\-]+(?:\.[\w\-]+)*")
-_NAME_RUN = re.compile(r"[A-Z][a-zA-Z'\-]+(?:[ \t]+(?:[A-Z]\.?|[A-Z][a-zA-Z'\-]+))*")
+_NAME_WORD = r"[^\W\d_][^\W\d_'’\-]*(?:['’\-][^\W\d_]+)*"
+_NAME_RUN = re.compile(rf"{_NAME_WORD}(?:[ \t]+(?:[^\W\d_]\.|{_NAME_WORD}))*")
 _FIRST_LAST = re.compile(r"\b([A-Z][a-z'\-]+) (?=([A-Z][a-z'\-]+)\b)")
+_LOWER_RUN = re.compile(r"(?<![\w@.])[a-z]+(?:[ \t]+[a-z]+)+(?![\w@])")
 _DATEISH = re.compile(r"^\s*\d{4}-\d{1,2}-\d{1,2}")
 
 
@@ -76,6 +80,9 @@ class AnonymizerConfig(BaseModel):
     score_threshold: float = Field(0.35, ge=0, le=1, description="minimum analyzer score (phones score 0.4)")
     ner: bool = Field(True, description="run spaCy NER (names not in any header); off = patterns + directory only")
     ner_batch_size: int = Field(64, ge=1, description="lines per nlp.pipe batch")
+    name_finder: bool = Field(
+        True, description="second name recognizer: name lists, context and Lotus Notes layout (names.py)"
+    )
     learn_names: bool = Field(
         True, description="names NER finds anywhere are replaced everywhere, so answers stay consistent"
     )
@@ -285,6 +292,12 @@ class Anonymizer:
             first_names=lambda t: t in self.directory.first_names or t in self._learned_first,
             last_names=lambda t: t in self.directory.last_names or t in self._learned_last,
         )
+        self._names = NameFinder(
+            lambda w: w in self.directory.name_parts or w in self._learned_first or w in self._learned_last
+        )
+        self._lower_full_names = {
+            " ".join(n.lower().split()[::len(n.split()) - 1]) for n in self.directory.full_names if len(n.split()) >= 2
+        }
         self._detected: dict[bytes, tuple[_Span, ...]] = {}
         self._line_persons: dict[str, tuple[tuple[int, int], ...]] = {}
         self._rendered: dict[bytes, str] = {}
@@ -470,6 +483,9 @@ class Anonymizer:
             spans = list(self._clean(text, results))
             for start, end in persons.get(key, ()):
                 spans.extend(self._person_spans(text[start:end], start, 0.85))
+            if self.config.name_finder and "PERSON" in self.config.entities:
+                for start, end in self._names.spans(text):
+                    spans.extend(self._person_spans(text[start:end], start, 0.8))
             self._detected[key] = tuple(spans)
             if self.config.learn_names:
                 self._learn_surnames(text)
@@ -522,11 +538,14 @@ class Anonymizer:
 
     def _person_spans(self, found: str, offset: int, score: float) -> Iterable[_Span]:
         for run in _NAME_RUN.finditer(found):
+            if found[max(0, run.start() - 1):run.start()] in ("/", "@"):
+                continue  # `Hirl/HOU/ECT@ECT`: the Notes org codes are no one's name
             words = run.group().split()
-            # Trim leading/trailing words that are not names ("Hi Sherry", "Sherry Thanks").
-            while words and not usable_name_part(words[0].rstrip(".")):
+            # Trim leading/trailing words that are not names ("Hi Sherry", "Sherry Thanks"); a lowercase word
+            # counts only when it is a known name part ("an email to donna lowry").
+            while words and not self._name_word(words[0]):
                 words.pop(0)
-            while words and not usable_name_part(words[-1].rstrip(".")):
+            while words and not self._name_word(words[-1]):
                 words.pop()
             if not words:
                 continue
@@ -538,6 +557,12 @@ class Anonymizer:
             if self.config.learn_names:
                 self._learn(words)
             yield _Span(offset + start, offset + end, "PERSON", score)
+
+    def _name_word(self, word: str) -> bool:
+        bare = word.rstrip(".")
+        if not usable_name_part(bare) or bare.isupper() and len(bare) > 1 and bare.lower() in self._names.common:
+            return False
+        return bare[0].isupper() or self._names.is_name_part(bare.lower())
 
     def _learn_surnames(self, text: str) -> None:
         """A capitalized word right after a known first name is taken as that person's last name."""
@@ -575,6 +600,16 @@ class Anonymizer:
             for m in _EMAILISH.finditer(text):
                 if m.group().lower().strip(".") in self.directory.addresses:
                     yield _Span(m.start(), m.start() + len(m.group().rstrip(".")), "EMAIL_ADDRESS", 1.0)
+        if self._lower_full_names:
+            # "an email to mary heinitz": a header name written in lowercase is still that person.
+            for m in _LOWER_RUN.finditer(text):
+                words = m.group().split()
+                for i in range(len(words) - 1):
+                    if f"{words[i]} {words[i + 1]}" in self._lower_full_names:
+                        start = m.start() + len(" ".join(words[:i])) + (1 if i else 0)
+                        start = text.index(words[i], start)
+                        end = text.index(words[i + 1], start + len(words[i])) + len(words[i + 1])
+                        yield _Span(start, end, "PERSON", 1.0)
         parts = self.directory.name_parts
         learned = self._learned_first | self._learned_last
         for m in _CAPITALIZED.finditer(text):

@@ -1,0 +1,244 @@
+"""A second person-name recognizer for free text, beside spaCy's small NER model.
+
+The small model misses names it has not seen in a telling context ("Call Marguerite Dubois at ...") and
+reads Lotus Notes forwards (`Alan Aronowitz@ECT`, `Joseph P Hirl/HOU/ECT`) as anything but people. This
+finder uses what the model lacks: first and last name lists of many origins (every locale Faker ships, read
+from its wheel: no download), capitalised words next to a known name part, context words (greetings, "call",
+"ask", closings), layout (signature lines, Lotus Notes `Name/ORG` and `Name@ORG`, quoted `To:`/`cc:` lines).
+Words that are more often plain English (Faker's English word list, spaCy's stop words), places and
+organisation words stop a run, so "Will Power Inc" or "New York" are not people.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+# Words that start sentences, headings and company names far more often than they name someone.
+_EXTRA_COMMON = (
+    "hi hello hey dear thanks thank regards cheers best sincerely kind warm yours attached please note fyi fw fwd re "
+    "subject sent original message forwarded meeting call today tomorrow yesterday morning afternoon evening "
+    "january february march april may june july august september october november december "
+    "monday tuesday wednesday thursday friday saturday sunday mon tue wed thu fri sat sun "
+    "mr mrs ms miss dr prof sir madam team group all everyone folks guys board staff office inbox notes folders "
+    "documents draft final report update agenda summary question answer deal contract invoice order account "
+    "north south east west new old great little big grand saint san santa los las el la le de del "
+    "president vice chairman director manager officer analyst counsel assistant associate senior junior chief "
+    "head lead executive general legal finance risk trading gas power energy electric oil pipeline capital "
+    "company corporation corp inc llc ltd co plc bank university college institute center centre services "
+    "international national global america american americas houston london paris texas california enron will "
+    "bill mark grant chase price rich young long white green brown king rose hope joy love art august dallas "
+    "austin portland denver phoenix boston chicago calgary sydney tokyo japan china india canada europe "
+    "street avenue road lane drive boulevard suite floor room building tower plaza park court place"
+).split()
+# A run holding one of these is an organisation or a place, not a person.
+_ORG_WORDS = frozenset(
+    "inc llc ltd corp corporation company co plc group bank university college institute center centre services "
+    "association council department partners capital holdings international systems technologies energy power "
+    "gas electric resources trading markets pipeline airlines hotel hospital school club foundation fund "
+    "street avenue road lane drive boulevard parkway highway suite floor city county state river lake mount "
+    "republic kingdom united states america airport station church".split()
+)
+_CONTEXT_BEFORE = re.compile(
+    r"(?i)(?:\b(?:hi|hello|hey|dear|thanks|thank\s+you|cheers|regards|call|ask|tell|contact|email|e-mail|ping|"
+    r"cc|attn|attention|spoke\s+(?:with|to)|talked?\s+(?:with|to)|meet\s+with|met\s+with|according\s+to|"
+    r"signed\s+by|approved\s+by|forwarded\s+by|sent\s+by|from)\b[,:]?)[ \t]+$"
+)
+_CLOSING_LINE = re.compile(
+    r"(?i)^\s*(?:thanks|thank\s+you|regards|best(?:\s+regards)?|kind\s+regards|cheers|sincerely|yours(?:\s+truly)?|"
+    r"best\s+wishes|warm\s+regards|talk\s+soon|-+)\s*[,.!]?\s*$"
+)
+_HEADER_LINE = re.compile(r"(?im)^[ \t>]*(?:to|cc|bcc|from|sent\s+by|reply-to)[ \t]*:[ \t]*(.*)$")
+_PARTICLES = frozenset("van von de da del della di du der den la le bin ibn al el ter ten dos das st".split())
+# One name word: "Dubois", "O'Neil", "McSherry", "Gilbert-Smith", "Seung-Taek", accented letters too.
+_WORD = re.compile(r"[^\W\d_]+(?:['’\-][^\W\d_]+)*")
+_LOWER_PAIR = re.compile(r"(?<![\w@.])([a-z]{2,})[ \t]+(?=([a-z]{2,})(?![\w@]))")
+_GAP = re.compile(r"[ \t]+(?:\n[ \t]*)?|[ \t]*\.[ \t]+")  # a space, a soft-wrapped line break, an initial's dot
+
+
+@functools.lru_cache(maxsize=1)
+def name_lists() -> tuple[frozenset[str], frozenset[str]]:
+    """Lowercase first and last names of every Faker locale (about 30k of each, from many origins)."""
+    from faker.config import AVAILABLE_LOCALES
+
+    first: set[str] = set()
+    last: set[str] = set()
+    for locale in AVAILABLE_LOCALES:
+        try:
+            provider = importlib.import_module(f"faker.providers.person.{locale}").Provider
+        except (ImportError, AttributeError):
+            continue
+        for attr, into in (("first_names", first), ("first_names_male", first), ("first_names_female", first),
+                           ("first_names_nonbinary", first), ("last_names", last)):
+            value = next((klass.__dict__[attr] for klass in provider.__mro__ if attr in klass.__dict__), None)
+            if isinstance(value, (list, tuple, dict)):
+                for name in value:
+                    for piece in str(name).split():
+                        if len(piece) > 1 and _WORD.fullmatch(piece):
+                            into.add(piece.lower())
+    common = common_words()
+    return frozenset(first - common), frozenset(last - common)
+
+
+@functools.lru_cache(maxsize=1)
+def common_words() -> frozenset[str]:
+    """Words too common to be read as a name on their own (English words, stop words, titles, places)."""
+    from faker.providers.address.en_US import Provider as Address
+    from faker.providers.lorem.en_US import Provider as Lorem
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    words = set(STOP_WORDS) | {w.lower() for w in Lorem.word_list} | set(_EXTRA_COMMON) | _ORG_WORDS
+    for state in Address.states:
+        words.update(state.lower().split())
+    return frozenset(words)
+
+
+@dataclass(frozen=True)
+class _Word:
+    start: int
+    end: int
+    text: str
+
+    @property
+    def lower(self) -> str:
+        return self.text.lower()
+
+
+class NameFinder:
+    """Character spans of person names in a text; `known` says whether a lowercase word is a name part."""
+
+    def __init__(self, known: Callable[[str], bool] | None = None) -> None:
+        self.first, self.last = name_lists()
+        self.common = common_words()
+        self._known = known or (lambda word: False)
+
+    def is_name_part(self, lower: str) -> bool:
+        return lower not in self.common and (lower in self.first or lower in self.last or self._known(lower))
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        found: list[tuple[int, int]] = []
+        for run in self._runs(text):
+            found.extend(self._judge(text, run))
+        found.extend(self._header_lines(text))
+        found.extend(self._lowercase_pairs(text))
+        return _merge(found)
+
+    def _lowercase_pairs(self, text: str) -> Iterable[tuple[int, int]]:
+        """ "an email to donna lowry": a known first name then a known last name, both uncapitalised."""
+        for m in _LOWER_PAIR.finditer(text):
+            first, last = m.group(1), m.group(2)
+            if first in self.first and last in self.last and first not in self.common and last not in self.common:
+                yield m.start(1), m.end() + len(last)
+
+    # -- runs of capitalised words --------------------------------------------------------------
+
+    def _runs(self, text: str) -> Iterable[list[_Word]]:
+        """Maximal runs of capitalised words (with initials and particles inside) on soft-wrapped lines."""
+        words = [_Word(m.start(), m.end(), m.group()) for m in _WORD.finditer(text)]
+        run: list[_Word] = []
+        for word in words:
+            if run and not self._joins(text, run[-1], word):
+                yield from self._split(run)
+                run = []
+            if _capitalised(word.text) or (run and word.lower in _PARTICLES):
+                run.append(word)
+            elif run:
+                yield from self._split(run)
+                run = []
+        if run:
+            yield from self._split(run)
+
+    @staticmethod
+    def _joins(text: str, left: _Word, right: _Word) -> bool:
+        gap = text[left.end:right.start]
+        return bool(_GAP.fullmatch(gap)) and not (gap.strip() == "." and len(left.text) > 1)
+
+    @staticmethod
+    def _split(run: list[_Word]) -> Iterable[list[_Word]]:
+        while run and run[-1].lower in _PARTICLES:  # a particle ends no name
+            run = run[:-1]
+        if run:
+            yield run
+
+    def _judge(self, text: str, run: list[_Word]) -> Iterable[tuple[int, int]]:
+        if text[max(0, run[0].start - 1):run[0].start] in ("/", "@"):
+            return  # the ORG of `Name/ORG/ORG@ORG`
+        core = self._trim(run)
+        if not core:
+            return
+        lowers = [w.lower for w in core if len(w.text) > 1 and w.lower not in _PARTICLES]
+        if not lowers or any(w in _ORG_WORDS for w in lowers):
+            return
+        span = (core[0].start, core[-1].end)
+        known = [w for w in lowers if self.is_name_part(w)]
+        after = text[core[-1].end:core[-1].end + 2]
+        lotus = bool(re.match(r"[/@][A-Z]", after)) and text[core[-1].end + 1:core[-1].end + 4].isupper()
+        line_start = text.rfind("\n", 0, core[0].start) + 1
+        line_end = text.find("\n", core[-1].end)
+        line_end = len(text) if line_end < 0 else line_end
+        alone = not text[line_start:core[0].start].strip() and not text[core[-1].end:line_end].strip(" \t,.")
+        before = text[max(0, core[0].start - 40):core[0].start]
+        previous_line = text[:line_start].rstrip("\n").rsplit("\n", 1)[-1]
+        if len(lowers) >= 2 and known:
+            yield span  # "Marguerite Dubois": a known part vouches for the capitalised words beside it
+        elif lotus:
+            yield span  # `Taylor@ECT`, `Hirl/HOU/ECT`
+        elif _CONTEXT_BEFORE.search(before) and (known or len(lowers) >= 2 or self._unknown(lowers[0])):
+            yield span  # "call Nguyen", "Dear Ms. Okonkwo", "thanks Sherry"
+        elif alone and 2 <= len(lowers) <= 4 and all(self._unknown(w) or self.is_name_part(w) for w in lowers):
+            yield span  # a signature line
+        elif alone and len(lowers) == 1 and _CLOSING_LINE.match(previous_line) and not lowers[0] in self.common:
+            yield span  # "Regards,\nSherry"
+
+    def _unknown(self, lower: str) -> bool:
+        return lower not in self.common and lower not in _ORG_WORDS
+
+    def _trim(self, run: list[_Word]) -> list[_Word]:
+        """Drop leading/trailing words that are common ("Thanks Sherry", "Sherry Thanks")."""
+        core = list(run)
+        while core and (core[0].lower in self.common or core[0].lower in _PARTICLES) and not self._known(core[0].lower):
+            core.pop(0)
+        while core and (core[-1].lower in self.common or len(core[-1].text) == 1) and not self._known(core[-1].lower):
+            core.pop()
+        # A common word inside ("Sherry and Vince" never joins; "Portland General Electric") ends the name there.
+        for i, word in enumerate(core[1:], 1):
+            if word.lower in self.common and word.lower not in _PARTICLES and not self._known(word.lower):
+                return core[:i] if len(core[:i]) > 0 else []
+        return core
+
+    def _header_lines(self, text: str) -> Iterable[tuple[int, int]]:
+        """Every name in a quoted `To:`/`cc:`/`From:` line, ALL-CAPS ones too ("BARBE, ROBIN")."""
+        for line in _HEADER_LINE.finditer(text):
+            offset = line.start(1)
+            value = line.group(1)
+            value = re.sub(r"<[^>]*>", lambda m: " " * len(m.group()), value)  # addresses are handled elsewhere
+            for entry in re.finditer(r"[^,;]+", value):
+                for m in re.finditer(r"[^\W\d_][\w'’\-]*(?:[ \t]+[^\W\d_][\w'’\-.]*)*", entry.group()):
+                    start, end = offset + entry.start() + m.start(), offset + entry.start() + m.end()
+                    if text[max(0, start - 1):start] in ("/", "@") or "@" in text[end:end + 1] and text[end + 1:end + 2].islower():
+                        continue
+                    words = [w for w in m.group().split() if w.lower() not in self.common and w.lower() not in _ORG_WORDS]
+                    if words and m.group()[0].isupper():
+                        yield start, end
+
+
+def _capitalised(word: str) -> bool:
+    """ "Dubois", "McSherry", "O'Neil", an initial "P"; not "HOU" (Notes org codes) or "iPhone"."""
+    if not word[0].isupper():
+        return False
+    if len(word) == 1:
+        return True
+    return any(c.islower() for c in word[1:])
+
+
+def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(set(spans)):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
