@@ -40,7 +40,8 @@ def ingest_command(
     db: DbOption = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar")] = True,
 ) -> None:
-    """Ingest a mailbox export; files that cannot be parsed are listed and skipped."""
+    """Ingest a mailbox export; files that cannot be read or parsed, links and other non-regular files are
+    listed with the reason and skipped."""
     store = open_inbox_store(db)
     try:
         report = ingest(path, store, progress=progress)
@@ -54,7 +55,13 @@ def ingest_command(
         f"skipped {len(report.skipped)}, inboxes {len(report.owners)}"
     )
     for file, reason in report.skipped:
-        typer.echo(f"skipped {file}: {reason}")
+        typer.echo(f"skipped {_printable(file)}: {_printable(reason)}")
+
+
+def _printable(text: str) -> str:
+    """Names come from the export (archive members, CSV cells): escape control characters so a name
+    cannot rewrite the terminal or forge report lines."""
+    return "".join(char if char.isprintable() else ascii(char)[1:-1] for char in text)
 
 
 @app.command("search")

@@ -10,17 +10,25 @@ same inbox:
   3. otherwise the folder name itself if it is an address, else `<folder>@enron.com`.
 A second pass parses and stores the emails; a file that cannot be read or parsed is reported in
 `skipped` with the reason and never stops the run. Re-running adds nothing twice (store dedup).
+
+Ingest reads only regular files inside the export: symbolic links (to files or folders), hard links,
+devices, fifos and archive members with absolute or `..` names are reported and skipped, so an export
+cannot make ingest store a file from elsewhere on the machine. A report names the file and the reason,
+never the file's contents or where a link points. In a CSV a row with a quote left open (or a stray
+quote) is reported with its line number, and reading resumes at the next line that starts a row.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
 import os
 import re
+import stat
 import sys
 import tarfile
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from email.parser import BytesHeaderParser
@@ -28,7 +36,7 @@ from email.policy import compat32
 from email.utils import getaddresses, parseaddr
 from pathlib import Path, PurePosixPath
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from tqdm import tqdm
 
 from agent_rl.inbox.parse import ParseError, parse_email
@@ -94,8 +102,11 @@ def _to_email(raw: RawMessage, owners: dict[str, str]) -> tuple[Email | None, st
         parsed = parse_email(raw.data, file=raw.file)
     except ParseError as exc:
         return None, str(exc)
+    except ValidationError as exc:  # its text quotes the input: name the fields only
+        fields = sorted({".".join(str(part) for part in error["loc"]) for error in exc.errors()})
+        return None, f"not a valid email (fields: {', '.join(fields)})"
     except Exception as exc:  # noqa: BLE001 - one malformed file must never stop the ingest
-        return None, f"{type(exc).__name__}: {exc}"
+        return None, f"cannot parse ({type(exc).__name__})"  # not str(exc): it may quote the contents
     inbox = owners.get(raw.mailbox) or fallback_owner(raw.mailbox)
     return parsed.for_inbox(inbox, folder=raw.folder or parsed.x_folder, file=raw.file), ""
 
@@ -124,32 +135,124 @@ def open_export(path: Path) -> Callable[[], Iterator[RawMessage]]:
     raise IngestError(f"{path}: unsupported export; expected a maildir folder, a .tar.gz/.tgz/.tar of one, or a .csv")
 
 
-def _split_mailbox_path(parts: list[str]) -> tuple[str, str] | None:
+def _split_mailbox_path(parts: list[str] | tuple[str, ...]) -> tuple[str, str] | None:
     """`maildir/<user>/<folder...>/<n>.` -> (user, folder); None for files not inside a user folder."""
+    parts = list(parts)
     if "maildir" in parts[:-1]:
         parts = parts[len(parts) - parts[::-1].index("maildir"):]
-    if len(parts) < 2 or any(part.startswith(".") for part in parts):
+    if len(parts) < 2 or any(not part or part.startswith(".") for part in parts):
         return None
     return parts[0], "/".join(parts[1:-1])
 
 
-def _maildir_messages(root: Path) -> Iterator[RawMessage]:
-    if (root / "maildir").is_dir():
-        root = root / "maildir"
-    for directory, subdirs, files in os.walk(root):
-        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
-        for name in sorted(files):
-            full = Path(directory) / name
-            rel = full.relative_to(root).as_posix()
-            where = _split_mailbox_path(rel.split("/"))
-            if where is None:
-                if not name.startswith("."):
-                    yield RawMessage(rel, "", "", error="not inside a mailbox folder (expected <user>/<folder>/<file>)")
+_NOT_IN_MAILBOX = "not inside a mailbox folder (expected <user>/<folder>/<file>)"
+_LINK_NOT_FOLLOWED = "links are not followed, only regular files are read"
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "symbolic link"), (stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "fifo"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return name
+    return "unknown file type"
+
+
+def _not_regular(kind: str) -> str:
+    return f"not a regular file ({kind}); only regular files are read"
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _link_reason(link: str, root: str) -> str:
+    """Why a symbolic link is skipped; says whether it leaves the export, never where it points."""
+    if _inside(os.path.realpath(link), root):
+        return f"symbolic link; {_LINK_NOT_FOLLOWED}"
+    return "symbolic link pointing outside the export; links are not followed"
+
+
+def _maildir_messages(export: Path) -> Iterator[RawMessage]:
+    # The folder named on the command line is taken as it resolves; nothing below it is followed.
+    root = Path(os.path.realpath(export))
+    inner = root / "maildir"
+    if inner.is_dir() and not inner.is_symlink():
+        root = inner
+    top = str(root)
+    # fwalk hands out a descriptor per folder: files are opened relative to it, so no folder on the way
+    # can be swapped for a link between the check and the read.
+    for directory, subdirs, files, dir_fd in os.fwalk(top):
+        rel_dir = os.path.relpath(directory, top)
+        rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
+        kept = []
+        for name in sorted(subdirs):
+            if name.startswith("."):
                 continue
             try:
-                yield RawMessage(rel, where[0], where[1], data=full.read_bytes())
+                is_link = stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+            except OSError:
+                continue  # gone since it was listed
+            if is_link:
+                yield RawMessage(rel_dir + name, "", "", error=_link_reason(os.path.join(directory, name), top))
+            else:
+                kept.append(name)
+        subdirs[:] = kept
+        for name in sorted(files):
+            if name.startswith("."):
+                continue
+            rel = rel_dir + name
+            try:
+                mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
             except OSError as exc:
-                yield RawMessage(rel, where[0], where[1], error=f"cannot read: {exc}")
+                yield RawMessage(rel, "", "", error=f"cannot read: {exc.strerror}")
+                continue
+            if stat.S_ISLNK(mode):
+                yield RawMessage(rel, "", "", error=_link_reason(os.path.join(directory, name), top))
+                continue
+            if not stat.S_ISREG(mode):
+                yield RawMessage(rel, "", "", error=_not_regular(_kind(mode)))
+                continue
+            where = _split_mailbox_path(rel.split("/"))
+            if where is None:
+                yield RawMessage(rel, "", "", error=_NOT_IN_MAILBOX)
+                continue
+            data, error = _read_regular(name, dir_fd)
+            yield RawMessage(rel, where[0], where[1], data=data, error=error)
+
+
+def _read_regular(name: str, dir_fd: int) -> tuple[bytes | None, str]:
+    """The bytes of a regular file, refusing one that became a link or a fifo since it was listed."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None, f"symbolic link; {_LINK_NOT_FOLLOWED}"
+        return None, f"cannot read: {exc.strerror}"
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            return None, _not_regular(_kind(mode))
+        try:
+            return handle.read(), ""
+        except OSError as exc:
+            return None, f"cannot read: {exc.strerror}"
+
+
+def _member_problem(member: tarfile.TarInfo) -> str:
+    """Why an archive member is not read ("" for a regular file or a folder inside the archive's root)."""
+    name = PurePosixPath(member.name)
+    if member.name.startswith("/") or name.is_absolute():
+        return "absolute member name; only paths inside the archive's root are read"
+    if ".." in name.parts:
+        return "member name climbs out of the archive's root ('..'); only paths inside it are read"
+    if member.issym():
+        return f"symbolic link; {_LINK_NOT_FOLLOWED}"
+    if member.islnk():
+        return f"hard link; {_LINK_NOT_FOLLOWED}"
+    if member.isfile() or member.isdir():
+        return ""
+    kinds = {tarfile.CHRTYPE: "character device", tarfile.BLKTYPE: "block device", tarfile.FIFOTYPE: "fifo"}
+    return _not_regular(kinds.get(member.type, "unknown member type"))
 
 
 def _tar_messages(path: Path) -> Iterator[RawMessage]:
@@ -157,10 +260,17 @@ def _tar_messages(path: Path) -> Iterator[RawMessage]:
         # Stream mode ("r|*"): members are read in archive order, nothing is extracted to disk.
         with tarfile.open(path, "r|*") as archive:
             for member in archive:
-                if not member.isfile():
+                problem = _member_problem(member)
+                if problem:
+                    yield RawMessage(member.name, "", "", error=problem)
                     continue
-                where = _split_mailbox_path(PurePosixPath(member.name).parts)
+                if member.isdir():
+                    continue
+                parts = PurePosixPath(member.name).parts
+                where = _split_mailbox_path(parts)
                 if where is None:
+                    if not any(part.startswith(".") for part in parts):  # hidden files are not mail, as on disk
+                        yield RawMessage(member.name, "", "", error=_NOT_IN_MAILBOX)
                     continue
                 try:
                     handle = archive.extractfile(member)
@@ -180,20 +290,92 @@ def _open_csv(path: Path):
 
 def _check_csv_header(path: Path) -> None:
     with _open_csv(path) as handle:
-        header = next(csv.reader(handle), [])
+        try:
+            header = next(csv.reader(handle, strict=True), [])
+        except csv.Error as exc:
+            raise IngestError(f"{path}: the CSV header row is malformed: {exc}") from exc
     if "file" not in header or "message" not in header:
         raise IngestError(f"{path}: CSV needs the Kaggle columns 'file' and 'message', found {header}")
 
 
+# Where a Kaggle row starts: a `<user>/<folder>/<n>` file, a comma, then the message's first header line.
+_CSV_ROW_START = re.compile(r'^"?[^\s",/.][^\s",]*/[^\s",]*"?,"?[!-9;-~]+:')
+
+
+class _NumberedLines:
+    """The file's lines as csv.reader pulls them, remembering the lines of the row being read.
+
+    After a broken row its lines past the first are handed back and skipped up to the next line that starts
+    a row, so one unterminated quote costs one email, not every email up to the next stray quote.
+    """
+
+    def __init__(self, lines: Iterable[str]) -> None:
+        self._numbered = enumerate(lines, start=1)
+        self._again: deque[tuple[int, str]] = deque()
+        self.taken: list[tuple[int, str]] = []
+
+    def __iter__(self) -> _NumberedLines:
+        return self
+
+    def __next__(self) -> str:
+        item = self._again.popleft() if self._again else next(self._numbered)
+        self.taken.append(item)
+        return item[1]
+
+    def row_lines(self) -> list[tuple[int, str]]:
+        taken, self.taken = self.taken, []
+        return taken
+
+    def skip_to_row_start(self, lines: list[tuple[int, str]], pattern: re.Pattern | None) -> int | None:
+        """Hand `lines` back, then drop lines up to one that matches `pattern`; the number of the last dropped."""
+        self._again.extendleft(reversed(lines))
+        last = None
+        while True:
+            item = self._again.popleft() if self._again else next(self._numbered, None)
+            if item is None:
+                return last
+            if pattern is not None and pattern.match(item[1]):
+                self._again.appendleft(item)
+                return last
+            last = item[0]
+
+
 def _csv_messages(path: Path) -> Iterator[RawMessage]:
     with _open_csv(path) as handle:
-        for number, row in enumerate(csv.DictReader(handle), start=2):
-            file = (row.get("file") or "").strip()
+        lines = _NumberedLines(handle)
+        # strict: a quote left open or a stray quote is an error here, not a body cut short or merged silently.
+        reader = csv.reader(lines, strict=True)
+        header = next(reader, [])
+        lines.row_lines()
+        resync = _CSV_ROW_START if header[:1] == ["file"] else None
+        while True:
+            try:
+                row = next(reader)
+                problem = "" if len(row) in (0, len(header)) else f"{len(row)} columns, the header has {len(header)}"
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                row, problem = [], str(exc)
+            taken = lines.row_lines()
+            if not taken:
+                return
+            start = taken[0][0]
+            if problem:
+                last = lines.skip_to_row_start(taken[1:], resync)
+                span = f"line {start}" if last is None else f"lines {start}-{last}"
+                reason = f"malformed CSV row at line {start}: {problem} (a quote left open, or a stray one); " \
+                         f"{span} skipped"
+                yield RawMessage(f"{path.name} line {start}", "", "", error=reason)
+                continue
+            if not row:
+                continue  # a blank line
+            fields = dict(zip(header, row))
+            file = (fields.get("file") or "").strip()
             where = _split_mailbox_path(file.split("/")) if file else None
-            message = row.get("message")
+            message = fields.get("message")
             if where is None or message is None:
                 reason = "CSV row without a <user>/<folder>/<n> file or without a message"
-                yield RawMessage(file or f"{path.name} line {number}", "", "", error=reason)
+                yield RawMessage(file or f"{path.name} line {start}", "", "", error=reason)
                 continue
             yield RawMessage(file, where[0], where[1], data=message.encode("utf-8", "surrogateescape"))
 

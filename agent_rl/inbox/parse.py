@@ -102,7 +102,8 @@ def _check_looks_like_email(data: bytes) -> None:
         raise ParseError("binary data (NUL bytes) in the header section")
     first = head.split(b"\n", 1)[0]
     if not (_HEADER_LINE.match(first) or first.startswith(b"From ")):
-        raise ParseError(f"does not start with an RFC 822 header line (starts with {first[:40]!r})")
+        # The reason names the problem, not the bytes: reports and logs must not quote a file's contents.
+        raise ParseError("does not start with an RFC 822 header line")
     if not sep:
         raise ParseError("header-only message: no blank line and no body after the headers")
 

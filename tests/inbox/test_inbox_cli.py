@@ -76,3 +76,35 @@ def test_build_demo_fills_the_store(sqlite_url):
         assert f"holds {store.count()} emails" in result.output
     finally:
         store.close()
+
+
+def test_ingest_report_names_each_skipped_item_without_its_contents(tmp_path, sqlite_url):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("From: hr@enron.com\nSubject: pins\n\nthe vault pin is 4321\n")
+    folder = tmp_path / "maildir" / "allen-p" / "inbox"
+    folder.mkdir(parents=True)
+    (folder / "1.").write_text("From: a@enron.com\nSubject: fine\n\nhello")
+    (folder / "2.").write_text("Dear diary, the door code is 8765\n\nmore")
+    (folder / "3.").symlink_to(outside)
+    result = runner.invoke(app, ["ingest", str(tmp_path / "maildir"), "--db", sqlite_url, "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "inserted 1" in result.output and "skipped 2," in result.output
+    assert "skipped allen-p/inbox/2.: does not start with an RFC 822 header line" in result.output
+    assert "skipped allen-p/inbox/3.: symbolic link pointing outside the export" in result.output
+    for secret in ("8765", "Dear diary", "4321", str(outside)):
+        assert secret not in result.output
+
+
+def test_ingest_report_escapes_control_characters_in_member_names(tmp_path, sqlite_url):
+    import io
+    import tarfile
+
+    tarball = tmp_path / "export.tar"
+    with tarfile.open(tarball, "w") as archive:
+        info = tarfile.TarInfo("maildir/allen-p/inbox/\x1b[2K\rskipped nothing.")
+        info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        archive.addfile(info, io.BytesIO(b""))
+    result = runner.invoke(app, ["ingest", str(tarball), "--db", sqlite_url, "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "skipped 1," in result.output and "\x1b" not in result.output and "\r" not in result.output
+    assert "skipped maildir/allen-p/inbox/\\x1b[2K\\rskipped nothing.: symbolic link" in result.output

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
 import re
 import tarfile
 from datetime import datetime, timedelta, timezone
@@ -226,3 +228,141 @@ def test_csv_with_bad_rows_keeps_the_good_ones(tmp_path, sqlite_store):
     report = ingest(path, sqlite_store, progress=False)
     assert report.inserted == 5 and report.seen == 7
     assert [file for file, _ in report.skipped] == ["allen-p/inbox/9.", "no-folder"]
+
+
+# -- ingest reads only the export ----------------------------------------------------------------
+
+GOOD = "Message-ID: <good@inside>\nFrom: phillip.allen@enron.com\nTo: a@enron.com\nSubject: hi\n\nhello\n"
+SECRET = "Message-ID: <secret@outside>\nFrom: hr@enron.com\nTo: x@enron.com\nSubject: salary table\n\nconfidential-payload-7731\n"
+
+
+def test_maildir_links_out_of_the_export_are_reported_not_followed(tmp_path, sqlite_store):
+    outside = tmp_path / "outside"
+    (outside / "inbox").mkdir(parents=True)
+    (outside / "secret.").write_text(SECRET)
+    (outside / "inbox" / "1.").write_text(SECRET)
+    box = tmp_path / "export" / "maildir" / "allen-p"
+    (box / "inbox").mkdir(parents=True)
+    (box / "inbox" / "1.").write_text(GOOD)
+    (box / "inbox" / "2.").symlink_to(outside / "secret.")  # a file link leaving the export
+    (box / "stolen").symlink_to(outside)  # a folder link leaving the export
+    (tmp_path / "export" / "maildir" / "hr-x").symlink_to(outside)  # a whole "mailbox" outside
+    (box / "inbox" / "3.").symlink_to(box / "inbox" / "1.")  # inside, but links are never followed
+
+    report = ingest(tmp_path / "export", sqlite_store, progress=False)
+    reasons = dict(report.skipped)
+    assert set(reasons) == {"allen-p/inbox/2.", "allen-p/stolen", "hr-x", "allen-p/inbox/3."}
+    for name in ("allen-p/inbox/2.", "allen-p/stolen", "hr-x"):
+        assert "symbolic link" in reasons[name] and "outside the export" in reasons[name], reasons[name]
+    assert "symbolic link" in reasons["allen-p/inbox/3."] and "outside" not in reasons["allen-p/inbox/3."]
+    assert report.inserted == 1 and sqlite_store.count() == 1
+    assert "hr-x" not in report.owners
+    assert not any("confidential" in reason or str(outside) in reason for reason in reasons.values())
+
+
+def test_maildir_whose_maildir_folder_is_a_link_outside_reads_nothing_from_there(tmp_path, sqlite_store):
+    real = tmp_path / "elsewhere" / "allen-p" / "inbox"
+    real.mkdir(parents=True)
+    (real / "1.").write_text(SECRET)
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "maildir").symlink_to(tmp_path / "elsewhere")
+    report = ingest(tmp_path / "export", sqlite_store, progress=False)
+    assert report.inserted == 0 and sqlite_store.count() == 0
+    assert [file for file, _ in report.skipped] == ["maildir"]
+
+
+@pytest.mark.timeout(60)
+def test_maildir_fifo_is_reported_instead_of_blocking(tmp_path, sqlite_store):
+    box = tmp_path / "maildir" / "allen-p" / "inbox"
+    box.mkdir(parents=True)
+    (box / "1.").write_text(csv_rows()[0]["message"])
+    os.mkfifo(box / "2.")
+    report = ingest(tmp_path / "maildir", sqlite_store, progress=False)
+    assert report.inserted == 1
+    assert report.skipped == [("allen-p/inbox/2.", "not a regular file (fifo); only regular files are read")]
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"", linkname: str = "") -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.size = kind, linkname, len(data) if kind == tarfile.REGTYPE else 0
+    return info, data
+
+
+def test_tarball_members_that_are_not_regular_files_inside_the_root_are_reported(tmp_path, sqlite_store):
+    members = [
+        _member("export/maildir/allen-p/inbox/", tarfile.DIRTYPE),
+        _member("export/maildir/allen-p/inbox/1.", data=GOOD.encode()),
+        _member("/allen-p/inbox/2.", data=SECRET.encode()),  # absolute: once stored in inbox "/@enron.com"
+        _member("export/maildir/../../etc/inbox/3.", data=SECRET.encode()),
+        _member("export/maildir/allen-p/inbox/4.", tarfile.SYMTYPE, linkname="/etc/passwd"),
+        _member("export/maildir/allen-p/inbox/5.", tarfile.LNKTYPE, linkname="/etc/shadow"),
+        _member("export/maildir/allen-p/inbox/6.", tarfile.CHRTYPE),
+        _member("export/maildir/allen-p/inbox/7.", tarfile.BLKTYPE),
+        _member("export/maildir/allen-p/inbox/8.", tarfile.FIFOTYPE),
+        _member("/abs-dir", tarfile.DIRTYPE),
+    ]
+    tarball = tmp_path / "export.tar.gz"
+    with tarfile.open(tarball, "w:gz") as archive:
+        for info, data in members:
+            archive.addfile(info, io.BytesIO(data))
+
+    report = ingest(tarball, sqlite_store, progress=False)
+    assert report.inserted == 1 and sqlite_store.count() == 1
+    assert sqlite_store.inboxes() == ["phillip.allen@enron.com"]
+    assert set(report.owners) == {"allen-p"}
+    reasons = dict(report.skipped)
+    assert len(report.skipped) == 8
+    assert "absolute" in reasons["/allen-p/inbox/2."] and "absolute" in reasons["/abs-dir"]
+    assert "'..'" in reasons["export/maildir/../../etc/inbox/3."]
+    assert "symbolic link" in reasons["export/maildir/allen-p/inbox/4."]
+    assert "hard link" in reasons["export/maildir/allen-p/inbox/5."]
+    assert "character device" in reasons["export/maildir/allen-p/inbox/6."]
+    assert "block device" in reasons["export/maildir/allen-p/inbox/7."]
+    assert "fifo" in reasons["export/maildir/allen-p/inbox/8."]
+    assert not any("passwd" in r or "shadow" in r or "confidential" in r for r in reasons.values())
+
+
+def _kaggle_csv(path: Path, rows: list[dict[str, str]], break_row: int | None = None) -> int | None:
+    """Write rows the way the Kaggle file has them; `break_row` loses its closing quote. Returns its line."""
+    line, broken_at = 2, None
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        handle.write("file,message\n")
+        for index, row in enumerate(rows):
+            quoted = '"' + row["message"].replace('"', '""') + ('' if index == break_row else '"')
+            if index == break_row:
+                broken_at = line
+            handle.write(f"{row['file']},{quoted}\n")
+            line += quoted.count("\n") + 1
+    return broken_at
+
+
+@pytest.mark.parametrize("break_row", [1, 4])
+def test_csv_row_with_an_unterminated_quote_is_reported_and_the_rest_ingests(tmp_path, sqlite_store, break_row):
+    rows = csv_rows()[:5]
+    path = tmp_path / "emails.csv"
+    line = _kaggle_csv(path, rows, break_row=break_row)
+    report = ingest(path, sqlite_store, progress=False)
+    assert [file for file, _ in report.skipped] == [f"emails.csv line {line}"]
+    assert f"line {line}" in report.skipped[0][1] and "quote" in report.skipped[0][1]
+    assert report.inserted == 4 and sqlite_store.count() == 4
+    for index, row in enumerate(rows):
+        if index == break_row:
+            continue
+        expected = parse_email(row["message"]).email
+        stored = sqlite_store.read(report.owners[row["file"].split("/")[0]], expected.message_id)
+        # every other email whole: nothing of a neighbour merged into its body
+        assert stored is not None and stored.body == expected.body, row["file"]
+
+
+def test_csv_stray_quote_does_not_cut_a_body_silently(tmp_path, sqlite_store):
+    rows = csv_rows()[:3]
+    path = tmp_path / "emails.csv"
+    _kaggle_csv(path, rows)
+    text = path.read_text(encoding="utf-8")
+    row_start = text.index(f"\n{rows[1]['file']},") + 1
+    after_message_id = text.index("\n", row_start) + 1
+    path.write_text(text[:after_message_id] + 'Date: "odd" quote\n' + text[after_message_id:], encoding="utf-8")
+    report = ingest(path, sqlite_store, progress=False)
+    line = text[:row_start].count("\n") + 1
+    assert [file for file, _ in report.skipped] == [f"emails.csv line {line}"]
+    assert report.inserted == 2 and sqlite_store.count() == 2
