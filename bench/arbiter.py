@@ -34,6 +34,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agent_rl.arbiter.keys import ApiKey  # noqa: E402
 from agent_rl.arbiter.server import default_workers, free_port  # noqa: E402
 from agent_rl.inbox.demo_corpus import build_demo_corpus  # noqa: E402
 from agent_rl.inbox.store import open_inbox_store  # noqa: E402
@@ -44,6 +45,8 @@ PG_ADMIN_URL = os.environ.get("AGENT_RL_TEST_PG", "postgresql+psycopg://postgres
 TARGET_RPS = 500.0
 TARGET_P99_OVERHEAD_MS = 5.0
 _TIMING = re.compile(rb"server-timing: total;dur=([0-9.]+), episode;dur=([0-9.]+)", re.IGNORECASE)
+# The benchmark's own key, admitted by the arbiters it starts: every inbox, may replay scenarios.
+API_TOKEN, API_KEY = ApiKey.create("bench", "bench", ["*"], replay=True)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -70,7 +73,7 @@ async def _drive(host: str, port: int, bodies: list[bytes], concurrency: int) ->
                 next_index += 1
                 head = (
                     f"POST /v1/ask HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(body)}\r\n\r\n"
+                    f"Authorization: Bearer {API_TOKEN}\r\nContent-Length: {len(body)}\r\n\r\n"
                 ).encode()
                 started = time.perf_counter()
                 writer.write(head + body)
@@ -164,7 +167,8 @@ app()
 
 def run_backend(name: str, pool_url: str, inbox_url: str, scenarios_path: Path, bodies: list[bytes], args, policy: str) -> dict:
     port = free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT),
+               AGENT_RL_API_KEYS=json.dumps([API_KEY.model_dump(mode="json")]))
     cmd = [
         sys.executable, "-c", _SERVER_WITH_INSTANT_POLICY, "serve",
         "--port", str(port), "--pool-url", pool_url, "--inbox-url", inbox_url,

@@ -31,6 +31,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import httpx  # noqa: E402
 
 from reliability_support import (  # noqa: E402
+    API_TOKEN,
     arbiter_process,
     build_world,
     drive,
@@ -77,8 +78,8 @@ def outage_run(world, root: Path, n: int, concurrency: int, retries: int, outage
             restarted = time.monotonic()
             recovered_s = None
             while recovered_s is None and time.monotonic() - restarted < 120:
-                probe = httpx.post(f"{arbiter.url}/v1/ask", content=world.ask_bodies(1)[0],
-                                   headers={"Content-Type": "application/json"}, timeout=30)
+                probe = httpx.post(f"{arbiter.url}/v1/ask", content=world.ask_bodies(1)[0], timeout=30,
+                                   headers={"Content-Type": "application/json", "Authorization": f"Bearer {API_TOKEN}"})
                 if probe.status_code == 200:
                     recovered_s = time.monotonic() - restarted
                 else:

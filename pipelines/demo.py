@@ -41,8 +41,16 @@ def step(name: str):
 
 @contextmanager
 def arbiter_process(port: int, scenarios: Path, token: str):
-    """The arbiter as its own process, like production; stopped (SIGTERM, drained) on exit."""
-    env = {**os.environ, "AGENT_RL_ADMIN_TOKEN": token}
+    """The arbiter as its own process, like production; stopped (SIGTERM, drained) on exit.
+
+    It admits one API key made here (every inbox, may replay scenarios): its hashed entry goes to the
+    arbiter in $AGENT_RL_API_KEYS, its token to replay() in this process's $AGENT_RL_API_KEY.
+    """
+    from agent_rl.arbiter.keys import ApiKey
+
+    api_token, api_key = ApiKey.create("demo-replay", "demo", ["*"], replay=True)
+    env = {**os.environ, "AGENT_RL_ADMIN_TOKEN": token, "AGENT_RL_API_KEYS": json.dumps([api_key.model_dump(mode="json")])}
+    os.environ["AGENT_RL_API_KEY"] = api_token
     # 128 tokens per turn: the trained agent's turns are under 90 (a tool call or an answer with sources), while
     # the prompted base model, champion until one is registered, rambles on to the limit without calling a tool.
     command = [sys.executable, "-m", "agent_rl.cli", "arbiter", "serve", "--port", str(port), "--workers", "1",
