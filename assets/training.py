@@ -48,6 +48,14 @@ def trained_adapters(partition: str) -> list:
     return manifest["adapters"]
 
 
+def sft_adapters(partition: str) -> list:
+    """The SFT adapter alone, as SFT recorded it (validation weighs it against SFT + GRPO)."""
+    from agent_rl.train.sft import MANIFEST
+
+    manifest = json.loads((adapter_dir("sft_adapter", partition) / MANIFEST).read_text())
+    return manifest["adapters"]
+
+
 @dg.asset(group_name="training", partitions_def=weekly, deps=[sft_dataset],
           description="LoRA adapter from SFT on successful trajectories (assistant tokens only).")
 def sft_adapter(context: dg.AssetExecutionContext, compute: TrainingCompute, training: TrainingResource,

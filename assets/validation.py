@@ -1,7 +1,8 @@
-"""Validation: candidate vs champion vs base on held-out anonymized scenarios, then the MLflow registry.
+"""Validation: SFT alone and SFT + GRPO against the agent production runs now, on the same held-out tasks.
 
-The candidate is registered as `challenger` only after its blocking checks pass; the A/B sensors
-take it from there.
+The better of the two trained models is the candidate (`choose_candidate`), and it must beat the incumbent of the
+routing table, whatever that is (a registered model, a rule-based agent, a simulated API model), by the margin,
+without forgetting what the base model knew. Only then is it registered as `challenger` for the A/B sensors.
 """
 
 import json
@@ -9,11 +10,13 @@ import json
 import dagster as dg
 
 from agent_rl import registry
+from agent_rl.ab.controller import BASE_VERSION, incumbent_of
 from agent_rl.curation.datasets import load_jsonl
 from agent_rl.evaluate.harness import evaluate_policy, forgetting_probe, torch_threads
 from agent_rl.evaluate.metrics import EvalMetrics
 from agent_rl.evaluate.report import (
     category_markdown,
+    choose_candidate,
     comparison_chart,
     comparison_markdown,
     forgetting_gate,
@@ -24,9 +27,10 @@ from agent_rl.policy_specs import load_policy, load_stacked
 from agent_rl.records import Scenario
 from assets.curation import stage_dir
 from assets.partitions import weekly
-from assets.training import grpo_adapter, trained_adapters
+from assets.training import grpo_adapter, sft_adapters, trained_adapters
 from resources.evaluation import EvaluationResource
 from resources.registry import MlflowResource
+from resources.stores import PoolResource
 from resources.training import TrainingResource
 
 
@@ -34,61 +38,104 @@ def report_path(partition: str):
     return stage_dir("evaluation_report", partition) / "report.json"
 
 
-def _champion_spec(mlflow: MlflowResource) -> str:
-    try:
-        registry.get_version("champion", name=mlflow.model_name, tracking_uri=mlflow.uri())
-        return "champion"
-    except LookupError:
-        return "base"
+def production_incumbent(pool: PoolResource, base_model: str) -> tuple[str, str]:
+    """(version, spec) of what production serves now: the largest share of the routing table; the prompted base
+    model only where nothing was ever routed."""
+    repository = pool.open()
+    routing = repository.get_routing()
+    version = incumbent_of({v: w for v, w in routing.weights.items() if w > 0})
+    if version is None:
+        return BASE_VERSION, base_model
+    return version, routing.specs.get(version) or version
+
+
+def _simulation_label(policy) -> dict | None:
+    simulation = getattr(policy, "simulation", None)
+    return simulation.label() if simulation is not None else None
 
 
 @dg.asset(group_name="validation", partitions_def=weekly, deps=[grpo_adapter, "anonymized_environment"],
-          description="Candidate, champion and base model on the same held-out scenarios, with a forgetting probe.")
+          description="SFT alone, SFT + GRPO and the production incumbent on the same held-out tasks; the better "
+                      "trained model is the candidate; forgetting probe against the base model.")
 def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationResource,
-                      training: TrainingResource, mlflow: MlflowResource):
+                      training: TrainingResource, mlflow: MlflowResource, pool: PoolResource):
     partition = context.partition_key
     env = stage_dir("anonymized_environment", partition)
     scenarios = [Scenario.model_validate(row) for row in load_jsonl(env / "scenarios.jsonl")]
     store = open_inbox_store(f"sqlite:///{env / 'inbox.db'}")
-    adapters = trained_adapters(partition)
-    champion_spec = _champion_spec(mlflow)
-    specs = {"candidate": None, "base": training.base_model}
-    if champion_spec != "base":
-        specs["champion"] = champion_spec
+    incumbent_version, incumbent_spec = production_incumbent(pool, training.base_model)
+    loaders = {
+        "sft": lambda: load_stacked(training.base_model, sft_adapters(partition), version="sft"),
+        "grpo": lambda: load_stacked(training.base_model, trained_adapters(partition), version="grpo"),
+        "incumbent": lambda: load_policy(incumbent_spec),
+    }
     results: dict[str, EvalMetrics] = {}
-    probes: dict[str, float] = {}
-    for name, spec in specs.items():
-        context.log.info(f"evaluating {name} ({spec or 'the trained adapters'})")
+    probes: dict[str, float | None] = {}
+    simulation = None
+    for name, load in loaders.items():
+        context.log.info(f"evaluating {name}" + (f" ({incumbent_version}: {incumbent_spec})" if name == "incumbent"
+                                                  else ""))
         with torch_threads(evaluation.torch_threads):
-            policy = load_stacked(training.base_model, adapters, version=name) if spec is None else load_policy(spec)
+            policy = load()
             results[name] = evaluate_policy(policy, scenarios, store, evaluation.eval_config(), version=name).metrics
-            probes[name] = forgetting_probe(policy)
+            if name == "incumbent":
+                simulation = _simulation_label(policy)
+            # A rule-based or simulated incumbent has no general knowledge to lose: no probe.
+            is_model = hasattr(policy, "model")
+            probes[name] = forgetting_probe(policy) if is_model else None
             del policy
-    if "champion" not in results:  # no champion registered yet: the prompted base model is what serves
-        results["champion"], probes["champion"] = results["base"], probes["base"]
+    with torch_threads(evaluation.torch_threads):
+        base = load_policy(training.base_model)
+        probes["base"] = forgetting_probe(base)
+        del base
     store.close()
-    improvement = improvement_gate(results["candidate"], results["champion"], evaluation.gates())
-    forgetting = forgetting_gate(probes["candidate"], probes["base"], evaluation.gates())
+    choice = choose_candidate(results["sft"], results["grpo"])
+    context.log.info(choice.reason)
+    candidate, candidate_probe = results[choice.name], probes[choice.name]
+    improvement = improvement_gate(candidate, results["incumbent"], evaluation.gates(),
+                                   champion_name=f"production's {incumbent_version}")
+    forgetting = forgetting_gate(candidate_probe or 0.0, probes["base"] or 0.0, evaluation.gates())
     report = {
-        "champion_spec": champion_spec,
-        "metrics": {name: m.model_dump() for name, m in results.items()},
+        "incumbent": {"version": incumbent_version, "spec": incumbent_spec, "simulation": simulation},
+        "choice": {"candidate": choice.name, "reason": choice.reason},
+        "metrics": {"candidate": candidate.model_dump(), **{n: m.model_dump() for n, m in results.items()}},
         "forgetting_probe": probes,
         "gates": {"improvement": improvement.__dict__, "forgetting": forgetting.__dict__},
     }
     report_path(partition).write_text(json.dumps(report, indent=1, default=str))
-    chart = comparison_chart(results, stage_dir("evaluation_report", partition) / "comparison.png")
-    candidate = results["candidate"]
+    _log_to_mlflow(context, mlflow, report)
+    shown = {f"{n} ({incumbent_version})" if n == "incumbent" else n: m for n, m in results.items()}
+    chart = comparison_chart(shown, stage_dir("evaluation_report", partition) / "comparison.png")
     return dg.MaterializeResult(metadata={
-        "comparison": dg.MetadataValue.md(comparison_markdown(results, probes)),
+        "comparison": dg.MetadataValue.md(comparison_markdown(
+            shown, {**probes, f"incumbent ({incumbent_version})": probes["incumbent"]})),
         "chart": dg.MetadataValue.path(str(chart)),
         "chart_preview": dg.MetadataValue.md(f"![comparison]({chart})"),
-        "champion": champion_spec,
+        "incumbent": incumbent_version,
+        "incumbent_spec": incumbent_spec,
+        "incumbent_simulation": dg.MetadataValue.json(simulation) if simulation else "no (measured)",
+        "candidate": choice.name,
+        "choice": choice.reason,
         "candidate_accuracy": candidate.accuracy,
-        "champion_accuracy": results["champion"].accuracy,
+        "incumbent_accuracy": results["incumbent"].accuracy,
         "candidate_hallucination_rate": candidate.hallucination_rate,
         "candidate_by_category": dg.MetadataValue.md(category_markdown(candidate)),
         "scenarios": candidate.n,
     })
+
+
+def _log_to_mlflow(context, mlflow: MlflowResource, report: dict) -> None:
+    """Both trained models' figures, the incumbent's and the choice, as a `validation` stage of this Dagster run."""
+    from agent_rl.train.tracking import Tracker
+
+    stage = Tracker(mlflow.uri(), dagster_run_id=context.run_id).start_stage("validation", params={
+        "incumbent": report["incumbent"]["version"], "incumbent_spec": report["incumbent"]["spec"],
+        "incumbent_simulated": bool(report["incumbent"]["simulation"]), "candidate": report["choice"]["candidate"]})
+    metrics = {f"{name}.{key}": value for name, m in report["metrics"].items() if name != "candidate"
+               for key, value in m.items() if isinstance(value, (int, float))}
+    stage.log_metrics(metrics, step=0)
+    stage.log_json(report, "report.json")
+    stage.finish()
 
 
 def _gate(context: dg.AssetCheckExecutionContext, name: str) -> dg.AssetCheckResult:
@@ -97,7 +144,8 @@ def _gate(context: dg.AssetCheckExecutionContext, name: str) -> dg.AssetCheckRes
                                metadata={"observed": gate["observed"], "required": gate["required"]})
 
 
-@dg.asset_check(asset=evaluation_report, blocking=True, description="Candidate beats the champion by the margin.")
+@dg.asset_check(asset=evaluation_report, blocking=True,
+                description="The candidate beats the agent production runs now by the margin.")
 def beats_champion(context: dg.AssetCheckExecutionContext):
     return _gate(context, "improvement")
 
@@ -118,25 +166,30 @@ def reward_hacking_passed(context: dg.AssetCheckExecutionContext):
 
 
 @dg.asset(group_name="validation", partitions_def=weekly, deps=[evaluation_report],
-          description="The validated candidate in the MLflow registry, alias `challenger`.")
+          description="The validated candidate (SFT alone or SFT + GRPO, as chosen) in the MLflow registry, "
+                      "alias `challenger`.")
 def registered_model(context: dg.AssetExecutionContext, training: TrainingResource, mlflow: MlflowResource):
     partition = context.partition_key
     report = json.loads(report_path(partition).read_text())
     candidate = report["metrics"]["candidate"]
+    chosen = report["choice"]["candidate"]
     hashes = {}
     for stage, file in (("sft_dataset", "train.jsonl"), ("grpo_dataset", "train.jsonl")):
         event = context.instance.get_latest_materialization_event(dg.AssetKey(stage))
         meta = event.asset_materialization.metadata if event and event.asset_materialization else {}
         hashes[f"{stage}_hash"] = getattr(meta.get("content_hash"), "value", "")
+    adapters = trained_adapters(partition) if chosen == "grpo" else sft_adapters(partition)
     version = registry.register_candidate(
-        trained_adapters(partition),
+        adapters,
         training.base_model,
         metrics={k: v for k, v in candidate.items() if isinstance(v, (int, float))},
         tags={"dagster_run_id": context.run_id, "partition": partition, **hashes,
-              "champion_at_validation": report["champion_spec"]},
+              "trained_with": "sft+grpo" if chosen == "grpo" else "sft",
+              "incumbent_at_validation": report["incumbent"]["version"]},
         alias="challenger", name=mlflow.model_name, tracking_uri=mlflow.uri(),
     )
     return dg.MaterializeResult(metadata={
         "model": version.name, "version": version.version, "aliases": ", ".join(version.aliases),
+        "trained_with": "SFT + GRPO" if chosen == "grpo" else "SFT alone", "choice": report["choice"]["reason"],
         "mlflow_run_id": version.run_id, "accuracy": candidate["accuracy"],
     })

@@ -8,6 +8,7 @@ Definitions (all shares are over the evaluated episodes unless said otherwise):
 - valid_tool_call_rate: over assistant turns, turns that made a well-formed call to a known tool;
 - avg_turns, avg_tokens (prompt + completion per episode), latency_ms_p50, latency_ms_p95;
 - cost_per_1k_usd: estimated cost of 1,000 such queries;
+- failure_rate: wrong answers, format errors and episodes that ran out, together (what a user feels);
 - by_category: per task category (when `scenarios` are given), n and the share of each outcome, to see
   whether a model fails on unanswerable questions or on one kind of fact.
 """
@@ -38,6 +39,8 @@ class EvalMetrics(BaseModel):
     latency_ms_p50: float
     latency_ms_p95: float
     cost_per_1k_usd: float
+    # The failures a user feels, together: a wrong answer, a broken reply, no answer within the budgets.
+    failure_rate: float = 0.0
     by_category: dict[str, dict[str, float]] = {}
 
 
@@ -91,6 +94,7 @@ def compute_metrics(episodes: list[Episode], scenarios: Mapping[str, Scenario] |
         latency_ms_p50=_percentile([e.latency_ms for e in episodes], 0.50),
         latency_ms_p95=_percentile([e.latency_ms for e in episodes], 0.95),
         cost_per_1k_usd=round(1000 * statistics.fmean(e.cost_usd for e in episodes), 6) if n else 0.0,
+        failure_rate=_share(sum(1 for o in outcomes if o in (Outcome.WRONG, Outcome.FORMAT_ERROR, Outcome.RAN_OUT)), n),
         by_category=_by_category(episodes, scenarios),
     )
 

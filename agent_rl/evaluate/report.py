@@ -34,13 +34,35 @@ def relative_improvement(candidate: float, champion: float) -> float:
     return (candidate - champion) / champion
 
 
-def improvement_gate(candidate: EvalMetrics, champion: EvalMetrics, settings: GateSettings) -> GateOutcome:
+def improvement_gate(candidate: EvalMetrics, champion: EvalMetrics, settings: GateSettings,
+                     champion_name: str = "champion") -> GateOutcome:
+    """The candidate against the agent production runs now (`champion_name` says which), on the same tasks."""
     lift = relative_improvement(candidate.accuracy, champion.accuracy)
     passed = lift >= settings.min_relative_improvement
     shown = "∞" if lift == float("inf") else f"{lift:+.1%}"
     return GateOutcome(passed, lift if lift != float("inf") else 1e9, settings.min_relative_improvement,
-                       f"accuracy {candidate.accuracy:.1%} vs champion {champion.accuracy:.1%} ({shown}); "
+                       f"accuracy {candidate.accuracy:.1%} vs {champion_name} {champion.accuracy:.1%} ({shown}); "
                        f"at least {settings.min_relative_improvement:+.0%} required")
+
+
+@dataclass
+class CandidateChoice:
+    """Which trained model ships, and why (SFT alone or SFT + GRPO)."""
+
+    name: str
+    reason: str
+
+
+def choose_candidate(sft: EvalMetrics, grpo: EvalMetrics) -> CandidateChoice:
+    """SFT + GRPO ships only when it is not worse than SFT alone on the same held-out tasks: accuracy (the primary
+    metric) at least SFT's and the failures users feel (wrong + format errors + ran out) at most SFT's. Otherwise
+    SFT alone ships, so GRPO can never make the registered model worse than the warmup it started from."""
+    shown = (f"SFT+GRPO accuracy {grpo.accuracy:.1%}, failures {grpo.failure_rate:.1%}; "
+             f"SFT alone {sft.accuracy:.1%}, {sft.failure_rate:.1%}")
+    if grpo.accuracy >= sft.accuracy and grpo.failure_rate <= sft.failure_rate:
+        return CandidateChoice("grpo", f"SFT+GRPO ships: not worse than SFT alone ({shown})")
+    worse = "accuracy" if grpo.accuracy < sft.accuracy else "failures"
+    return CandidateChoice("sft", f"SFT alone ships: GRPO made {worse} worse ({shown})")
 
 
 def forgetting_gate(candidate_probe: float, base_probe: float, settings: GateSettings) -> GateOutcome:

@@ -175,6 +175,21 @@ class Tracker:
             self._parent_run_id = run.info.run_id
         return self._parent_run_id
 
+    def end_parent(self, status: str = "FINISHED") -> bool:
+        """Close this Dagster run's parent run once the Dagster run ended (its stages close themselves); False
+        when it has none. Otherwise the parent stays RUNNING forever beside its finished stages."""
+        if not self.dagster_run_id:
+            return False
+        existing = self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.{PARENT_TAG} = '{self.dagster_run_id}' and tags.stage = 'parent'",
+            max_results=1,
+        )
+        if not existing:
+            return False
+        if existing[0].info.status == "RUNNING":
+            self.client.set_terminated(existing[0].info.run_id, status=status)
+        return True
+
     def start_stage(self, stage: str, params: dict[str, Any] | None = None,
                     dataset_hashes: dict[str, str] | None = None) -> StageRun:
         tags = {"stage": stage}

@@ -12,7 +12,14 @@ from agent_rl.agent.heuristic import HeuristicConfig, HeuristicPolicy
 from agent_rl.cli import app
 from agent_rl.evaluate.harness import EvalConfig, evaluate_policy, select_scenarios
 from agent_rl.evaluate.metrics import compute_metrics
-from agent_rl.evaluate.report import GateSettings, category_markdown, forgetting_gate, improvement_gate, relative_improvement
+from agent_rl.evaluate.report import (
+    GateSettings,
+    category_markdown,
+    choose_candidate,
+    forgetting_gate,
+    improvement_gate,
+    relative_improvement,
+)
 from agent_rl.inbox.store import open_inbox_store
 from agent_rl.records import Category, Episode, Outcome, Scenario, Split
 from agent_rl.scenarios.demo import build_demo_environment
@@ -101,3 +108,31 @@ def test_improvement_gate_is_relative_to_the_champion():
     assert not gate.passed and "at least +10%" in gate.message
     assert forgetting_gate(0.5, 0.55, GateSettings(max_forgetting_drop=0.1)).passed
     assert not forgetting_gate(0.2, 0.55, GateSettings(max_forgetting_drop=0.1)).passed
+
+
+def test_sft_plus_grpo_ships_only_when_it_is_not_worse_than_sft_alone():
+    def metrics(accuracy, failure_rate):
+        return compute_metrics([]).model_copy(update={"accuracy": accuracy, "failure_rate": failure_rate})
+
+    assert choose_candidate(metrics(0.78, 0.10), metrics(0.80, 0.08)).name == "grpo"
+    assert choose_candidate(metrics(0.78, 0.10), metrics(0.78, 0.10)).name == "grpo"  # a tie is not worse
+    lower = choose_candidate(metrics(0.78, 0.10), metrics(0.74, 0.08))
+    assert lower.name == "sft" and "made accuracy worse" in lower.reason
+    more_failures = choose_candidate(metrics(0.78, 0.10), metrics(0.80, 0.14))
+    assert more_failures.name == "sft" and "made failures worse" in more_failures.reason
+
+
+def test_failure_rate_counts_wrong_answers_broken_replies_and_running_out_together():
+    def episode(outcome):
+        return Episode(inbox_id="a@x", question="q", policy_version="v", outcome=outcome)
+
+    m = compute_metrics([episode(o) for o in (Outcome.CORRECT, Outcome.WRONG, Outcome.FORMAT_ERROR, Outcome.RAN_OUT,
+                                              Outcome.IDK)])
+    assert m.failure_rate == 0.6 and m.hallucination_rate == 0.2
+
+
+def test_the_improvement_gate_names_the_incumbent_it_measured_against():
+    base = compute_metrics([])
+    gate = improvement_gate(base.model_copy(update={"accuracy": 0.8}), base.model_copy(update={"accuracy": 0.9}),
+                            GateSettings(), champion_name="production's o3-sim")
+    assert not gate.passed and "vs production's o3-sim 90.0%" in gate.message
