@@ -1,4 +1,4 @@
-"""The records every stage shares: emails, search hits, scenarios and episodes (DESIGN.md, Core records)."""
+"""The records every stage shares: emails, search hits, scenarios and episodes (docs/architecture.md, Records)."""
 
 from __future__ import annotations
 

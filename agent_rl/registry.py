@@ -1,7 +1,7 @@
 """The model registry on MLflow: a candidate is registered as its LoRA adapters plus a reference to its base.
 
 Why not `mlflow.transformers`: logging a PeftModel through it corrupts the base weights on reload
-(DESIGN.md), and a 135M base copied per version wastes space; adapters are a few MB. A version's
+(docs/architecture.md), and a 135M base copied per version wastes space; adapters are a few MB. A version's
 artifacts are `model/adapters/00, 01, ...` (applied in order: SFT, then GRPO) and
 `model/agent_rl_model.json` (base model spec and the adapter order). Aliases, not stages:
 `champion`, `challenger`, `previous_champion`.

@@ -1,4 +1,5 @@
-"""The Dagster code location honours DESIGN.md's contract: asset names, groups, blocking gates, schedule, sensors."""
+"""The Dagster code location honours the contract of docs/architecture.md: asset names, groups, blocking gates,
+schedule, sensors."""
 
 from __future__ import annotations
 

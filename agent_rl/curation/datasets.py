@@ -8,7 +8,7 @@ the warm-up to imitate.
 
 Rows are saved as JSONL from plain Python objects: a `datasets.Dataset` built from message lists
 whose tool calls have different argument keys merges the schemas and fills the missing keys with
-null, which then render into prompts (DESIGN.md pitfall).
+null, which then render into prompts (docs/architecture.md, known pitfalls).
 """
 
 from __future__ import annotations

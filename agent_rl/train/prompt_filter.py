@@ -1,5 +1,5 @@
 """Choose GRPO prompts the model sometimes solves: a group whose rollouts all score the same has zero advantage
-and teaches nothing (DESIGN: most groups had zero variance).
+and teaches nothing (docs/architecture.md: on CPU most groups had zero variance).
 
 Solve rates come either from outside (e.g. the SFT evaluation, by scenario id) or from a quick sampled
 pre-pass of the SFT model through the real episode runner.
