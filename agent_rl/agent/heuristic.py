@@ -347,10 +347,8 @@ class HeuristicPolicy(Policy):
         the earlier ones did not tell); read together, the one the sequential teacher would have read first,
         an email's own words before a quote it carries.
 
-        Tried and not kept: the newest read email with the answer in its own words first. A better teacher (demo train
-        366 -> 374 of 386, the 8 gained all corrections, none lost) but a worse student: seed 3, one AMD EPYC, after
-        SFT 78.7/8.5 -> 75.5/16.0 correct/wrong (69.1/20.2 after GRPO), still answering from the announcement over the
-        correction in 7 of its 15 wrong answers."""
+        Tried and not kept: the newest read email with the answer in its own words first. The better teacher gave the
+        worse student, which still answered from the announcement over the correction (docs/experiments.md)."""
         if self.config.parallel_reads == 1:
             return list(reversed(state.read_order))
 
