@@ -113,7 +113,11 @@ def _json_dumps(value: Any) -> str:
     return json.dumps(value, default=str, ensure_ascii=False)
 
 
-POSTGRES_ENGINE_OPTIONS: dict[str, Any] = {"json_serializer": _json_dumps, "pool_size": 8, "max_overflow": 8}
+# Database errors quote their statement, and by default its parameters: questions, answers and messages,
+# which would then reach whatever logs the error. hide_parameters keeps them out of every error's text.
+POSTGRES_ENGINE_OPTIONS: dict[str, Any] = {
+    "json_serializer": _json_dumps, "pool_size": 8, "max_overflow": 8, "hide_parameters": True,
+}
 
 
 def _make_engine(url: str) -> Engine:
@@ -127,7 +131,7 @@ def _make_engine(url: str) -> Engine:
             path = url.split("///", 1)[-1].split("?", 1)[0]
             if path:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, json_serializer=_json_dumps, **kwargs)
+        engine = create_engine(url, json_serializer=_json_dumps, hide_parameters=True, **kwargs)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

@@ -216,3 +216,18 @@ def test_blank_questions_and_verdicts_are_422_and_store_nothing(scoped, demo_wor
         refused = scoped.client.post("/v1/feedback", json={"episode_id": episode_id, "verdict": verdict}, headers=bearer(ALICE))
         assert refused.status_code == 422, (verdict, refused.text)
     assert scoped.pool.get(episode_id).feedback is None
+
+
+def test_a_failed_pool_write_logs_no_question(start_arbiter, demo_world, store_url, caplog):
+    """The database error names the statement; its parameters (the question, the messages) stay out of the log."""
+    from sqlalchemy import text
+
+    caplog.set_level(logging.DEBUG)
+    secret = "Is Dana's medical leave approved until March?"
+    with start_arbiter(pool_url=store_url) as live:
+        with live.pool.engine.begin() as conn:
+            conn.execute(text("DROP TABLE episodes"))
+        response = live.client.post("/v1/ask", json={"inbox": demo_world.scenarios[0].inbox_id, "question": secret})
+        assert response.status_code == 503 and secret not in response.text
+    assert "pool write of 1 episodes failed" in caplog.text  # the failure was logged...
+    assert "Dana" not in caplog.text  # ...without what was asked
