@@ -28,7 +28,13 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
+# Postgres tests use the server at AGENT_RL_TEST_PG (default postgresql+psycopg://postgres@127.0.0.1:5432/test)
+# when one is usable there; otherwise the suite starts a throwaway server itself (initdb + pg_ctl on a free port
+# in a temp dir, as the `postgres` user when run as root) and stops it at the end. install_postgres.sh installs
+# the server binaries (apt-get install postgresql) only when they are missing.
+# Test data lives in tests/data: nothing is read from outside the repository.
 test: $(STAMP)
+	bash tests/install_postgres.sh
 	bash tests/ui/install_browser.sh
 	$(BIN)/python -m pytest -q tests
 
@@ -36,7 +42,9 @@ test-browser: $(STAMP)
 	bash tests/ui/install_browser.sh
 	$(BIN)/python -m pytest -q -m browser tests/ui
 
+# No model downloads, no browser; PostgreSQL as for `test`.
 test-fast: $(STAMP)
+	bash tests/install_postgres.sh
 	$(BIN)/python -m pytest -q -m "not slow and not browser" tests
 
 demo: $(STAMP)

@@ -11,7 +11,6 @@ from sqlalchemy import update
 
 from agent_rl.pool import ExportCursor, PoolRepository, SchemaVersionError, UnknownEpisodeError, schema
 from agent_rl.records import Category, Episode, Outcome
-from tests.conftest import PG_ADMIN_URL
 
 T0 = datetime(2025, 3, 3, 12, 0, tzinfo=timezone.utc)
 
@@ -230,7 +229,7 @@ def test_default_url_is_a_sqlite_file_under_agent_rl_home(tmp_path):
 
 
 @pytest.mark.postgres
-def test_postgres_insert_survives_connections_the_server_closed(pg_url):
+def test_postgres_insert_survives_connections_the_server_closed(pg_url, pg_admin_url):
     """Inserts skip the connection ping; a connection the server dropped is replaced, nothing is lost."""
     from sqlalchemy import create_engine
 
@@ -238,7 +237,7 @@ def test_postgres_insert_survives_connections_the_server_closed(pg_url):
     pool = PoolRepository(f"{pg_url}&application_name={name}")
     try:
         assert pool.insert_episodes([make_episode(0)]) == 1
-        admin = create_engine(PG_ADMIN_URL)
+        admin = create_engine(pg_admin_url)
         with admin.begin() as conn:  # what a server restart or an idle timeout does to pooled connections
             killed = conn.exec_driver_sql(
                 f"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '{name}'"

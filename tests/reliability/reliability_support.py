@@ -1,5 +1,6 @@
 """Shared parts of the reliability suite: a demo world on disk, the arbiter as a real server process, a light
-load driver that records every request's fate, and a PostgreSQL instance owned by the test (its own port).
+load driver that records every request's fate, and (from tests/pg_server.py) a PostgreSQL instance owned by
+the test on its own port.
 
 Imported by name from the tests and by bench/load.py (it puts this folder on sys.path).
 """
@@ -10,11 +11,9 @@ import asyncio
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from agent_rl.inbox.demo_corpus import build_demo_corpus
 from agent_rl.inbox.store import open_inbox_store
 from agent_rl.records import Scenario
 from agent_rl.scenarios import generate_scenarios, save_scenarios
+from tests.pg_server import TestPostgres, postgres_bin, private_postgres  # noqa: F401 - one helper, re-exported
 
 ROOT = Path(__file__).resolve().parents[2]
 # The key the suite's arbiters admit and its load driver sends: every inbox, may replay scenarios.
@@ -261,82 +261,3 @@ def pool_episode_ids(pool_url: str) -> Counter:
             return Counter(row[0] for row in conn.execute(text("SELECT episode_id FROM episodes")))
     finally:
         engine.dispose()
-
-
-# -- a PostgreSQL instance owned by the test -----------------------------------------------------
-
-
-def postgres_bin() -> Path | None:
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
-    return found[-1].parent if found else None
-
-
-class TestPostgres:
-    """initdb + pg_ctl on a private data directory and port; never the shared server at 5432.
-
-    initdb refuses to run as root, so as root the cluster belongs to the `postgres` system user.
-    """
-
-    __test__ = False  # not a pytest test class
-
-    def __init__(self, port: int | None = None) -> None:
-        bin_dir = postgres_bin()
-        if bin_dir is None:
-            raise RuntimeError("no PostgreSQL binaries under /usr/lib/postgresql/*/bin")
-        self.bin = bin_dir
-        # Its own folder under /tmp: the postgres user cannot enter pytest's 0700 tmp dirs.
-        self.root = Path(tempfile.mkdtemp(prefix="agent-rl-test-pg-"))
-        self.data = self.root / "pgdata"
-        self.socket_dir = self.root / "pgsock"
-        self.port = port or free_port()
-        self.log = self.root / "postgres.log"
-        self.as_user = "postgres" if os.geteuid() == 0 else None
-
-    @property
-    def url(self) -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
-
-    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        command = [str(self.bin / args[0]), *args[1:]]
-        if self.as_user:
-            command = ["runuser", "-u", self.as_user, "--", *command]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-        if check and done.returncode != 0:
-            raise RuntimeError(f"{' '.join(args)} failed ({done.returncode}): {done.stderr or done.stdout}")
-        return done
-
-    def init(self) -> TestPostgres:
-        self.socket_dir.mkdir(exist_ok=True)
-        if self.as_user:
-            shutil.chown(self.root, self.as_user)
-            shutil.chown(self.socket_dir, self.as_user)
-        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
-        return self
-
-    def _options(self) -> str:
-        return f"-p {self.port} -k {self.socket_dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100"
-
-    def start(self) -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", self._options(), "-w", "-t", "60", "start")
-
-    def stop(self, mode: str = "fast") -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop", check=False)
-
-    def running(self) -> bool:
-        return self._run("pg_ctl", "-D", str(self.data), "status", check=False).returncode == 0
-
-    def destroy(self) -> None:
-        """Stop the server (immediately) and remove its files."""
-        if self.data.exists():
-            self.stop("immediate")
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
-@contextmanager
-def private_postgres() -> Iterator[TestPostgres]:
-    server = TestPostgres().init()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.destroy()
