@@ -56,7 +56,10 @@ class IngestReport(BaseModel):
     seen: int = 0
     inserted: int = 0
     duplicates: int = 0
-    skipped: list[tuple[str, str]] = Field(default_factory=list, description="(file, reason) per skipped file")
+    skipped: list[tuple[str, str]] = Field(
+        default_factory=list,
+        description="(where, reason) per skipped file, link, archive member or CSV row; never its contents",
+    )
     owners: dict[str, str] = Field(default_factory=dict, description="mailbox folder -> inbox address")
 
 
