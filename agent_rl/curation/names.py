@@ -17,6 +17,8 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from spacy.lang.en.stop_words import STOP_WORDS
+
 # Words that start sentences, headings and company names far more often than they name someone.
 _EXTRA_COMMON = (
     "hi hello hey dear thanks thank regards cheers best sincerely kind warm yours attached please note fyi fw fwd re "
@@ -25,14 +27,15 @@ _EXTRA_COMMON = (
     "monday tuesday wednesday thursday friday saturday sunday mon tue wed thu fri sat sun "
     "mr mrs ms miss dr prof sir madam team group all everyone folks guys board staff office inbox notes folders "
     "documents draft final report update agenda summary question answer deal contract invoice order account "
-    "north south east west new old great little big grand saint san santa los las el la le de del "
+    "am pm est cst pst edt cdt pdt north south east west new old great little big grand saint san santa los las el la le de del "
     "president vice chairman director manager officer analyst counsel assistant associate senior junior chief "
     "head lead executive general legal finance risk trading gas power energy electric oil pipeline capital "
     "company corporation corp inc llc ltd co plc bank university college institute center centre services "
     "international national global america american americas houston london paris texas california enron will "
     "bill mark grant chase price rich young long white green brown king rose hope joy love art august dallas "
     "austin portland denver phoenix boston chicago calgary sydney tokyo japan china india canada europe "
-    "street avenue road lane drive boulevard suite floor room building tower plaza park court place"
+    "street avenue road lane drive boulevard suite floor room building tower plaza park court place trail way "
+    "terrace unit apt circle"
 ).split()
 # A run holding one of these is an organisation or a place, not a person.
 _ORG_WORDS = frozenset(
@@ -40,7 +43,21 @@ _ORG_WORDS = frozenset(
     "association council department partners capital holdings international systems technologies energy power "
     "gas electric resources trading markets pipeline airlines hotel hospital school club foundation fund "
     "street avenue road lane drive boulevard parkway highway suite floor city county state river lake mount "
-    "republic kingdom united states america airport station church".split()
+    "republic kingdom united states america airport station church cafe restaurant grill hall museum theater "
+    "theatre stadium arena mall store shop".split()
+)
+# "San Antonio", "Fort Worth", "Lake Charles": a run that starts so is a place.
+_PLACE_START = frozenset("san santa los las el fort port saint st lake mount mt palm grand new north south east west".split())
+# Firms named after people that an energy or finance mailbox mentions all the time; they are answers, not people.
+_FIRMS = frozenset((
+    "goldman sachs", "morgan stanley", "wells fargo", "merrill lynch", "dean witter", "arthur andersen",
+    "smith barney", "lehman brothers", "bear stearns", "charles schwab", "morgan chase", "salomon smith",
+    "ernst young", "price waterhouse", "vinson elkins", "fulbright jaworski", "baker botts", "akin gump",
+    "mayer brown", "sullivan cromwell", "davis polk", "jones day", "paine webber", "donaldson lufkin",
+))
+_FUNCTION = frozenset(
+    "hi hello hey dear thanks thank regards cheers best sincerely mr mrs ms miss dr prof sir fyi fw fwd re cc "
+    "attn per kudos both".split()
 )
 _CONTEXT_BEFORE = re.compile(
     r"(?i)(?:\b(?:hi|hello|hey|dear|thanks|thank\s+you|cheers|regards|call|ask|tell|contact|email|e-mail|ping|"
@@ -61,7 +78,8 @@ _GAP = re.compile(r"[ \t]+(?:\n[ \t]*)?|[ \t]*\.[ \t]+")  # a space, a soft-wrap
 
 @functools.lru_cache(maxsize=1)
 def name_lists() -> tuple[frozenset[str], frozenset[str]]:
-    """Lowercase first and last names of every Faker locale (about 30k of each, from many origins)."""
+    """Lowercase first and last names of every Faker locale (about 30k of each, from many origins); some are
+    also plain words ("Grant", "Chase"), which `NameFinder` trusts only beside another name word."""
     from faker.config import AVAILABLE_LOCALES
 
     first: set[str] = set()
@@ -79,8 +97,7 @@ def name_lists() -> tuple[frozenset[str], frozenset[str]]:
                     for piece in str(name).split():
                         if len(piece) > 1 and _WORD.fullmatch(piece):
                             into.add(piece.lower())
-    common = common_words()
-    return frozenset(first - common), frozenset(last - common)
+    return frozenset(first), frozenset(last)
 
 
 @functools.lru_cache(maxsize=1)
@@ -113,10 +130,16 @@ class NameFinder:
     def __init__(self, known: Callable[[str], bool] | None = None) -> None:
         self.first, self.last = name_lists()
         self.common = common_words()
+        self.function = frozenset(STOP_WORDS) | _FUNCTION
         self._known = known or (lambda word: False)
 
     def is_name_part(self, lower: str) -> bool:
-        return lower not in self.common and (lower in self.first or lower in self.last or self._known(lower))
+        """A name word on its own: listed or known, and not also a common word."""
+        return self._known(lower) or (lower not in self.common and (lower in self.first or lower in self.last))
+
+    def listed(self, lower: str) -> bool:
+        """In a name list or known, even if also a common word ("Grant", "Chase", "Paris")."""
+        return lower in self.first or lower in self.last or self._known(lower)
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         found: list[tuple[int, int]] = []
@@ -166,47 +189,65 @@ class NameFinder:
     def _judge(self, text: str, run: list[_Word]) -> Iterable[tuple[int, int]]:
         if text[max(0, run[0].start - 1):run[0].start] in ("/", "@"):
             return  # the ORG of `Name/ORG/ORG@ORG`
+        line_start = text.rfind("\n", 0, run[0].start) + 1
+        line_end = text.find("\n", run[-1].end)
+        line_end = len(text) if line_end < 0 else line_end
+        previous_line = text[:line_start].rstrip("\n").rsplit("\n", 1)[-1] if line_start else ""
+        whole_line = not text[line_start:run[0].start].strip() and not text[run[-1].end:line_end].strip(" \t,.")
+        lowers_all = [w.lower for w in run if len(w.text) > 1]
+        if (whole_line and line_start and _CLOSING_LINE.match(previous_line) and 1 <= len(lowers_all) <= 4
+                and not any(w in _ORG_WORDS or w in self.function for w in lowers_all)):
+            yield run[0].start, run[-1].end  # the name under "Best wishes," whatever its words
+            return
         core = self._trim(run)
         if not core:
             return
         lowers = [w.lower for w in core if len(w.text) > 1 and w.lower not in _PARTICLES]
-        if not lowers or any(w in _ORG_WORDS for w in lowers):
+        if not lowers or any(w in _ORG_WORDS for w in lowers) or " ".join(lowers[:2]) in _FIRMS:
+            return
+        if lowers[0] in _PLACE_START and len(lowers) >= 2 and not self._known(lowers[0]):
             return
         span = (core[0].start, core[-1].end)
-        known = [w for w in lowers if self.is_name_part(w)]
         after = text[core[-1].end:core[-1].end + 2]
         lotus = bool(re.match(r"[/@][A-Z]", after)) and text[core[-1].end + 1:core[-1].end + 4].isupper()
-        line_start = text.rfind("\n", 0, core[0].start) + 1
-        line_end = text.find("\n", core[-1].end)
-        line_end = len(text) if line_end < 0 else line_end
         alone = not text[line_start:core[0].start].strip() and not text[core[-1].end:line_end].strip(" \t,.")
         before = text[max(0, core[0].start - 40):core[0].start]
-        previous_line = text[:line_start].rstrip("\n").rsplit("\n", 1)[-1]
-        if len(lowers) >= 2 and known:
-            yield span  # "Marguerite Dubois": a known part vouches for the capitalised words beside it
+        known = [w for w in lowers if self.is_name_part(w)]
+        if len(lowers) >= 2 and (known or self.listed(lowers[0])):
+            yield span  # "Marguerite Dubois", "Chase Fabiszewski": a name word vouches for the words beside it
+        elif len(lowers) >= 2 and all(self._unknown(w) for w in lowers):
+            yield span  # "Ehtel Tijerino": capitalised words no list or dictionary knows, side by side
         elif lotus:
             yield span  # `Taylor@ECT`, `Hirl/HOU/ECT`
-        elif _CONTEXT_BEFORE.search(before) and (known or len(lowers) >= 2 or self._unknown(lowers[0])):
+        elif _CONTEXT_BEFORE.search(before) and (known or self._unknown(lowers[0])):
             yield span  # "call Nguyen", "Dear Ms. Okonkwo", "thanks Sherry"
-        elif alone and 2 <= len(lowers) <= 4 and all(self._unknown(w) or self.is_name_part(w) for w in lowers):
+        elif alone and 2 <= len(lowers) <= 4 and all(self._unknown(w) or self.listed(w) for w in lowers):
             yield span  # a signature line
-        elif alone and len(lowers) == 1 and _CLOSING_LINE.match(previous_line) and not lowers[0] in self.common:
-            yield span  # "Regards,\nSherry"
 
     def _unknown(self, lower: str) -> bool:
         return lower not in self.common and lower not in _ORG_WORDS
 
     def _trim(self, run: list[_Word]) -> list[_Word]:
-        """Drop leading/trailing words that are common ("Thanks Sherry", "Sherry Thanks")."""
+        """Drop edge words that are no name ("Thanks Sherry", "Sherry Thanks"); a common word inside ends it."""
         core = list(run)
-        while core and (core[0].lower in self.common or core[0].lower in _PARTICLES) and not self._known(core[0].lower):
+
+        def droppable(word: _Word) -> bool:
+            lower = word.lower
+            if self._known(lower):
+                return False
+            return lower in self.function or lower in _PARTICLES or (lower in self.common and not self.listed(lower))
+
+        while core and droppable(core[0]):
             core.pop(0)
-        while core and (core[-1].lower in self.common or len(core[-1].text) == 1) and not self._known(core[-1].lower):
+        while core and (droppable(core[-1]) or len(core[-1].text) == 1):
+            if len(core) >= 2 and self.listed(core[-2].lower) and core[-1].lower not in self.function \
+                    and core[-1].lower not in _ORG_WORDS and len(core[-1].text) > 2:
+                break  # "Chantelle Blue": after a first name, a common word is a surname
             core.pop()
-        # A common word inside ("Sherry and Vince" never joins; "Portland General Electric") ends the name there.
         for i, word in enumerate(core[1:], 1):
-            if word.lower in self.common and word.lower not in _PARTICLES and not self._known(word.lower):
-                return core[:i] if len(core[:i]) > 0 else []
+            if droppable(word) and not (i == 1 and self.listed(core[0].lower) and word.lower not in self.function
+                                        and word.lower not in _ORG_WORDS):
+                return core[:i]
         return core
 
     def _header_lines(self, text: str) -> Iterable[tuple[int, int]]:

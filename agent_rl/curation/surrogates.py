@@ -71,6 +71,9 @@ def match_case(surrogate: str, original: str) -> str:
 STREET_SUFFIXES = (
     "Street", "St", "Avenue", "Ave", "Road", "Rd", "Boulevard", "Blvd", "Lane", "Ln", "Drive", "Dr", "Terrace",
     "Way", "Court", "Ct", "Place", "Pl", "Parkway", "Pkwy", "Square", "Highway", "Hwy", "Circle", "Plaza",
+    "Trail", "Trl", "Pike", "Loop", "Crescent", "Ridge", "Row", "Alley", "Run", "Path", "Point", "Heights",
+    "Crossing", "Bend", "Grove", "Creek", "Hill", "Park", "Pass", "Glen", "View", "Walk", "Expressway", "Freeway",
+    "Turnpike", "Close", "Mews", "Gardens", "Cir", "Ter", "Trce", "Xing",
 )
 STREET_UNITS = ("Apt", "Apartment", "Suite", "Ste", "Unit", "Floor", "Fl")
 _KEPT_STREET_WORDS = {w.lower() for w in STREET_SUFFIXES + STREET_UNITS}
