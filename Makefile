@@ -47,14 +47,19 @@ test-fast: $(STAMP)
 	bash tests/install_postgres.sh
 	$(BIN)/python -m pytest -q -m "not slow and not browser" tests
 
+# `make demo WEEKS=3`: three weeks of the loop back to back, each served by what the week before promoted.
+WEEKS ?= 1
+
 demo: $(STAMP)
-	$(BIN)/python -m pipelines.demo
+	$(BIN)/python -m pipelines.demo --weeks $(WEEKS)
 
 demo-fast: $(STAMP)
-	$(BIN)/python -m pipelines.demo --fast
+	$(BIN)/python -m pipelines.demo --fast --weeks $(WEEKS)
 
-# Dagster and MLflow side by side on loopback, on the storage the demo used.
+# Dagster and MLflow side by side on loopback, on the storage and with the profile the demo used (its sensors
+# then judge the demo's A/B test by the demo's thresholds).
 ui: $(STAMP)
+	export AGENT_RL_PROFILE=$${AGENT_RL_PROFILE:-$$(cat $(AGENT_RL_HOME)/profile 2>/dev/null || echo default)}; \
 	trap 'kill 0' EXIT; \
 	$(BIN)/mlflow server --backend-store-uri sqlite:///$(AGENT_RL_HOME)/mlflow.db --default-artifact-root file://$(AGENT_RL_HOME)/mlartifacts --host 127.0.0.1 --port 5000 & \
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000

@@ -6,7 +6,7 @@ import dagster as dg
 from assets import curation, environment, pool, training, validation
 from pipelines.jobs import environment_job, retraining_job
 from pipelines.schedules import weekly_retraining
-from pipelines.sensors import challenger_sensor, rollout_sensor
+from pipelines.sensors import challenger_sensor, mlflow_run_failed, mlflow_run_succeeded, rollout_sensor
 from pipelines.profiles import resources_for
 
 MODULES = [environment, pool, curation, training, validation]
@@ -16,6 +16,6 @@ defs = dg.Definitions(
     asset_checks=dg.load_asset_checks_from_modules(MODULES),
     jobs=[retraining_job, environment_job],
     schedules=[weekly_retraining],
-    sensors=[challenger_sensor, rollout_sensor],
+    sensors=[challenger_sensor, rollout_sensor, mlflow_run_succeeded, mlflow_run_failed],
     resources=resources_for(),
 )

@@ -1,9 +1,12 @@
 """`make demo` / `make demo-fast`: the whole loop on embedded defaults, as a user would run it.
 
-Prepare the model, build the environment, start the arbiter, seed the pool through it with teacher
-traffic, materialize the retraining job, then let the A/B sensors decide on replayed traffic, and
-print what happened. Everything lands in the same Dagster instance (.dagster/) and MLflow store
-(.data/mlflow.db) that `make ui` opens.
+Prepare the model, build the environment, start the arbiter with the production agent a team runs before any
+training (by default a prompted API model, o3, played by the rule-based agent with o3's published figures: a
+simulation, labelled as such), then run the weeks: production traffic lands in the pool, the retraining job
+curates, trains, validates the better of SFT and SFT + GRPO against that production agent, and registers it only
+when it is better; the A/B sensors then decide on replayed traffic. Each week's traffic is served by whatever the
+week before left in production. Everything lands in the Dagster instance (.dagster/) and MLflow store
+(.data/mlflow.db) that `make ui` opens, with the same profile.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
@@ -51,8 +55,8 @@ def arbiter_process(port: int, scenarios: Path, token: str):
     api_token, api_key = ApiKey.create("demo-replay", "demo", ["*"], replay=True)
     env = {**os.environ, "AGENT_RL_ADMIN_TOKEN": token, "AGENT_RL_API_KEYS": json.dumps([api_key.model_dump(mode="json")])}
     os.environ["AGENT_RL_API_KEY"] = api_token
-    # 128 tokens per turn: the trained agent's turns are under 90 (a tool call or an answer with sources), while
-    # the prompted base model, champion until one is registered, rambles on to the limit without calling a tool.
+    # 128 tokens per turn: the trained agent's turns are under 90 (a tool call or an answer with sources); a model
+    # that rambles stops there.
     command = [sys.executable, "-m", "agent_rl.cli", "arbiter", "serve", "--port", str(port), "--workers", "1",
                "--scenarios", str(scenarios), "--log-level", "warning", "--max-new-tokens", "128"]
     process = subprocess.Popen(command, env=env)
@@ -95,26 +99,89 @@ def wait_for_routing(url: str, pool, timeout_s: float = 30.0) -> None:
     raise RuntimeError(f"the arbiter did not pick up routing {wanted} within {timeout_s:.0f} s")
 
 
-def replay(url: str, scenarios, n: int, concurrency: int, key_prefix: str):
+def replay(url: str, scenarios, n: int, concurrency: int, key_prefix: str, quiet: bool = False):
     from agent_rl.arbiter.replay import replay as replay_async
     from agent_rl.arbiter.replay import select_scenarios
 
     chosen = select_scenarios(scenarios, None, n)
     summary = asyncio.run(replay_async(url, chosen, concurrency=concurrency, timeout_s=900, key_prefix=key_prefix))
-    print(f"replayed {summary.sent}: ok {summary.ok}, per version {summary.per_version}, "
-          f"outcomes {summary.outcomes}, errors {summary.errors_by_status}", flush=True)
+    if not quiet:
+        print(f"replayed {summary.sent}: ok {summary.ok}, per version {summary.per_version}, "
+              f"outcomes {summary.outcomes}, errors {summary.errors_by_status}", flush=True)
     return summary
+
+
+@contextmanager
+def output_to(log_file: Path):
+    """Everything this process and its children write (Dagster, training subprocesses, progress bars) goes to
+    `log_file`; the block gets a stream to the real console for the lines meant for a person."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    console = os.fdopen(os.dup(saved[0]), "w", buffering=1)
+    with open(log_file, "a", encoding="utf-8") as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield console
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            console.close()
+
+
+def run_job(defs, name: str, instance, log_file: Path, max_steps: dict[str, int], **kwargs):
+    """A job of the code location with the demo's console logger (progress on screen, full log in the file)."""
+    from pipelines.console import console_logger
+
+    with output_to(log_file) as console:
+        job = defs.resolve_job_def(name).with_logger_defs(
+            {"console": console_logger(log_file, max_steps, out=console)})
+        return job.execute_in_process(instance=instance, **kwargs)
+
+
+def traffic_figures(pool, since: datetime) -> dict[str, dict[str, float]]:
+    """Per served version since `since`: episodes, accuracy, cost per 1,000 requests, median latency."""
+    import statistics
+
+    by_version: dict[str, list] = {}
+    for page in pool.iter_export(start=since):
+        for episode in page.episodes:
+            by_version.setdefault(episode.policy_version, []).append(episode)
+    return {
+        version: {
+            "n": len(items),
+            "accuracy": sum(1 for e in items if e.outcome == "correct") / len(items),
+            "cost_per_1k_usd": 1000 * statistics.fmean(e.cost_usd for e in items),
+            "latency_s_p50": statistics.median(e.latency_ms for e in items) / 1000,
+        }
+        for version, items in sorted(by_version.items())
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="the tiny random model: the loop's mechanics in minutes")
     parser.add_argument("--port", type=int, default=8700)
-    parser.add_argument("--seed-requests", type=int, default=None, help="teacher episodes to seed the pool with")
+    parser.add_argument("--weeks", type=int, default=int(os.environ.get("WEEKS") or 1),
+                        help="weeks of the loop to run back to back (each served by what the week before promoted)")
+    parser.add_argument("--seed-requests", type=int, default=None, help="production requests in the first week")
+    parser.add_argument("--week-requests", type=int, default=400,
+                        help="production requests in each later week (the pool keeps the earlier weeks')")
     parser.add_argument("--ab-rounds", type=int, default=12, help="most rounds of A/B traffic before giving up")
+    parser.add_argument("--production", default=None,
+                        help="the agent production runs before training, as a policy spec (default: api-sim:o3, the "
+                             "rule-based agent playing o3 with its published latency and cost; the fast demo: heuristic)")
     parser.add_argument("--model-share", type=float, default=None,
-                        help="share of seeding traffic served by the base model (default: 0.1 fast, 0.002 full: a 135M model on CPU answers ~1 request in 5 s)")
+                        help="share of first-week traffic served by the prompted base model beside production "
+                             "(default: 0.1 fast, 0 full: a 135M model on CPU answers ~1 request in 5 s)")
     args = parser.parse_args(argv)
+    if args.weeks < 1:
+        parser.error(f"--weeks must be at least 1, got {args.weeks}")
     profile = "fast" if args.fast else "demo"
     os.environ["AGENT_RL_PROFILE"] = profile
     os.environ.setdefault("DAGSTER_HOME", str(Path(".dagster").resolve()))
@@ -122,6 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     Path(os.environ["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
+    home = Path(os.environ["AGENT_RL_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    # `make ui` runs the sensors with the profile the demo used (its A/B thresholds, its base model).
+    (home / "profile").write_text(profile + "\n")
+    log_file = home / "logs" / f"demo-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    print(f"agent-rl demo ({profile} profile, {args.weeks} week{'s' * (args.weeks > 1)}); "
+          f"full Dagster log: {log_file}", flush=True)
     started = time.perf_counter()
 
     import dagster as dg
@@ -132,19 +207,23 @@ def main(argv: list[str] | None = None) -> int:
     from agent_rl.scenarios.demo import load_default_scenarios
     from assets.partitions import weekly
     from pipelines.definitions import defs
-    from pipelines.sensors import challenger_sensor, rollout_sensor
+    from pipelines.sensors import challenger_sensor, end_mlflow_parent_run, rollout_sensor
 
     instance = dg.DagsterInstance.get()
     resources = defs.resources
     base_model = resources["training"].base_model
+    max_steps = {"sft_adapter": resources["training"].sft().max_steps,
+                 "grpo_adapter": resources["training"].grpo().max_steps}
     seed_requests = args.seed_requests or (resources["curation"].min_points + 400)
+    production_spec = args.production or ("heuristic" if args.fast else "api-sim:o3")
+    production = production_version(production_spec)
 
     with step(f"prepare the policy model ({base_model})"):
         print(f"model at {resolve_model(base_model)}")
 
     with step("environment: inbox and scenarios (Dagster job environment_job)"):
-        result = defs.resolve_job_def("environment_job").execute_in_process(instance=instance)
-        assert result.success, "environment_job failed"
+        result = run_job(defs, "environment_job", instance, log_file, max_steps)
+        assert result.success, f"environment_job failed (see {log_file})"
         scenarios = load_default_scenarios()
         train = [s for s in scenarios if s.split.value == "train"]
         test = [s for s in scenarios if s.split.value == "test"]
@@ -153,69 +232,131 @@ def main(argv: list[str] | None = None) -> int:
     token = secrets.token_urlsafe(16)
     pool = PoolRepository(settings.pool_url())
     partition = weekly.get_partition_keys()[-1]
+    crashed: list[str] = []
+    weeks: list[dict] = []
     with arbiter_process(args.port, settings.artifact_dir("scenarios") / "scenarios.jsonl", token) as url:
-        share = args.model_share if args.model_share is not None else (0.1 if args.fast else 0.002)
-        with step(f"seed the pool through the arbiter: {seed_requests} requests, teacher + {share:.1%} base model"):
-            weights = {"teacher": 1.0 - share, "base": share} if share > 0 else {"teacher": 1.0}
-            specs = {"teacher": "heuristic", "base": base_model}
-            put_routing(url, token, weights, {v: specs[v] for v in weights})
-            replay(url, train, seed_requests, concurrency=16, key_prefix=f"seed-{int(time.time())}")
-            print(f"pool holds {pool.count()} episodes")
+        share = args.model_share if args.model_share is not None else (0.1 if args.fast else 0.0)
+        weights = {production: 1.0 - share, "base": share} if share > 0 else {production: 1.0}
+        specs = {production: production_spec, "base": base_model}
+        if production_spec.startswith("api-sim:"):
+            print(f"production agent: {production} = {describe_simulation(production_spec)}")
+        put_routing(url, token, weights, {v: specs[v] for v in weights})
+        for week in range(1, args.weeks + 1):
+            row: dict = {"week": week}
+            served_before = pool.get_routing().weights
+            row["served_by"] = ", ".join(f"{v} {w:.0%}" for v, w in sorted(served_before.items(), key=lambda i: -i[1]))
+            n = seed_requests if week == 1 else args.week_requests
+            week_started = datetime.now(timezone.utc)
+            with step(f"week {week}: {n} production requests through the arbiter ({row['served_by']})"):
+                replay(url, train, n, concurrency=16, key_prefix=f"week{week}-{int(time.time())}")
+                print(f"pool holds {pool.count()} episodes")
+            row["traffic"] = traffic_figures(pool, week_started)
 
-        with step(f"retraining job on partition {partition} (curation → SFT → GRPO → validation → registry)"):
-            result = defs.resolve_job_def("retraining_job").execute_in_process(
-                instance=instance, partition_key=partition, raise_on_error=False)
-            failed_checks = [e for e in result.get_asset_check_evaluations() if not e.passed]
-            for check in failed_checks:
-                print(f"check failed: {check.asset_key.to_user_string()}.{check.check_name}: {check.description}")
-                for line in _flagged_examples(check.metadata):
-                    print(f"    {line}")
-            registered = any(e.asset_key.to_user_string() == "registered_model"
-                             for e in result.get_asset_materialization_events())
-            print(f"retraining run {result.run_id}: {'success' if result.success else 'FAILED'}; "
-                  f"challenger registered: {registered}")
-            # A failed gate is the loop working (nothing registered); a crashed step is the demo failing.
-            check_steps = {f"{c.asset_key.to_python_identifier()}_{c.check_name}" for c in failed_checks}
-            crashed = [e.step_key for e in result.get_step_failure_events() if e.step_key not in check_steps]
+            with step(f"week {week}: retraining job on partition {partition} "
+                      "(curation → SFT → GRPO → validation → registry)"):
+                result = run_job(defs, "retraining_job", instance, log_file, max_steps,
+                                 partition_key=partition, raise_on_error=False)
+                end_mlflow_parent_run(resources["mlflow"].uri(), result.run_id, result.success)
+                failed_checks = [e for e in result.get_asset_check_evaluations() if not e.passed]
+                for check in failed_checks:
+                    print(f"check failed: {check.asset_key.to_user_string()}.{check.check_name}: {check.description}")
+                    for line in _flagged_examples(check.metadata):
+                        print(f"    {line}")
+                registered = any(e.asset_key.to_user_string() == "registered_model"
+                                 for e in result.get_asset_materialization_events())
+                print(f"retraining run {result.run_id}: {'success' if result.success else 'FAILED'}; "
+                      f"challenger registered: {registered}")
+                # A failed gate is the loop working (nothing registered); a crashed step is the demo failing.
+                check_steps = {f"{c.asset_key.to_python_identifier()}_{c.check_name}" for c in failed_checks}
+                crashed += [e.step_key for e in result.get_step_failure_events() if e.step_key not in check_steps]
+            row["report"] = read_report(partition)
 
-        decision = None
-        if registered:
-            with step("A/B test: sensors route traffic, decide on replayed test traffic"):
-                context = dg.build_sensor_context(instance=instance, resources=resources)
-                print(challenger_sensor(context))
-                for round_number in range(args.ab_rounds):
-                    wait_for_routing(url, pool)
-                    replay(url, test, 100, concurrency=16, key_prefix=f"ab-{round_number}-{int(time.time())}")
-                    outcome = rollout_sensor(dg.build_sensor_context(instance=instance, resources=resources))
-                    message = getattr(outcome, "skip_message", str(outcome))
-                    print(f"round {round_number + 1}: {message}", flush=True)
-                    decision = message
-                    if message.startswith(("promote", "rollback")):
-                        break
+            decision = None
+            if registered:
+                with step(f"week {week}: A/B test: sensors route traffic, decide on replayed test traffic"):
+                    context = dg.build_sensor_context(instance=instance, resources=resources)
+                    print(challenger_sensor(context))
+                    for round_number in range(args.ab_rounds):
+                        wait_for_routing(url, pool)
+                        summary = replay(url, test, 100, concurrency=16, quiet=True,
+                                         key_prefix=f"ab{week}-{round_number}-{int(time.time())}")
+                        outcome = rollout_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+                        message = getattr(outcome, "skip_message", str(outcome))
+                        print(f"round {round_number + 1}: {summary.per_version} -> {message}", flush=True)
+                        decision = message
+                        if message.startswith(("promote", "rollback")):
+                            break
+            elif row["report"]:
+                decision = "not registered: " + "; ".join(
+                    f"{name} {gate['message']}" for name, gate in row["report"]["gates"].items() if not gate["passed"])
+            else:
+                decision = "not registered: the run stopped before validation"
+            row["decision"] = decision or "A/B test undecided"
+            row["served_after"] = pool.get_routing().weights
+            weeks.append(row)
 
-    print_summary(pool, partition, decision, started)
+    print_summary(pool, weeks, started)
     if crashed:
-        print(f"FAILED steps: {', '.join(crashed)} (see the run in the Dagster UI)")
+        print(f"FAILED steps: {', '.join(crashed)} (see {log_file} and the run in the Dagster UI)")
         return 1
     return 0
 
 
-def print_summary(pool, partition: str, decision: str | None, started: float) -> None:
+def production_version(spec: str) -> str:
+    """The routing name of the production agent's spec: `api-sim:o3` -> `o3-sim`, `heuristic` -> `teacher`."""
+    if spec.startswith("api-sim:"):
+        return f"{spec.split(':', 1)[1]}-sim"
+    if spec.startswith("heuristic"):
+        return "teacher"
+    return "production"
+
+
+def describe_simulation(spec: str) -> str:
+    from agent_rl.agent.api_models import api_model_profile
+
+    profile = api_model_profile(spec.split(":", 1)[1])
+    return (f"{profile.display_name}: SIMULATED by the rule-based agent with {profile.wrong_rate:.0%} extra wrong "
+            f"answers (accuracy measured); latency {profile.latency_s} s and ${profile.cost_per_1k_runs_usd} per "
+            f"1,000 runs as published ({profile.source})")
+
+
+def read_report(partition: str) -> dict | None:
     from agent_rl import settings
 
-    print("\n================ summary ================")
     report_file = settings.artifact_dir("evaluation_report", partition) / "report.json"
-    if report_file.exists():
-        report = json.loads(report_file.read_text())
-        columns = ("accuracy", "source_accuracy", "hallucination_rate", "valid_tool_call_rate", "avg_turns")
-        print(f"{'model':12}" + "".join(f"{c:>22}" for c in columns))
-        for name, metrics in report["metrics"].items():
-            print(f"{name:12}" + "".join(f"{metrics[c]:>22.3f}" for c in columns))
-        for name, gate in report["gates"].items():
+    return json.loads(report_file.read_text()) if report_file.exists() else None
+
+
+def print_summary(pool, weeks: list[dict], started: float) -> None:
+    print("\n================ summary ================")
+    last = next((w["report"] for w in reversed(weeks) if w.get("report")), None)
+    if last:
+        incumbent = last["incumbent"]
+        label = " (SIMULATED: published latency and cost)" if incumbent.get("simulation") else ""
+        print(f"held-out evaluation, week {weeks[-1]['week']}: incumbent = production's {incumbent['version']} "
+              f"({incumbent['spec']}){label}")
+        columns = ("accuracy", "hallucination_rate", "failure_rate", "valid_tool_call_rate", "avg_turns",
+                   "latency_ms_p50", "cost_per_1k_usd")
+        print(f"{'model':12}" + "".join(f"{c:>21}" for c in columns))
+        for name in ("sft", "grpo", "incumbent"):
+            metrics = last["metrics"].get(name)
+            if metrics:
+                print(f"{name:12}" + "".join(f"{metrics.get(c, 0.0):>21.3f}" for c in columns))
+        probes = ", ".join(f"{k} {v:.0%}" for k, v in last["forgetting_probe"].items() if v is not None)
+        print(f"forgetting probe: {probes}")
+        print(f"candidate: {last['choice']['reason']}")
+        for name, gate in last["gates"].items():
             print(f"gate {name}: {'passed' if gate['passed'] else 'FAILED'} - {gate['message']}")
-    print(f"A/B decision: {decision or 'none (no challenger under test)'}")
+    print("\nweek | served by | traffic: accuracy, cost per 1k requests, median latency per version | decision")
+    for row in weeks:
+        traffic = "; ".join(f"{v}: n {t['n']}, acc {t['accuracy']:.1%}, ${t['cost_per_1k_usd']:.2f}/1k, "
+                            f"{t['latency_s_p50']:.2f} s" for v, t in row["traffic"].items())
+        print(f"{row['week']:>4} | {row['served_by']} | {traffic} | {row['decision']}")
+    print("(a version ending in -sim is the rule-based agent playing an API model: its accuracy is measured, its "
+          "latency and cost are the model's published figures)")
     for change in pool.routing_history()[-4:]:
         print(f"routing {change.changed_at:%H:%M:%S} by {change.actor or '-'}: {change.new_weights} ({change.reason})")
+    print("\nstage times:")
     for name, seconds in STEPS:
         print(f"{seconds:8.1f} s  {name}")
     print(f"{time.perf_counter() - started:8.1f} s  total")

@@ -39,3 +39,22 @@ def rollout_sensor(context: dg.SensorEvaluationContext, pool: PoolResource, mlfl
     if decision.action != "hold":
         context.log.info(message)
     return dg.SkipReason(message)
+
+
+def end_mlflow_parent_run(tracking_uri: str, dagster_run_id: str, succeeded: bool) -> bool:
+    """End the MLflow parent run of a finished Dagster run (its stage runs end themselves)."""
+    from agent_rl.train.tracking import Tracker
+
+    return Tracker(tracking_uri, dagster_run_id=dagster_run_id).end_parent("FINISHED" if succeeded else "FAILED")
+
+
+@dg.run_status_sensor(run_status=dg.DagsterRunStatus.SUCCESS, default_status=dg.DefaultSensorStatus.RUNNING,
+                      description="Ends the MLflow parent run of a Dagster run that succeeded.")
+def mlflow_run_succeeded(context: dg.RunStatusSensorContext, mlflow: MlflowResource):
+    end_mlflow_parent_run(mlflow.uri(), context.dagster_run.run_id, succeeded=True)
+
+
+@dg.run_failure_sensor(default_status=dg.DefaultSensorStatus.RUNNING,
+                       description="Ends the MLflow parent run of a Dagster run that failed (a blocking check, a crash).")
+def mlflow_run_failed(context: dg.RunFailureSensorContext, mlflow: MlflowResource):
+    end_mlflow_parent_run(mlflow.uri(), context.dagster_run.run_id, succeeded=False)

@@ -60,7 +60,8 @@ def test_training_is_gated_by_blocking_checks():
 
 def test_schedule_and_sensors_close_the_loop():
     assert defs.resolve_schedule_def("weekly_retraining").cron_schedule == "0 3 * * 1"
-    assert {s.name for s in defs.sensors} == {"challenger_sensor", "rollout_sensor"}
+    assert {s.name for s in defs.sensors} == {"challenger_sensor", "rollout_sensor", "mlflow_run_succeeded",
+                                              "mlflow_run_failed"}
     job = defs.resolve_job_def("retraining_job")
     assert job.partitions_def is not None
 
@@ -80,3 +81,22 @@ def test_dagster_cli_validates_the_workspace(tmp_path):
     result = subprocess.run([sys.executable, "-m", "dagster", "definitions", "validate", "-w", "workspace.yaml"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_the_mlflow_parent_run_of_a_dagster_run_ends_with_it(tmp_path):
+    """A Dagster run's stages nest under one MLflow parent run: when the run ends (success or a failed check), the
+    parent ends too instead of staying RUNNING beside its finished stages."""
+    from mlflow.tracking import MlflowClient
+
+    from agent_rl.train.tracking import Tracker
+    from pipelines.sensors import end_mlflow_parent_run
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for run_id, succeeded, status in (("run-ok", True, "FINISHED"), ("run-failed", False, "FAILED")):
+        tracker = Tracker(uri, dagster_run_id=run_id)
+        tracker.start_stage("sft").finish()
+        parent = tracker.parent_run_id
+        assert MlflowClient(uri).get_run(parent).info.status == "RUNNING"
+        assert end_mlflow_parent_run(uri, run_id, succeeded)
+        assert MlflowClient(uri).get_run(parent).info.status == status
+    assert not end_mlflow_parent_run(uri, "a-run-that-tracked-nothing", True)
