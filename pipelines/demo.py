@@ -140,8 +140,9 @@ def run_job(defs, name: str, instance, log_file: Path, max_steps: dict[str, int]
 
     with output_to(log_file) as console:
         job = defs.resolve_job_def(name).with_logger_defs(
-            {"console": console_logger(log_file, max_steps, out=console)})
-        return job.execute_in_process(instance=instance, **kwargs)
+            {"demo_console": console_logger(log_file, max_steps, out=console)})
+        # Logger definitions take effect only when the run config selects them.
+        return job.execute_in_process(instance=instance, run_config={"loggers": {"demo_console": {}}}, **kwargs)
 
 
 def traffic_figures(pool, since: datetime) -> dict[str, dict[str, float]]:
