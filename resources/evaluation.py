@@ -5,6 +5,7 @@ from pydantic import Field
 
 from agent_rl.evaluate.harness import EvalConfig
 from agent_rl.evaluate.report import GateSettings
+from agent_rl.turn_budget import DEFAULT_MAX_TURNS
 
 
 class EvaluationResource(ConfigurableResource):
@@ -14,9 +15,11 @@ class EvaluationResource(ConfigurableResource):
     max_forgetting_drop: float = Field(default=0.10, ge=0, le=1)
     torch_threads: int = Field(default=1, ge=1, description="CPU threads for the models under evaluation (it runs "
                                "in the Dagster step's process); 1 on a busy machine, every core when it runs alone")
+    max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1, description="turn budget per episode; GRPO trains with "
+                           "the same one unless grpo_overrides sets max_turns apart")
 
     def eval_config(self) -> EvalConfig:
-        return EvalConfig(max_scenarios=self.max_scenarios, seed=self.seed)
+        return EvalConfig(max_scenarios=self.max_scenarios, seed=self.seed, max_turns=self.max_turns)
 
     def gates(self) -> GateSettings:
         return GateSettings(min_relative_improvement=self.min_relative_improvement,

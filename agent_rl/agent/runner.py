@@ -32,6 +32,7 @@ from agent_rl.inbox.store import InboxStore
 from agent_rl.records import Episode, Outcome, Scenario
 from agent_rl.reward.judge import DeterministicJudge, Judge, is_idk
 from agent_rl.reward.rubric import FormatErrorKind, RubricObservation, RubricWeights, score
+from agent_rl.turn_budget import DEFAULT_MAX_TURNS
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,8 @@ class RunnerConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    max_turns: PositiveInt = Field(8, description="assistant turns before an unanswered episode has run out")
+    max_turns: PositiveInt = Field(DEFAULT_MAX_TURNS, description="assistant turns before an unanswered episode has run "
+                                    "out (as in evaluation and GRPO: agent_rl/turn_budget.py)")
     max_repeated_calls: PositiveInt = Field(
         3, description="the same tool call (name and arguments) this many times ends the episode as run out: "
         "a looping model learns nothing new from its repeats, and playing them out costs the most tokens")

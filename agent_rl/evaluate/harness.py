@@ -20,6 +20,7 @@ from agent_rl.evaluate.metrics import EvalMetrics, compute_metrics
 from agent_rl.inbox.store import InboxStore
 from agent_rl.records import Episode, Scenario, Split
 from agent_rl.reward.judge import Judge
+from agent_rl.turn_budget import DEFAULT_MAX_TURNS
 
 
 class EvalConfig(BaseModel):
@@ -31,7 +32,7 @@ class EvalConfig(BaseModel):
     # A self-hosted small model's price; set your provider's when evaluating an API model.
     prompt_price_per_m: float = Field(0.10, ge=0, description="USD per million prompt tokens")
     completion_price_per_m: float = Field(0.30, ge=0, description="USD per million completion tokens")
-    max_turns: PositiveInt = 8
+    max_turns: PositiveInt = Field(DEFAULT_MAX_TURNS, description="the runner's turn budget, as GRPO trains with")
     batch_size: PositiveInt = 16
 
 

@@ -18,6 +18,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_rl.records import Outcome
+from agent_rl.turn_budget import DEFAULT_MAX_TURNS
 
 
 class FormatErrorKind(StrEnum):
@@ -37,7 +38,7 @@ class RubricObservation:
     found_gold: bool = False  # a gold email appeared in some search result
     read_gold: bool = False  # the agent read a gold email
     turns: int = 0
-    max_turns: int = 8
+    max_turns: int = DEFAULT_MAX_TURNS
     format_error: FormatErrorKind | None = None
 
     @property
@@ -66,7 +67,7 @@ class RubricObservation:
 class RubricWeights(BaseModel):
     """The rubric's numbers; validation keeps the tiers strictly ordered whatever they are set to."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")  # a misspelt weight fails instead of being ignored
 
     unparsable_tool_call: float = Field(-2.0, description="base reward for an unparsable tool call")
     unknown_tool: float = Field(-1.9, description="base reward for calling a tool that does not exist")

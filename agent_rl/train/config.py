@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 from agent_rl.reward.rubric import RubricWeights
+from agent_rl.turn_budget import DEFAULT_MAX_TURNS
 
 # LoRA on every linear projection of a Llama/Qwen2 block: the adapter is tiny next to the base matmuls,
 # and attention-only LoRA learned the tool-call format noticeably slower in our SFT runs.
@@ -18,7 +19,7 @@ DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up
 
 
 # Knobs measured and taken out (docs/experiments.md), and knobs that moved under GRPOSettings.experimental: a
-# settings dict that still names them is refused with a pointer, not silently ignored (pydantic ignores unknown keys).
+# settings dict that still names them is refused with a pointer (any other unknown key is refused too: extra="forbid").
 SFT_REMOVED = frozenset({"close_after_answer"})
 GRPO_REMOVED = frozenset({"negative_advantage_scale"})
 GRPO_MOVED = ("extra_prompts_per_step", "fresh_adapter", "top_entropy_quantile")
@@ -40,7 +41,7 @@ def _refuse_removed(values: Any, removed: frozenset[str], moved: tuple[str, ...]
 class LoraSettings(BaseModel):
     """PEFT LoRA adapter shape."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     r: PositiveInt = Field(16, description="adapter rank")
     alpha: PositiveInt = Field(32, description="scaling numerator (lora_alpha)")
@@ -54,7 +55,7 @@ class LoraSettings(BaseModel):
 class ComputeSettings(BaseModel):
     """Where and in which precision training runs; CPU defaults (docs/architecture.md: fp32, no checkpointing)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     use_cpu: bool = Field(True, description="train on CPU even if an accelerator is visible")
     bf16: bool = Field(False, description="bf16 mixed precision (autocast); TRL turns it on by default, slow on CPU")
@@ -71,7 +72,7 @@ class ComputeSettings(BaseModel):
 class SFTSettings(BaseModel):
     """SFT warmup on teacher trajectories (TRL `SFTConfig` knobs plus our data handling)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     lora: LoraSettings = Field(default_factory=LoraSettings)
     compute: ComputeSettings = Field(default_factory=ComputeSettings)
@@ -132,7 +133,7 @@ class SFTSettings(BaseModel):
 class RewardWeights(BaseModel):
     """TRL `reward_weights`, one per reward function (train/rewards.py); 1.0 everywhere = the rubric's total."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     outcome: float = Field(1.0, description="correctness tiers: correct > I don't know / ran out > wrong")
     format: float = Field(1.0, description="format-error penalties")
@@ -147,7 +148,7 @@ class RewardWeights(BaseModel):
 class PromptFilterSettings(BaseModel):
     """Keep only prompts the model sometimes solves: groups with zero reward variance teach GRPO nothing."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     mode: Literal["none", "solve_rates", "sampled"] = Field(
         "none",
@@ -179,7 +180,7 @@ class GRPOExperimental(BaseModel):
     """Research knobs: measured on the CPU demo and not adopted, kept for stronger policies or other budgets. Each
     is off by default; what it did is in docs/experiments.md."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     extra_prompts_per_step: NonNegativeInt = Field(
         0, description="prompts rolled out beyond the generation batch (G rollouts each); their groups with reward "
@@ -199,7 +200,7 @@ class GRPOSettings(BaseModel):
     """Multi-turn GRPO with tool rollouts: TRL `GRPOConfig` knobs under TRL's names, with CPU defaults. Why each
     default is what it is, with the measurements: docs/experiments.md."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     lora: LoraSettings = Field(default_factory=LoraSettings,
                                description="shape of the fresh adapter (beta > 0 or experimental.fresh_adapter)")
@@ -234,7 +235,10 @@ class GRPOSettings(BaseModel):
         3072, description="token budget of the whole multi-turn completion, tool results included; rollouts it cuts "
                           "are counted (GRPOResult.budget_cuts) and warned about"
     )
-    max_tool_calling_iterations: PositiveInt = Field(4, description="turn budget: tool rounds per episode")
+    max_turns: int = Field(
+        DEFAULT_MAX_TURNS, ge=2, description="turn budget of a rollout: its tool rounds (TRL's max_tool_calling_"
+        "iterations = max_turns - 1) plus the answer's turn; the runner's and the evaluation's budget by default, so "
+        "the turn-efficiency reward means the same in training and evaluation (agent_rl/turn_budget.py)")
     max_turn_tokens: PositiveInt | None = Field(
         256, description="tokens one rollout turn may generate, as the runner's max_new_tokens when serving (a turn "
                          "cut there is a truncated call, a format error, in both); None: up to the remaining budget. "
@@ -274,6 +278,26 @@ class GRPOSettings(BaseModel):
     def _no_removed_knobs(cls, values: Any) -> Any:
         return _refuse_removed(values, GRPO_REMOVED, GRPO_MOVED)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _tool_rounds_as_turns(cls, values: Any) -> Any:
+        """TRL's `max_tool_calling_iterations` (tool rounds) is still accepted, as max_turns = rounds + 1."""
+        if not isinstance(values, dict) or "max_tool_calling_iterations" not in values:
+            return values
+        values = dict(values)
+        rounds = values.pop("max_tool_calling_iterations")
+        if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
+            raise ValueError(f"max_tool_calling_iterations must be a positive integer (tool rounds), got {rounds!r}")
+        if values.setdefault("max_turns", rounds + 1) != rounds + 1:
+            raise ValueError(f"max_tool_calling_iterations={rounds} and max_turns={values['max_turns']} disagree: "
+                             "set max_turns alone (tool rounds + the answer's turn)")
+        return values
+
+    @property
+    def max_tool_calling_iterations(self) -> int:
+        """TRL's name for a rollout's tool rounds: every turn but the answer's."""
+        return self.max_turns - 1
+
     @field_validator("rubric", mode="before")
     @classmethod
     def _rubric_overrides_grpo_rubric(cls, value: Any) -> Any:
@@ -308,7 +332,6 @@ class GRPOSettings(BaseModel):
             "max_completion_length": 4096,
             "temperature": 1.0,
             "learning_rate": 1e-5,
-            "max_tool_calling_iterations": 8,
             "prompt_filter": PromptFilterSettings(mode="sampled", samples_per_prompt=4, max_candidates=1024),
         }
         return cls(**{**base, **overrides})

@@ -17,6 +17,7 @@ from agent_rl.inbox.store import InboxStore
 from agent_rl.records import Category, Outcome
 from agent_rl.reward.judge import DeterministicJudge, Judge, is_idk
 from agent_rl.reward.rubric import FormatErrorKind, RubricObservation
+from agent_rl.turn_budget import DEFAULT_MAX_TURNS
 
 ANSWER_ACK = "Answer recorded."  # what return_final_answer says back (see tools.InboxTools._answer)
 
@@ -56,7 +57,7 @@ class InboxEnvironment(InboxTools):
     """One rollout's tools; `reset(**row)` rebinds it to a GRPO row (the instance is pooled and reused by TRL)."""
 
     def __init__(self, store: InboxStore, config: ToolConfig | None = None, judge: Judge | None = None,
-                 max_turns: int = 4) -> None:
+                 max_turns: int = DEFAULT_MAX_TURNS) -> None:
         super().__init__(store, inbox="", query_date=None, config=config)
         self._judge = judge or DeterministicJudge()
         self._max_turns = max_turns

@@ -553,7 +553,7 @@ def train_grpo(
         raise ValueError(f"{grpo_rows_jsonl} holds no GRPO rows")
 
     store = open_inbox_store(inbox_store_url)
-    max_turns = settings.max_tool_calling_iterations + 1  # tool rounds + the answer's closing turn
+    max_turns = settings.max_turns  # tool rounds + the answer's closing turn
     resume = last_checkpoint(out_dir)
     if resume:
         # The filter already ran for this out_dir: reuse its choice so the resumed data order is the same.

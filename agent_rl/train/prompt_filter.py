@@ -16,6 +16,7 @@ from typing import Any
 from agent_rl.records import Outcome, Scenario, Split
 from agent_rl.train.config import PromptFilterSettings
 from agent_rl.train.environment import parse_query_date
+from agent_rl.turn_budget import DEFAULT_MAX_TURNS
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ def sampled_solve_rates(model_path: str | Path, adapter: str | Path | None, rows
 
 def filter_prompts(rows: list[dict[str, Any]], settings: PromptFilterSettings, *,
                    solve_rates: dict[str, float] | None = None, model_path: str | Path | None = None,
-                   adapter: str | Path | None = None, store=None, max_turns: int = 5,
+                   adapter: str | Path | None = None, store=None, max_turns: int = DEFAULT_MAX_TURNS,
                    seed: int = 0) -> tuple[list[dict[str, Any]], FilterReport]:
     """The rows to train on and what the filter did."""
     import time
