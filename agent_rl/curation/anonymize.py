@@ -29,7 +29,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from agent_rl.curation.names import NameFinder
-from agent_rl.curation.surrogates import STREET_SUFFIXES, STREET_UNITS, TITLES, Surrogates, pseudonym_key
+from agent_rl.curation.surrogates import (
+    STREET_SUFFIXES,
+    STREET_UNITS,
+    TITLES,
+    Surrogates,
+    match_case,
+    pseudonym_key,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,15 +61,23 @@ ACCOUNT_NUMBER_PATTERN = (
     r"(?<=\b(?:account|acct|a/c|bank account)\.?(?:[ \t]+(?:number|no\.?|num|nr\.?))?[ \t]*[:#]?[ \t]*(?:no\.[ \t]*)?#?)"
     r"\d(?:[ \-]?\d){5,19}(?!\d)"
 )
-# JSON keys whose values are ids or dates: they must survive unchanged so sources and rewards match.
-KEEP_KEYS = ("id", "message_id", "sources", "source_ids", "tool_call_id", "date", "query_date", "scenario_id")
+# JSON keys whose values are dates or call ids: they must survive unchanged.
+KEEP_KEYS = ("tool_call_id", "date", "query_date")
+# JSON keys whose values are ids of emails and scenarios: the names and addresses inside them ("<...phillip.allen
+# @enron.com>", "demo-...-absent-sherry.ortiz") are pseudonymized by `pseudonymize_id`, the same way everywhere,
+# so an episode's cited sources still match the anonymized inbox.
+ID_KEYS = ("id", "message_id", "sources", "source_ids", "scenario_id")
 
 # A capitalised word, not inside an address ("sherry@enron.com"), yet Lotus Notes' "Taylor@ECT" counts.
 _CAPITALIZED = re.compile(r"(?<![\w@.])[^\W\d_a-z][\w'\-]*(?!\w|@(?![A-Z]{2,}\b))")
-_EMAILISH = re.compile(r"[\w.+\-']+@[\w\-]+(?:\.[\w\-]+)*")
+_EMAILISH = re.compile(r"[\w.+\-'\ufffd]+@[\w\-]+(?:\.[\w\-]+)*")  # U+FFFD: a mis-decoded byte in an address
 _NAME_WORD = r"[^\W\d_][^\W\d_'’\-]*(?:['’\-][^\W\d_]+)*"
 _NAME_RUN = re.compile(rf"{_NAME_WORD}(?:[ \t]+(?:[^\W\d_]\.|{_NAME_WORD}))*")
 _FIRST_LAST = re.compile(r"\b([A-Z][a-z'\-]+) (?=([A-Z][a-z'\-]+)\b)")
+# A word in an id between separators: "evans" of "JavaMail.evans@thyme", not the "dee" of a hex "0c3dee4".
+_ID_TOKEN = re.compile(r"(?<![^\W_])[^\W\d_]+(?![^\W_])")
+# "<8069939.1075855675628.JavaMail.evans@thyme>" quoted in text: a run of digits tells it from "<sherry@x.com>".
+_MESSAGE_ID = re.compile(r"<[^<>\s@]*\d{4,}[^<>\s@]*@[^<>\s]+>")
 _LOWER_RUN = re.compile(r"(?<![\w@.])[a-z]+(?:[ \t]+[a-z]+)+(?![\w@])")
 _DATEISH = re.compile(r"^\s*\d{4}-\d{1,2}-\d{1,2}")
 
@@ -97,7 +112,8 @@ class AnonymizerConfig(BaseModel):
     learn_names: bool = Field(
         True, description="names NER finds anywhere are replaced everywhere, so answers stay consistent"
     )
-    keep_keys: tuple[str, ...] = Field(KEEP_KEYS, description="JSON keys whose values are ids and stay as they are")
+    keep_keys: tuple[str, ...] = Field(KEEP_KEYS, description="JSON keys whose values stay as they are")
+    id_keys: tuple[str, ...] = Field(ID_KEYS, description="JSON keys whose values are ids: names in them pseudonymized")
     key: SecretStr | None = Field(None, description="pseudonym key; default from AGENT_RL_PSEUDONYM_KEY")
 
 
@@ -314,6 +330,7 @@ class Anonymizer:
             " ".join(n.lower().split()[::len(n.split()) - 1]) for n in self.directory.full_names if len(n.split()) >= 2
         }
         self._detected: dict[bytes, tuple[_Span, ...]] = {}
+        self._id_cache: dict[str, str] = {}
         self._line_persons: dict[str, tuple[tuple[int, int], ...]] = {}
         self._rendered: dict[bytes, str] = {}
         self._rendered_version = -1
@@ -352,6 +369,43 @@ class Anonymizer:
                                                       else self._scenario(t[1], fn)))
         return [o for kind, o in out if kind == "email"], [o for kind, o in out if kind == "scenario"]
 
+    def pseudonymize_id(self, value: str) -> str:
+        """An id, folder or file path with the names and addresses in it replaced, the rest kept.
+
+        Only the header directory and the static name lists decide what is a name here, never names learned
+        along the way: the same id must map the same way in the inbox, the scenarios and every episode.
+        """
+        cached = self._id_cache.get(value)
+        if cached is not None:
+            return cached
+        pieces: list[str] = []
+        last = 0
+        for m in _EMAILISH.finditer(value):
+            pieces.append(self._id_tokens(value[last:m.start()]))
+            known = m.group().lower() in self.directory.addresses  # maps as it does in text
+            pieces.append(self.surrogates.email(m.group()) if known else self._id_tokens(m.group()))
+            last = m.end()
+        pieces.append(self._id_tokens(value[last:]))
+        result = "".join(pieces)
+        self._id_cache[value] = result
+        return result
+
+    def _id_tokens(self, text: str) -> str:
+        def token(m: re.Match[str]) -> str:
+            word, lower = m.group(), m.group().lower()
+            if len(word) < 2 or not self._id_name(lower):
+                return word
+            directory = self.directory
+            as_last = lower in directory.last_names or (
+                lower not in directory.first_names and lower in self._names.last and lower not in self._names.first)
+            return match_case(self.surrogates.last_name(word) if as_last else self.surrogates.first_name(word), word)
+
+        return _ID_TOKEN.sub(token, text)
+
+    def _id_name(self, lower: str) -> bool:
+        return lower in self.directory.name_parts or (
+            lower not in self._names.common and (lower in self._names.first or lower in self._names.last))
+
     def episode_strings(self, episode: Mapping[str, Any]) -> list[str]:
         """The texts `anonymize_episode` analyzes, in order (ids and JSON keys excluded)."""
         texts: list[str] = []
@@ -389,6 +443,8 @@ class Anonymizer:
     def _walk(self, value: Any, fn: Callable[[str], str], key: str | None = None) -> Any:
         if key in self.config.keep_keys:
             return value
+        if key in self.config.id_keys:
+            return self._ids(value)
         if isinstance(value, str):
             return fn(value)
         if isinstance(value, Mapping):
@@ -431,8 +487,18 @@ class Anonymizer:
             out["tool_calls"] = calls
         return out
 
+    def _ids(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.pseudonymize_id(value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._ids(v) for v in value)
+        return value
+
     def _episode(self, episode: Mapping[str, Any], fn: Callable[[str], str]) -> dict[str, Any]:
         out = dict(episode)
+        for name in ("sources", "scenario_id"):
+            if name in out:
+                out[name] = self._ids(out[name])
         for name in ("question", "final_answer", "inbox_id", "feedback"):
             if isinstance(out.get(name), str):
                 out[name] = fn(out[name])
@@ -455,10 +521,16 @@ class Anonymizer:
         for name in ("to", "cc", "bcc"):
             if isinstance(data.get(name), (list, tuple)):
                 data[name] = type(data[name])(fn(v) if isinstance(v, str) else v for v in data[name])
+        for name in ("message_id", "folder", "file"):  # `<...phillip.allen@enron.com>`, `allen-p/...`
+            if isinstance(data.get(name), str):
+                data[name] = self.pseudonymize_id(data[name])
         return type(item).model_validate(data) if hasattr(item, "model_validate") else data
 
     def _scenario(self, item: Any, fn: Callable[[str], str]) -> Any:
         data = item.model_dump() if hasattr(item, "model_dump") else dict(item)
+        for name in ("id", "source_ids"):
+            if name in data:
+                data[name] = self._ids(data[name])
         for name in ("question", "answer", "inbox_id", "inbox"):
             if isinstance(data.get(name), str):
                 data[name] = fn(data[name])
@@ -481,6 +553,8 @@ class Anonymizer:
         engines = _engines()
         from presidio_analyzer.nlp_engine import NlpArtifacts
 
+        for text in todo.values():
+            self._names.observe(text)
         persons = self._ner_persons(list(todo.values())) if self.config.ner and "PERSON" in self.config.entities else {}
         pattern_entities = [e for e in self.config.entities if e != "PERSON"]
         for key, text in todo.items():
@@ -500,7 +574,7 @@ class Anonymizer:
                 spans.extend(self._person_spans(text[start:end], start, 0.85))
             if self.config.name_finder and "PERSON" in self.config.entities:
                 for start, end in self._names.spans(text):
-                    spans.extend(self._person_spans(text[start:end], start, 0.8))
+                    spans.extend(self._person_spans(text[start:end], start, 0.8, vetted=True))
             self._detected[key] = tuple(spans)
             if self.config.learn_names:
                 self._learn_surnames(text)
@@ -551,16 +625,16 @@ class Anonymizer:
             else:
                 yield _Span(r.start, r.end, r.entity_type, r.score)
 
-    def _person_spans(self, found: str, offset: int, score: float) -> Iterable[_Span]:
+    def _person_spans(self, found: str, offset: int, score: float, vetted: bool = False) -> Iterable[_Span]:
         for run in _NAME_RUN.finditer(found):
             if found[max(0, run.start() - 1):run.start()] in ("/", "@"):
                 continue  # `Hirl/HOU/ECT@ECT`: the Notes org codes are no one's name
             words = run.group().split()
             # Trim leading/trailing words that are not names ("Hi Sherry", "Sherry Thanks"); a lowercase word
             # counts only when it is a known name part ("an email to donna lowry").
-            while words and not self._name_word(words[0]):
+            while words and not self._name_word(words[0], vetted):
                 words.pop(0)
-            while words and not self._name_word(words[-1]):
+            while words and not self._name_word(words[-1], vetted):
                 words.pop()
             if not words:
                 continue
@@ -573,12 +647,17 @@ class Anonymizer:
                 self._learn(words)
             yield _Span(offset + start, offset + end, "PERSON", score)
 
-    def _name_word(self, word: str) -> bool:
+    def _name_word(self, word: str, vetted: bool = False) -> bool:
+        """Whether an edge word of a detected span is part of the name (`vetted`: NameFinder already judged it)."""
         bare = word.rstrip(".")
-        if not usable_name_part(bare) or bare.isupper() and len(bare) > 1 and bare.lower() in self._names.common:
+        if not usable_name_part(bare):
             return False
+        if vetted:
+            return True
+        if bare.isupper() and len(bare) > 1 and not self._names.is_name_part(bare.lower()):
+            return False  # "PLEASE RSVP TO ...": an all-caps word is a name only if a list or the directory says so
         lower = bare.lower()
-        if lower in self._names.common and not self._names.listed(lower):
+        if (lower in self._names.common or self._names.written_lowercase(lower)) and not self._names.listed(lower):
             return False  # "Lunch with Reba Ostrowski": NER spans take in a capitalised word before the name
         return bare[0].isupper() or self._names.is_name_part(lower)
 
@@ -617,6 +696,10 @@ class Anonymizer:
 
     def _dictionary_spans(self, text: str) -> Iterable[_Span]:
         """The directory (and learned names) as a set lookup over capitalized words and address-like tokens."""
+        if "<" in text and "@" in text:
+            for m in _MESSAGE_ID.finditer(text):  # a message id quoted in text maps as it does in the id fields
+                if self.pseudonymize_id(m.group()) != m.group():
+                    yield _Span(m.start(), m.end(), "MESSAGE_ID", 2.0)
         if "@" in text and self.directory.addresses:
             for m in _EMAILISH.finditer(text):
                 if m.group().lower().strip(".") in self.directory.addresses:
@@ -656,7 +739,10 @@ class Anonymizer:
             from presidio_anonymizer.entities import RecognizerResult
 
             results = [RecognizerResult(s.entity, s.start, s.end, s.score) for s in spans]
-            out = _engines().anonymizer.anonymize(text=text, analyzer_results=results, operators=self._operators).text
+            # Our spans never overlap; Presidio's default merging of same-type spans with only spaces between would
+            # make two phones on one line a single value whose first number survives.
+            out = _engines().anonymizer.anonymize(text=text, analyzer_results=results, operators=self._operators,
+                                                  merge_entities_with_spaces=False).text
             for s in spans:
                 self._entities[s.entity] += 1
         else:
@@ -678,6 +764,7 @@ class Anonymizer:
             "URL": s.url,
             "STREET_ADDRESS": s.street_address,
             "ACCOUNT_NUMBER": s.generic,
+            "MESSAGE_ID": self.pseudonymize_id,
         }
         operators = {
             entity: OperatorConfig("custom", {"lambda": (lambda fn: lambda value: fn(value))(fn)})

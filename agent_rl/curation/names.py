@@ -73,6 +73,8 @@ _PARTICLES = frozenset("van von de da del della di du der den la le bin ibn al e
 # One name word: "Dubois", "O'Neil", "McSherry", "Gilbert-Smith", "Seung-Taek", accented letters too.
 _WORD = re.compile(r"[^\W\d_]+(?:['’\-][^\W\d_]+)*")
 _LOWER_PAIR = re.compile(r"(?<![\w@.])([a-z]{2,})[ \t]+(?=([a-z]{2,})(?![\w@]))")
+_LOWER_WORD = re.compile(r"(?<![\w@.\-])[a-z]{3,}(?![\w@\-])")
+_UPPER_PAIR = re.compile(r"(?<![\w@./])([A-Z]{2,})(?=[ \t]+(?:[A-Z]\.?[ \t]+)?([A-Z]{2,}(?:-[A-Z]{2,})?)(?![\w@/]))")
 _GAP = re.compile(r"[ \t]+(?:\n[ \t]*)?|[ \t]*\.[ \t]+")  # a space, a soft-wrapped line break, an initial's dot
 
 
@@ -132,10 +134,19 @@ class NameFinder:
         self.common = common_words()
         self.function = frozenset(STOP_WORDS) | _FUNCTION
         self._known = known or (lambda word: False)
+        self._lowercase: set[str] = set()
+
+    def observe(self, text: str) -> None:
+        """Remember the words this corpus writes in lowercase: "Imbalance Drawdowns" in a table is no one,
+        since the mails also say "imbalance"; a surname is hardly ever written lowercase."""
+        self._lowercase.update(_LOWER_WORD.findall(text))
 
     def is_name_part(self, lower: str) -> bool:
         """A name word on its own: listed or known, and not also a common word."""
         return self._known(lower) or (lower not in self.common and (lower in self.first or lower in self.last))
+
+    def written_lowercase(self, lower: str) -> bool:
+        return lower in self._lowercase
 
     def listed(self, lower: str) -> bool:
         """In a name list or known, even if also a common word ("Grant", "Chase", "Paris")."""
@@ -147,7 +158,16 @@ class NameFinder:
             found.extend(self._judge(text, run))
         found.extend(self._header_lines(text))
         found.extend(self._lowercase_pairs(text))
+        found.extend(self._upper_pairs(text))
         return _merge(found)
+
+    def _upper_pairs(self, text: str) -> Iterable[tuple[int, int]]:
+        """ "PLEASE RSVP TO BELINDA BATES AT ...": in all-caps text only the lists can tell a name."""
+        for m in _UPPER_PAIR.finditer(text):
+            first, last = m.group(1).lower(), m.group(2).lower()
+            if self.is_name_part(first) and first in self.first and all(
+                    p not in self.common and p not in _ORG_WORDS for p in last.split("-")):
+                yield m.start(1), m.end(2)
 
     def _lowercase_pairs(self, text: str) -> Iterable[tuple[int, int]]:
         """ "an email to donna lowry": a known first name then a known last name, both uncapitalised."""
@@ -225,7 +245,7 @@ class NameFinder:
             yield span  # a signature line
 
     def _unknown(self, lower: str) -> bool:
-        return lower not in self.common and lower not in _ORG_WORDS
+        return lower not in self.common and lower not in _ORG_WORDS and lower not in self._lowercase
 
     def _trim(self, run: list[_Word]) -> list[_Word]:
         """Drop edge words that are no name ("Thanks Sherry", "Sherry Thanks"); a common word inside ends it."""

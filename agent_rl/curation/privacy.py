@@ -1,17 +1,37 @@
-"""The privacy pass of a partition: anonymize episodes and the environment with one Anonymizer, then
-scan every output for original values (the header directory plus planted canaries).
+"""The privacy pass of a partition: anonymize episodes and the environment with one Anonymizer, then have
+an independent auditor (leak_check.py) scan every record that will be written for original values.
 
 One Anonymizer for both keeps pseudonyms consistent between the trajectories, the inbox and the
-golden answers, so rewards computed on anonymized data stay valid.
+golden answers, so rewards computed on anonymized data stay valid. The auditor learns what is personal
+from the raw input by its own detectors, plus canaries this pass plants in its own input on every run (a
+canary email and episode, dropped again before anything is written): a miss fails the gate.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, Leak, build_directory, episode_texts, scan_for_leaks
+from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, build_directory, episode_texts
+from agent_rl.curation.leak_check import (
+    CANARY_EPISODE_ID,
+    CANARY_INBOX,
+    CANARY_MESSAGE_ID,
+    Finding,
+    LeakAuditor,
+    plant_canaries,
+)
+from agent_rl.curation.surrogates import pseudonym_key
 from agent_rl.records import Email, Scenario
+
+# Where each kind of record is written (assets/curation.py); findings name these.
+EPISODES_FILE = "anonymized_episodes/episodes.jsonl"
+EMAILS_FILE = "anonymized_environment/inbox.db"
+SCENARIOS_FILE = "anonymized_environment/scenarios.jsonl"
+CANARY_FILE = "planted canary"
 
 
 @dataclass
@@ -20,7 +40,7 @@ class PrivacyResult:
     emails: list[Email]
     scenarios: list[Scenario]
     report: dict[str, Any]
-    leaks: list[Leak] = field(default_factory=list)
+    leaks: list[Finding] = field(default_factory=list)
 
 
 def email_texts(email: Email) -> list[str]:
@@ -37,21 +57,79 @@ def anonymize_partition(
     scenarios: list[Scenario],
     canaries: list[str] | None = None,
     config: AnonymizerConfig | None = None,
+    directory_emails: Iterable[Email] | None = None,
+    plant: bool = True,
 ) -> PrivacyResult:
-    """Anonymized copies of everything training will see, with the leak scan over all of it."""
-    directory = build_directory(emails)
+    """Anonymized copies of everything training will see, with the independent leak scan over all of it.
+
+    `directory_emails` (default: `emails`) are the emails whose headers say who is a person: pass every
+    inbox of the store, so a name from another mailbox's headers is known here too. `canaries` are extra
+    values that must not survive; `plant` adds this pass's own canary email and episode.
+    """
+    config = config or AnonymizerConfig()
+    header_emails = list(directory_emails) if directory_emails is not None else list(emails)
+    directory = build_directory(header_emails)
     anonymizer = Anonymizer(config, directory)
-    anon_emails, anon_scenarios = anonymizer.anonymize_environment(emails, scenarios)
-    anon_episodes = anonymizer.anonymize_episodes(episodes)
-    texts: list[str] = []
-    for episode in anon_episodes:
-        texts.extend(episode_texts(episode))
-    for email in anon_emails:
-        texts.extend(email_texts(email))
-    for scenario in anon_scenarios:
-        texts.extend(scenario_texts(scenario))
-    originals = [*directory.originals(), *(canaries or [])]
-    leaks = scan_for_leaks(texts, originals)
+    key = pseudonym_key(config.key.get_secret_value() if config.key else None)
+    planted = plant_canaries(_seed(key, episodes, emails)) if plant else None
+    work_emails = list(emails) + ([Email.model_validate(planted.email)] if planted else [])
+    work_episodes = list(episodes) + ([planted.episode] if planted else [])
+
+    anon_emails, anon_scenarios = anonymizer.anonymize_environment(work_emails, scenarios)
+    anon_episodes = anonymizer.anonymize_episodes(work_episodes)
+
+    auditor = LeakAuditor(hmac.new(key, b"leak-check salt", hashlib.sha256).digest(), synthetic=[CANARY_INBOX])
+    auditor.learn_headers([*header_emails, *work_emails])
+    for email in work_emails:
+        for text in email_texts(email):
+            auditor.learn_text(text)
+    for episode in work_episodes:
+        for text in episode_texts(episode):
+            auditor.learn_text(text)
+    for scenario in scenarios:
+        for text in scenario_texts(scenario):
+            auditor.learn_text(text)
+    auditor.add_literals([*(canaries or []), *(planted.values if planted else ())])
+
+    leaks: list[Finding] = []
+    kept_episodes, kept_emails = [], []
+    for i, episode in enumerate(anon_episodes):
+        canary = planted is not None and i == len(anon_episodes) - 1
+        leaks += auditor.scan(CANARY_FILE if canary else EPISODES_FILE, f"line {i + 1}", episode)
+        if not canary:
+            kept_episodes.append(episode)
+    for i, email in enumerate(anon_emails):
+        canary = planted is not None and i == len(anon_emails) - 1
+        leaks += auditor.scan(CANARY_FILE if canary else EMAILS_FILE, f"row {i + 1}", email.model_dump(mode="json"))
+        if not canary:
+            kept_emails.append(email)
+    for i, scenario in enumerate(anon_scenarios):
+        leaks += auditor.scan(SCENARIOS_FILE, f"line {i + 1}", scenario.model_dump(mode="json"))
+
     report = {**anonymizer.privacy_report(), "directory_entries": len(directory.originals()),
-              "canaries": len(canaries or []), "texts_scanned": len(texts), "leaks": len(leaks)}
-    return PrivacyResult(anon_episodes, anon_emails, anon_scenarios, report, leaks)
+              "canaries": len(canaries or []), "planted_canaries": len(planted.values) if planted else 0,
+              "originals_known_to_check": len(auditor.parts) + len(auditor.addresses) + len(auditor.phones),
+              "records_scanned": len(anon_episodes) + len(anon_emails) + len(anon_scenarios),
+              "leaks": len(leaks), "leaks_by_kind": _count(f.kind for f in leaks)}
+    return PrivacyResult(kept_episodes, kept_emails, anon_scenarios, report, leaks)
+
+
+def _seed(key: bytes, episodes: list[dict[str, Any]], emails: list[Email]) -> str:
+    """The canaries depend on the key and the input, so a rerun plants the same ones (idempotent output)."""
+    digest = hmac.new(key, b"canary", hashlib.sha256)
+    for episode in episodes:
+        digest.update(str(episode.get("episode_id", "")).encode())
+    for email in emails:
+        digest.update(email.message_id.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def _count(kinds: Iterable[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for kind in kinds:
+        out[kind] = out.get(kind, 0) + 1
+    return out
+
+
+__all__ = ["CANARY_EPISODE_ID", "CANARY_MESSAGE_ID", "PrivacyResult", "anonymize_partition", "email_texts",
+           "scenario_texts"]

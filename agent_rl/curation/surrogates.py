@@ -76,7 +76,9 @@ STREET_SUFFIXES = (
     "Turnpike", "Close", "Mews", "Gardens", "Cir", "Ter", "Trce", "Xing",
 )
 STREET_UNITS = ("Apt", "Apartment", "Suite", "Ste", "Unit", "Floor", "Fl")
-_KEPT_STREET_WORDS = {w.lower() for w in STREET_SUFFIXES + STREET_UNITS}
+_SUFFIX_WORDS = {w.lower() for w in STREET_SUFFIXES}
+_UNIT_WORDS = {w.lower() for w in STREET_UNITS}
+_DIRECTION_WORDS = {"north", "south", "east", "west", "ne", "nw", "se", "sw"}
 
 
 class Surrogates:
@@ -211,15 +213,19 @@ class Surrogates:
         return "".join(chars)
 
     def street_address(self, text: str) -> str:
-        """Same layout: new house and unit numbers, street-name words replaced, suffix and unit words kept."""
+        """Same layout: new house and unit numbers, street-name words replaced; the suffix (the last suffix word:
+        the "Park" of "250 Park Ave." is a name) and unit words kept."""
         digits = iter(self._digits("street", text, sum(c.isdigit() for c in text)))
         out = re.sub(r"\d", lambda _: str(next(digits)), text)
+        words = list(re.finditer(r"(?<![\w-])[A-Z][A-Za-z'\-]+", out))
+        suffixes = [m for m in words if m.group().lower() in _SUFFIX_WORDS]
+        kept = {suffixes[-1].start()} if suffixes else set()
+        kept |= {m.start() for m in words if m.group().lower() in _UNIT_WORDS | _DIRECTION_WORDS}
 
         def word(match: re.Match[str]) -> str:
-            found = match.group(0)
-            if found.lower() in _KEPT_STREET_WORDS:
-                return found
-            return self._pick("street-word", found.lower(), self._last)
+            if match.start() in kept:
+                return match.group(0)
+            return self._pick("street-word", match.group(0).lower(), self._last)
 
         return re.sub(r"(?<![\w-])[A-Z][A-Za-z'\-]+", word, out)
 

@@ -1,0 +1,348 @@
+"""The privacy check: an auditor that shares no detector with the anonymizer.
+
+A check that looks for what the anonymizer looks for shares its blind spots (a name only in a body passed
+both). This one finds personal values in the raw input its own way: the header directory of every inbox,
+full names in free text by the US census name lists of the `names` package (the anonymizer uses Faker's),
+Lotus Notes `Name/ORG` and `Name@ORG` forms, lowercase "first last" pairs, written-out phone numbers, card
+numbers (Luhn), addresses, and canaries, some of them planted by curation itself on every run. Then it
+scans every field of every record curation writes, ids, folders and file paths included, for any of them.
+
+A finding says where (file, record, field) and what kind, and shows the value only masked ("d**** l****")
+with a salted hash, so that reports, logs and metadata never copy personal data.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import functools
+import hashlib
+import hmac
+import json
+import random
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_ADDRESS = re.compile(r"[\w.+\-']+@[\w\-]+(?:\.[\w\-]+)+")
+_PHONE = re.compile(r"(?<![\w.\-])(?:\+?1[ .\-]?)?\(?([2-9]\d{2})\)?[ .\-]?([2-9]\d{2})[ .\-](\d{4})(?![\w\-])")
+_CARD = re.compile(r"(?<![\w\-])\d(?:[ \-]?\d){12,18}(?![\w\-])")
+_TOKEN = re.compile(r"[^\W\d_]+(?:['’\-][^\W\d_]+)*")
+_LOTUS = re.compile(r"([A-Z][\w'’\-]*(?:[ \t]+(?:\n[ \t]*)?[A-Z][\w'’\-.]*){0,3})(?=[/@][A-Z]{2,}\b)")
+_INVERTED = re.compile(r"\b([A-Z][a-zA-Z'’\-]+),[ \t]+([A-Z][a-zA-Z'’\-]+)\b")
+# Words that look like names in the census lists but mostly are not ("Will", "Dallas Morning News").
+_NOT_NAMES = frozenset(
+    "will may june april august bill mark grant chase price rich young long white green brown king rose hope joy love "
+    "art dallas austin houston paris london sydney jordan china india virginia georgia carolina florida washington "
+    "santa san los las del el la le de fort port new north south east west street avenue road drive lane suite "
+    "energy power gas company group bank corp inc llc services trading enron "
+    "january february march april may june july august september october november december "
+    "monday tuesday wednesday thursday friday saturday sunday mon tue wed thu fri sat sun "
+    "merrill lynch goldman sachs morgan stanley wells fargo dean witter smith barney".split()
+)
+
+
+@functools.lru_cache(maxsize=1)
+def census_names() -> tuple[frozenset[str], frozenset[str]]:
+    """Lowercase first and last names of the US census lists that the `names` package ships."""
+    import names
+
+    folder = Path(names.__file__).parent
+
+    def read(*files: str) -> frozenset[str]:
+        out: set[str] = set()
+        for file in files:
+            for line in (folder / file).read_text().splitlines():
+                if line.strip():
+                    out.add(line.split()[0].lower())
+        return frozenset(w for w in out if len(w) > 1)
+
+    return read("dist.male.first", "dist.female.first"), read("dist.all.last")
+
+
+@functools.lru_cache(maxsize=1)
+def _stop_words() -> frozenset[str]:
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    return frozenset(ENGLISH_STOP_WORDS)
+
+
+def mask(value: str) -> str:
+    """ "donna lowry" -> "d**** l****": enough to find it again by hand, not enough to read it."""
+    return re.sub(r"[^\W_]+", lambda m: m.group()[0] + "*" * (len(m.group()) - 1), value)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """An original personal value found in written output; never holds the value itself."""
+
+    file: str
+    record: str
+    field: str
+    kind: str
+    masked: str
+    fingerprint: str
+
+    def __str__(self) -> str:
+        return f"{self.file} record {self.record} field {self.field}: {self.kind} {self.masked} #{self.fingerprint}"
+
+
+@dataclass(frozen=True)
+class Canaries:
+    """Synthetic personal data curation plants in its own input, to see the anonymizer remove it."""
+
+    values: tuple[str, ...]
+    email: dict[str, Any]
+    episode: dict[str, Any]
+
+
+CANARY_INBOX = "privacy-canary@curation.invalid"
+CANARY_MESSAGE_ID = "<privacy-canary-0@curation.invalid>"
+CANARY_EPISODE_ID = "privacy-canary-episode"
+
+
+def plant_canaries(seed: str) -> Canaries:
+    """A canary email and episode with names (one hyphenated) only in free text, a phone, a street address,
+    a card and an account number; drawn from the census lists by `seed`, so a rerun plants the same ones."""
+    first_names, last_names = census_names()
+    rng = random.Random(hashlib.sha256(seed.encode()).hexdigest())
+    firsts = sorted(w for w in first_names if w.isalpha() and len(w) > 3 and w not in _NOT_NAMES)
+    lasts = sorted(w for w in last_names if w.isalpha() and len(w) > 4 and w not in _NOT_NAMES)
+    people = [f"{rng.choice(firsts).capitalize()} {rng.choice(lasts).capitalize()}" for _ in range(3)]
+    people[1] += f"-{rng.choice(lasts).capitalize()}"
+    phone = f"({rng.randrange(201, 990)}) {rng.randrange(201, 990)}-{rng.randrange(10000):04d}"
+    street = f"{rng.randrange(10, 9999)} {rng.choice(lasts).capitalize()} Street"
+    digits = [4] + [rng.randrange(10) for _ in range(14)]
+    from agent_rl.curation.surrogates import luhn_check_digit
+
+    digits.append(luhn_check_digit(digits))
+    card = " ".join("".join(map(str, digits[i:i + 4])) for i in range(0, 16, 4))
+    account = "".join(str(rng.randrange(10)) for _ in range(10))
+    body = (f"Hello,\n\nPlease call {people[0]} at {phone} about the lease at {street}.\n"
+            f"{people[1]} asked me to keep card {card} and account {account} on file.\n\nThanks,\n{people[2]}")
+    email_record = {"message_id": CANARY_MESSAGE_ID, "inbox": CANARY_INBOX, "subject": "Lease paperwork",
+                    "sender": "", "to": (CANARY_INBOX,), "body": body}
+    result = json.dumps({"id": CANARY_MESSAGE_ID, "subject": "Lease paperwork", "body": body}, separators=(",", ":"))
+    episode = {"episode_id": CANARY_EPISODE_ID, "inbox_id": CANARY_INBOX, "question": f"Who should I call?",
+               "messages": [{"role": "user", "content": "Who should I call?"},
+                            {"role": "tool", "content": result},
+                            {"role": "assistant", "content": f"Call {people[0]} at {phone}."}],
+               "final_answer": people[0], "sources": [CANARY_MESSAGE_ID]}
+    return Canaries((*people, phone, street, card, account), email_record, episode)
+
+
+class LeakAuditor:
+    """Collects original personal values from raw input, then scans output records for any of them."""
+
+    def __init__(self, salt: bytes, synthetic: Iterable[str] = ()) -> None:
+        """`synthetic`: addresses that are no one's (the canary inbox)."""
+        self._salt = salt
+        self._synthetic = {a.lower() for a in synthetic}
+        self.first, self.last = census_names()
+        self.addresses: set[str] = set()
+        self.full_names: set[tuple[str, ...]] = set()  # lowercase word tuples
+        self.parts: set[str] = set()  # lowercase single name words
+        self.phones: set[str] = set()  # 10 digits
+        self.cards: set[str] = set()  # digits
+        self.literals: set[str] = set()  # lowercase canaries
+        self._lower_words: Counter[str] = Counter()
+        self._ignore_ids: set[str] = set()
+        self._lower_pairs: Counter[tuple[str, str]] = Counter()
+
+    # -- what is personal -------------------------------------------------------------------------
+
+    def learn_headers(self, emails: Iterable[Any]) -> None:
+        """Everyone in the From/To/Cc/Bcc and inbox of these emails (pass every inbox, not just one)."""
+        for item in emails:
+            values: list[str] = []
+            for name in ("sender", "to", "cc", "bcc", "inbox"):
+                value = item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
+                values.extend([value] if isinstance(value, str) else [v for v in value or () if isinstance(v, str)])
+            message_id = item.get("message_id") if isinstance(item, Mapping) else getattr(item, "message_id", "")
+            self._ignore_ids.add(str(message_id or "").strip("<>").lower())
+            for display, address in email.utils.getaddresses(values):
+                address = address.strip().lower()
+                if "@" in address and address not in self._synthetic:
+                    self.addresses.add(address)
+                    local = re.split(r"[._\-]", address.split("@", 1)[0])
+                    if len(local) >= 2 and all(p.isalpha() and len(p) > 1 for p in local):
+                        self._add_name(local)
+                if display.strip() and "@" not in display:
+                    display = display.replace('"', " ")
+                    if "," in display:
+                        last, _, first = display.partition(",")
+                        display = f"{first} {last}"
+                    self._add_name(_TOKEN.findall(display))
+
+    def learn_text(self, text: str) -> None:
+        """Personal values in one raw free text."""
+        if not isinstance(text, str) or not text:
+            return
+        for word in re.findall(r"(?<![\w@.])[a-z][a-z'’\-]+(?![\w@])", text):
+            self._lower_words[word] += 1
+        for m in _ADDRESS.finditer(text):
+            address = m.group().lower().strip(".")
+            if address not in self._ignore_ids and address not in self._synthetic:
+                self.addresses.add(address)
+        for m in _PHONE.finditer(text):
+            self.phones.add("".join(m.groups()))
+        for m in _CARD.finditer(text):
+            digits = re.sub(r"\D", "", m.group())
+            if _luhn(digits) and len(set(digits)) > 2:
+                self.cards.add(digits)
+        words = [(m.group(), m.start(), m.end()) for m in _TOKEN.finditer(text)]
+        for (a, _, a_end), (b, b_start, _), *rest in zip(words, words[1:], words[2:] + [("", 0, 0)]):
+            gap = text[a_end:b_start]
+            if not re.fullmatch(r"[ \t]+", gap):
+                continue
+            if a[0].isupper() and b[0].isupper() and self._first(a) and self._surname_like(b):
+                self._add_name([a, b])
+            elif a.islower() and b.islower() and a in self.first and b in self.last and not self._stop(a, b):
+                self._lower_pairs[(a, b)] += 1  # decided once the whole corpus is read ("a major force")
+            # "Joseph P Hirl": a census first name, an initial, a capitalised surname
+            nxt = rest[0] if rest else ("", 0, 0)
+            if len(b) == 1 and b.isupper() and nxt[0] and nxt[0][0].isupper() and self._first(a) \
+                    and self._surname_like(nxt[0]):
+                self._add_name([a, nxt[0]])
+        for m in _INVERTED.finditer(text):  # "Farmer, Daren"
+            last, first = m.group(1), m.group(2)
+            if first.lower() in self.first and last.lower() in self.last and not self._stop(first, last):
+                self._add_name([first, last])
+        for m in _LOTUS.finditer(text):  # `Alan Aronowitz@ECT`, `Joseph P Hirl/HOU/ECT`
+            words: list[str] = []
+            for word in reversed(_TOKEN.findall(m.group(1))):  # the name is the Title-case words before the `/`
+                if word.isupper() and len(word) > 1 or self._stop(word):
+                    break
+                words.insert(0, word)
+            words = [w for w in words if len(w) > 1]
+            if words and any(w.lower() in self.first or w.lower() in self.last for w in words):
+                self._add_name(words)
+
+    def add_literals(self, values: Iterable[str]) -> None:
+        for value in values:
+            value = " ".join(value.split())
+            if not value:
+                continue
+            self.literals.add(value.lower())
+            digits = re.sub(r"\D", "", value)
+            if len(digits) == 10 and _PHONE.fullmatch(value.strip()):
+                self.phones.add(digits)
+
+    # -- scanning ---------------------------------------------------------------------------------
+
+    def scan(self, file: str, record: str, value: Any, field: str = "") -> list[Finding]:
+        """Every leak in a record (a mapping, list or string), with the path of the field it sits in."""
+        findings: list[Finding] = []
+        for path, text in _leaves(value, field):
+            findings.extend(self._scan_text(file, record, path, text))
+        return findings
+
+    def _scan_text(self, file: str, record: str, field: str, text: str) -> Iterable[Finding]:
+        lower = text.lower()
+        for m in _ADDRESS.finditer(text):
+            if m.group().lower().strip(".") in self.addresses:
+                yield self._finding(file, record, field, "address", m.group())
+        tokens = [t.lower() for t in _TOKEN.findall(text)]
+        distinctive = self._distinctive_parts()
+        for i, token in enumerate(tokens):
+            if token in distinctive:
+                yield self._finding(file, record, field, "name", token)
+            for n in (2, 3):
+                if tuple(tokens[i:i + n]) in self.full_names:
+                    yield self._finding(file, record, field, "name", " ".join(tokens[i:i + n]))
+        for m in _PHONE.finditer(text):
+            if "".join(m.groups()) in self.phones:
+                yield self._finding(file, record, field, "phone", m.group())
+        if self.cards:
+            for m in _CARD.finditer(text):
+                if re.sub(r"\D", "", m.group()) in self.cards:
+                    yield self._finding(file, record, field, "card", m.group())
+        squashed = " ".join(lower.split())
+        for literal in self.literals:
+            if literal in squashed:
+                yield self._finding(file, record, field, "canary", literal)
+
+    @functools.cached_property
+    def _distinctive(self) -> frozenset[str]:
+        from agent_rl.curation.surrogates import FIRST_NAMES, LAST_NAMES
+
+        from faker.providers.lorem.en_US import Provider as Lorem
+
+        surrogates = {n.lower() for n in FIRST_NAMES + LAST_NAMES}  # what the output may hold by design
+        # A surname that is also an English word ("Park") is looked for only as part of the full name.
+        common = _stop_words() | _NOT_NAMES | surrogates | {w.lower() for w in Lorem.word_list}
+        return frozenset(p for p in self.parts if len(p) > 2 and p not in common and self._lower_words[p] == 0)
+
+    def _distinctive_parts(self) -> frozenset[str]:
+        if self._lower_pairs:
+            # "an email to donna lowry" is a name when neither word is written lowercase anywhere else.
+            pairs, self._lower_pairs = self._lower_pairs, Counter()
+            for (a, b), count in pairs.items():
+                if self._lower_words[a] <= count and self._lower_words[b] <= count:
+                    self.full_names.add((a, b))
+            self.__dict__.pop("_distinctive", None)
+        return self._distinctive
+
+    def _finding(self, file: str, record: str, field: str, kind: str, value: str) -> Finding:
+        digest = hmac.new(self._salt, value.lower().encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+        return Finding(file, record, field, kind, mask(value), digest[:12])
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _add_name(self, words: list[str]) -> None:
+        words = [w.lower().rstrip(".") for w in words if len(w.rstrip(".")) > 1 and not (w.isupper() and len(w) <= 3)]
+        words = [w for w in words if w not in {"mr", "mrs", "ms", "dr", "jr", "sr", "ii", "iii"}]
+        if not words:
+            return
+        if len(words) >= 2:
+            self.full_names.add((words[0], words[-1]))
+            self.full_names.add(tuple(words))
+        self.parts.update(words)
+        self.__dict__.pop("_distinctive", None)
+
+    def _first(self, word: str) -> bool:
+        return word.lower() in self.first and not self._stop(word)
+
+    def _surname_like(self, word: str) -> bool:
+        lower = word.lower()
+        if self._stop(word) or len(lower) < 2:
+            return False
+        return lower in self.last or (word[1:].islower() and lower not in self._lower_words)
+
+    @staticmethod
+    def _stop(*words: str) -> bool:
+        stop = _stop_words()
+        return any(w.lower() in stop or w.lower() in _NOT_NAMES for w in words)
+
+
+def _leaves(value: Any, path: str) -> Iterable[tuple[str, str]]:
+    """(field path, text) of every string inside, JSON held in strings included."""
+    if isinstance(value, str):
+        stripped = value.lstrip()
+        if stripped[:1] in ("{", "["):
+            try:
+                yield from _leaves(json.loads(value), path)
+                return
+            except ValueError:
+                pass
+        yield path, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _leaves(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _leaves(item, f"{path}[{i}]")
+
+
+def _luhn(digits: str) -> bool:
+    total = 0
+    for i, c in enumerate(reversed(digits)):
+        d = int(c)
+        if i % 2:
+            d *= 2
+            if d > 9:
+                d -= 9
+        total += d
+    return len(digits) >= 13 and total % 10 == 0
