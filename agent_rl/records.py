@@ -27,6 +27,9 @@ class Outcome(StrEnum):
     IDK = "idk"
     FORMAT_ERROR = "format_error"
     RAN_OUT = "ran_out"
+    # Live traffic nobody judged (the arbiter's OpenAI-compatible gateway): never correct, so curation's
+    # quality is 0 and, without a reward, validation quarantines it; it never becomes an SFT positive.
+    UNJUDGED = "unjudged"
 
 
 class Split(StrEnum):

@@ -2,7 +2,8 @@
 
 Callers of /v1/ask and /v1/feedback authenticate with an API key (`Authorization: Bearer <key>`,
 see keys.py) that limits them to their contexts; routing changes take the separate admin token.
-Every error is JSON `{"error": ..., "detail": ...}`; bad requests are 4xx and logged (without
+Every error is JSON `{"error": ..., "detail": ...}` (on the OpenAI-compatible gateway's paths, gateway.py,
+OpenAI's `{"error": {"message", "type", "param", "code"}}` instead); bad requests are 4xx and logged (without
 bodies, credentials or the addresses asked about), a pool that cannot be written is 503. An error
 names only what the caller sent or may see: a context outside the key's scope is a bare 403, and a
 scenario outside it reads as unknown. Each response carries a `Server-Timing` header (`total` and
@@ -28,6 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent_rl.arbiter.config import ArbiterConfig
+from agent_rl.arbiter.gateway import Gateway, GatewayError, PoolDown, add_gateway_routes, is_gateway_path, openai_error
 from agent_rl.arbiter.keys import KEYS_ENV, KEYS_FILE_ENV, ApiKey
 from agent_rl.arbiter.policies import PolicyLoadError
 from agent_rl.arbiter.service import (
@@ -129,7 +131,24 @@ def _error_response(
     # Only method, path and the message: bodies may hold personal data, headers hold the token.
     log.log(level, "%s %s -> %d %s: %s", request.method, request.url.path, status, error,
             detail if log_detail is None else log_detail)
+    if is_gateway_path(request.url.path):
+        return JSONResponse(openai_error(status, _gateway_message(error, detail)), status_code=status, headers=headers)
     return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
+
+
+def _gateway_message(error: str, detail: Any) -> str:
+    if isinstance(detail, str) and detail:
+        return detail
+    if isinstance(detail, list) and detail:
+        return "; ".join(f"{'.'.join(d.get('loc', []))}: {d.get('msg', '')}" for d in detail if isinstance(d, dict))
+    return error
+
+
+async def _on_gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
+    level = logging.ERROR if exc.status >= 500 else logging.WARNING
+    log.log(level, "%s %s -> %d: %s", request.method, request.url.path, exc.status, exc.log_detail)
+    return JSONResponse(openai_error(exc.status, exc.message, exc.param, exc.code), status_code=exc.status,
+                        headers=exc.headers)
 
 
 def _validation_detail(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -159,17 +178,23 @@ async def _on_http_error(request: Request, exc: StarletteHTTPException) -> JSONR
 
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
+    if is_gateway_path(request.url.path):
+        return JSONResponse(openai_error(500, f"internal error ({type(exc).__name__}); see the arbiter log"), status_code=500)
     return JSONResponse(
         {"error": "internal error", "detail": f"{type(exc).__name__}; see the arbiter log"}, status_code=500
     )
 
 
 class RequestGuard:
-    """Pure ASGI middleware: refuses bodies over the limit (413) and adds the Server-Timing header."""
+    """Pure ASGI middleware: refuses bodies over the limit (413) and adds the Server-Timing header.
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    The gateway's paths have their own (larger) limit: whole conversations travel in each request.
+    """
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int, gateway_max_body_bytes: int | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.gateway_max_body_bytes = gateway_max_body_bytes or max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -177,7 +202,7 @@ class RequestGuard:
             return
         started = time.perf_counter()
         state = scope.setdefault("state", {})
-        limit = self.max_body_bytes
+        limit = self.gateway_max_body_bytes if is_gateway_path(scope.get("path", "")) else self.max_body_bytes
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 if not value.isdigit() or int(value) > limit:
@@ -208,7 +233,10 @@ class RequestGuard:
 
     async def _refuse(self, scope: Scope, send: Send, detail: str) -> None:
         log.warning("%s %s -> 413 request body too large: %s", scope.get("method"), scope.get("path"), detail)
-        response = JSONResponse({"error": "request body too large", "detail": detail}, status_code=413)
+        if is_gateway_path(scope.get("path", "")):
+            response = JSONResponse(openai_error(413, detail, code="request_too_large"), status_code=413)
+        else:
+            response = JSONResponse({"error": "request body too large", "detail": detail}, status_code=413)
         await response(scope, _drain, send)
 
 
@@ -285,18 +313,27 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         service = ArbiterService(config)
         app.state.service = service
+        gateway = Gateway(service, idle_s=config.gateway_idle_s, write_retry_s=config.gateway_write_retry_s,
+                          rate_per_s=config.gateway_rate_per_s, rate_burst=config.gateway_rate_burst)
+        app.state.gateway = gateway
+        await gateway.start()
         log.info("arbiter ready: pool %s, routing %s", service.pool.engine.url.render_as_string(hide_password=True),
                  dict(service.router.current().weights))
         try:
             yield
         finally:
-            service.close()  # waits for running batches: every answered episode is committed
+            try:
+                await gateway.close()  # ends live gateway episodes and writes them
+            finally:
+                service.close()  # waits for running batches: every answered episode is committed
 
     app = FastAPI(title="agent-rl arbiter", lifespan=lifespan)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
+    app.add_exception_handler(GatewayError, _on_gateway_error)
     app.add_exception_handler(Exception, _on_unexpected)
-    app.add_middleware(RequestGuard, max_body_bytes=config.max_body_bytes)
+    app.add_middleware(RequestGuard, max_body_bytes=config.max_body_bytes,
+                       gateway_max_body_bytes=config.gateway_max_body_bytes)
 
     def service_of(request: Request) -> ArbiterService:
         return request.app.state.service
@@ -309,6 +346,9 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
             "status": "ok",
             "policies_loaded": service.policies.loaded(),
             "episodes_written": service.episodes_written,
+            "gateway": {"live_episodes": len(request.app.state.gateway.live),
+                        "unwritten_episodes": len(request.app.state.gateway.pending),
+                        "episodes_written": request.app.state.gateway.written},
             "worker": os.getpid(),
         }
 
@@ -353,6 +393,11 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
         key = _require_key(request, service)
         body = await _read_body(request, FeedbackRequest)
         try:
+            # A live gateway episode ends with feedback on it: it is written first, then the verdict recorded.
+            await request.app.state.gateway.end(key, body.episode_id)
+        except PoolDown as exc:
+            raise ApiError(503, "benchmark pool unavailable", "the episode could not be written yet; try again") from exc
+        try:
             await service.feedback(key, body.episode_id, body.verdict)
         except UnknownEpisodeError as exc:  # also an episode outside the key's tenant or contexts
             raise ApiError(404, "unknown episode", f"no episode {body.episode_id!r} in the benchmark pool") from exc
@@ -361,6 +406,9 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
         except Exception as exc:
             raise ApiError(503, "benchmark pool unavailable", f"{type(exc).__name__} while recording feedback") from exc
         return {"episode_id": body.episode_id, "feedback": body.verdict.strip()}
+
+    add_gateway_routes(app, lambda request: _require_key(request, service_of(request)),
+                       lambda request: request.app.state.gateway)
 
     @app.get("/v1/routing", response_model=RoutingView)
     async def get_routing(request: Request) -> RoutingView:

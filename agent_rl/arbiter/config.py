@@ -39,6 +39,14 @@ class ArbiterConfig(BaseModel):
     episode_workers: PositiveInt = Field(4, description="threads that run episodes (each has its own inbox connection)")
     routing_ttl_s: float = Field(1.0, ge=0, description="how long routing read from the pool is reused")
     max_body_bytes: PositiveInt = Field(64 * 1024, description="larger request bodies are refused with 413")
+    # The OpenAI-compatible gateway (gateway.py): whole conversations travel in each request.
+    gateway_max_body_bytes: PositiveInt = Field(
+        4 * 1024 * 1024, description="larger gateway request bodies (/v1/chat/completions) are refused with 413")
+    gateway_idle_s: float = Field(300.0, gt=0, description="a gateway episode without calls for this long ends and is written")
+    gateway_write_retry_s: float = Field(
+        3.0, ge=0, description="how long an episode write retries (with backoff) before an explicit end answers 503")
+    gateway_rate_per_s: float = Field(20.0, gt=0, description="gateway requests per second per API key (token bucket)")
+    gateway_rate_burst: PositiveInt = Field(40, description="gateway requests one API key may send at once")
 
     @field_validator("default_routing")
     @classmethod

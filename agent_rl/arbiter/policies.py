@@ -8,6 +8,7 @@ checkpoint directory. `register_policy_loader` adds prefixes without touching th
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -80,6 +81,21 @@ register_policy_loader("api-sim", _load_api_simulation)
 register_policy_loader("local", _load_local)
 
 
+def _load_openai(config: str) -> Policy:
+    """`openai:{"base_url": ..., "model": ..., "api_key_env": "NAME"}`: an OpenAI-compatible API (upstreams.py)."""
+    from agent_rl.arbiter.upstreams import load_openai_upstream
+
+    return load_openai_upstream(config)
+
+
+register_policy_loader("openai", _load_openai)
+
+
+def shown_spec(spec: str) -> str:
+    """A spec as logged: an `api_key` someone put in a JSON spec (refused on load) is not repeated."""
+    return re.sub(r'("api_key"\s*:\s*)"(?:[^"\\]|\\.)*"', r'\1"[redacted]"', spec)
+
+
 def load_policy(spec: str) -> Policy:
     """A fresh policy for `spec`; raises PolicyLoadError naming the spec when it cannot be loaded."""
     if not isinstance(spec, str) or not spec.strip():
@@ -128,7 +144,7 @@ class PolicyCache:
         with key_lock:
             policy = self._policies.get(key)
             if policy is None:
-                log.info("loading policy from spec %s", spec)
+                log.info("loading policy from spec %s", shown_spec(spec))
                 policy = self._loader(spec)
                 self._policies[key] = policy
         return policy

@@ -1,0 +1,186 @@
+"""Upstreams for the gateway that are not our own policies: any OpenAI-compatible chat-completions API.
+
+A routing spec `openai:{"base_url": "https://api.openai.com/v1", "model": "gpt-4.1-mini", "api_key_env": "NAME"}`
+loads an `OpenAIUpstream`. The key is read from the environment variable named by `api_key_env` when the
+spec is loaded; the spec (stored in the pool's routing table) never holds the key itself, and a spec that
+tries to (`"api_key": ...`) is refused without the value being repeated anywhere.
+
+The gateway forwards a client's request body to `complete` (async, the fields the caller sent, with the
+configured model); `act` makes the same upstream usable by the batch arbiter (/v1/ask) like any Policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, ValidationError
+
+from agent_rl.agent.http_policy import RETRYABLE_STATUS, parse_chat_completion, to_openai_messages
+from agent_rl.agent.policy import Policy, PolicyTurn
+
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+
+
+class UpstreamError(RuntimeError):
+    """The upstream did not give a usable answer. `status` is what the gateway should answer with;
+    `client_message` is safe to show the caller (it names no URL, key or configuration)."""
+
+    def __init__(self, status: int, client_message: str, log_message: str) -> None:
+        super().__init__(log_message)
+        self.status = status
+        self.client_message = client_message
+
+
+class OpenAIUpstreamConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str = Field(min_length=1, pattern=r"^https?://", description="OpenAI-style base URL including /v1")
+    model: str = Field(min_length=1, max_length=200, description="model name sent upstream")
+    api_key_env: str | None = Field(None, pattern=ENV_NAME_PATTERN,
+                                    description="environment variable holding the upstream's API key (none: no key sent)")
+    timeout_s: PositiveFloat = 60.0
+    max_retries: NonNegativeInt = Field(2, le=5, description="extra attempts after a timeout, connection error, 429 or 5xx")
+    retry_backoff_s: float = Field(0.25, ge=0, le=10)
+
+
+def load_openai_upstream(raw: str) -> OpenAIUpstream:
+    """The loader behind `openai:{...}` specs; errors name the bad field, never a value."""
+    from agent_rl.arbiter.policies import PolicyLoadError
+
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise PolicyLoadError('openai upstream spec: expected openai:{"base_url": ..., "model": ..., "api_key_env": ...}') from exc
+    if isinstance(data, dict) and "api_key" in data:
+        raise PolicyLoadError("openai upstream spec: do not put the API key in the spec (it is stored in the pool); "
+                              "set it in an environment variable on the arbiter and name that in api_key_env")
+    try:
+        config = OpenAIUpstreamConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}"
+                             for e in exc.errors(include_input=False, include_url=False))
+        raise PolicyLoadError(f"openai upstream spec: {problems}") from None
+    return OpenAIUpstream(config)
+
+
+class OpenAIUpstream(Policy):
+    """An OpenAI-compatible server as a routed version."""
+
+    def __init__(self, config: OpenAIUpstreamConfig) -> None:
+        self.config = config
+        self.version = f"openai:{config.model}"
+        key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._base = config.base_url.rstrip("/") + "/"
+        self._async: dict[int, httpx.AsyncClient] = {}  # one per event loop (tests run several)
+        self._sync: httpx.Client | None = None
+
+    # -- the gateway's path -----------------------------------------------------------------
+
+    def _client(self) -> httpx.AsyncClient:
+        loop = id(asyncio.get_running_loop())
+        client = self._async.get(loop)
+        if client is None:
+            client = httpx.AsyncClient(base_url=self._base, headers=self._headers, timeout=self.config.timeout_s,
+                                       limits=httpx.Limits(max_connections=256, max_keepalive_connections=256))
+            self._async[loop] = client
+        return client
+
+    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The upstream's chat completion (a dict) for `body`, with retries of transient failures."""
+        body = {**body, "model": self.config.model, "stream": False}
+        body.pop("stream_options", None)
+        problem = ""
+        for attempt in range(self.config.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
+            try:
+                response = await self._client().post("chat/completions", json=body)
+            except httpx.TimeoutException:
+                problem = f"timed out after {self.config.timeout_s:g} s"
+                continue
+            except httpx.TransportError as exc:
+                problem = type(exc).__name__
+                continue
+            if response.status_code in RETRYABLE_STATUS and attempt < self.config.max_retries:
+                problem = f"HTTP {response.status_code}"
+                continue
+            return self._read(response)
+        raise UpstreamError(504 if "timed out" in problem else 502, "the upstream model did not answer; try again later",
+                            f"upstream {self.config.model!r} failed after {self.config.max_retries + 1} attempt(s): {problem}")
+
+    def _read(self, response: httpx.Response) -> dict[str, Any]:
+        status = response.status_code
+        if status in (400, 413, 422):
+            # The upstream refuses this conversation (too long, bad tool schema): the caller's problem, in its words.
+            raise UpstreamError(400, f"the upstream model refused the request: {_message(response)}",
+                                f"upstream {self.config.model!r} answered {status}")
+        if status >= 400:
+            # 401/403/404 mean our configuration (key, URL, model) is wrong: nothing the caller may see.
+            raise UpstreamError(502, "the upstream model is unavailable; try again later",
+                                f"upstream {self.config.model!r} answered {status}: {_message(response)}")
+        try:
+            payload = response.json()
+            message = payload["choices"][0]["message"]
+            if not isinstance(message, dict):
+                raise TypeError("message is not an object")
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise UpstreamError(502, "the upstream model gave an unreadable answer",
+                                f"upstream {self.config.model!r}: unreadable response ({type(exc).__name__})") from None
+        return payload
+
+    async def aclose(self) -> None:
+        for client in list(self._async.values()):
+            try:
+                await client.aclose()
+            except RuntimeError:  # its loop is gone
+                pass
+        self._async.clear()
+
+    # -- the Policy interface (batch arbiter) ---------------------------------------------------
+
+    def act(self, conversations: list[list[dict[str, Any]]], tools: list[dict[str, Any]],
+            max_new_tokens: int = 256) -> list[PolicyTurn]:  # fmt: skip
+        if self._sync is None:
+            self._sync = httpx.Client(base_url=self._base, headers=self._headers, timeout=self.config.timeout_s)
+        turns = []
+        for messages in conversations:
+            body: dict[str, Any] = {"model": self.config.model, "messages": to_openai_messages(messages),
+                                    "max_tokens": max_new_tokens}
+            if tools:
+                body["tools"] = tools
+            turns.append(self._act_one(body))
+        return turns
+
+    def _act_one(self, body: dict[str, Any]) -> PolicyTurn:
+        for attempt in range(self.config.max_retries + 1):
+            if attempt:
+                time.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
+            try:
+                response = self._sync.post("chat/completions", json=body)  # type: ignore[union-attr]
+            except httpx.TransportError:
+                continue
+            if response.status_code in RETRYABLE_STATUS:
+                continue
+            if response.status_code >= 400:
+                return PolicyTurn(parse_error=f"upstream answered HTTP {response.status_code}")
+            try:
+                return parse_chat_completion(response.json())
+            except (ValueError, KeyError, IndexError, TypeError):
+                return PolicyTurn(parse_error="upstream gave an unreadable answer")
+        return PolicyTurn(parse_error="upstream did not answer")
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        error = response.json().get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])[:300]
+    except (ValueError, AttributeError):
+        pass
+    return f"HTTP {response.status_code}"
