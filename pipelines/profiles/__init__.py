@@ -1,9 +1,20 @@
-"""Resource settings per profile, chosen with AGENT_RL_PROFILE: `default` (production gates), `demo`
-(the laptop demo: same gates, A/B steps small enough to decide in minutes on CPU), `fast` (the tiny
-model: shows the whole loop's mechanics in a few minutes; it cannot learn the task)."""
+"""Resource settings per profile, chosen with AGENT_RL_PROFILE: `default` (production gates), `demo` (the laptop
+demo: same gates, A/B steps small enough to decide in minutes on CPU), `fast` (the tiny model: shows the whole
+loop's mechanics in a few minutes; it cannot learn the task), or the path of a TOML file of your own.
 
-import json
+A profile is data, not code: a TOML file (default.toml, demo.toml, fast.toml next to this module) mapping a
+resource name to the values of its fields; resources it does not name keep their defaults. So a GPU deployment is
+a file, e.g. `[training] profile = "gpu"`, selected by configuration. One value depends on the machine: the string
+"all-cores" stands for its CPU core count (threads for a process that runs alone).
+"""
+
 import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from dagster import ConfigurableResource
+from pydantic import ValidationError
 
 from resources.compute import TrainingCompute
 from resources.curation import CurationResource
@@ -13,52 +24,68 @@ from resources.rollout import RolloutResource
 from resources.stores import InboxStoreResource, PoolResource
 from resources.training import TrainingResource
 
+PROFILE_DIR = Path(__file__).resolve().parent
 PROFILES = ("default", "demo", "fast")
+ALL_CORES = "all-cores"
+RESOURCES: dict[str, type[ConfigurableResource]] = {
+    "inbox_store": InboxStoreResource,
+    "pool": PoolResource,
+    "curation": CurationResource,
+    "mlflow": MlflowResource,
+    "rollout": RolloutResource,
+    "compute": TrainingCompute,
+    "training": TrainingResource,
+    "evaluation": EvaluationResource,
+}
+
+
+def profile_path(profile: str) -> Path:
+    """The TOML file of a profile: a shipped one by name, or a file of the user's own by path."""
+    if profile in PROFILES:
+        return PROFILE_DIR / f"{profile}.toml"
+    path = Path(profile).expanduser()
+    if path.suffix == ".toml" or os.sep in profile:
+        if not path.is_file():
+            raise ValueError(f"AGENT_RL_PROFILE={profile!r}: no such profile file")
+        return path
+    raise ValueError(f"AGENT_RL_PROFILE={profile!r}: expected one of {', '.join(PROFILES)} or the path of a .toml file")
+
+
+def read_profile(path: Path) -> dict[str, dict[str, Any]]:
+    """The profile's field values per resource, every resource and field name checked against the resources."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: not valid TOML: {exc}") from None
+    for name, fields in data.items():
+        if name not in RESOURCES:
+            raise ValueError(f"{path}: unknown resource [{name}]; known: {', '.join(RESOURCES)}")
+        if not isinstance(fields, dict):
+            raise ValueError(f"{path}: {name} must be a table of field values ([{name}]), got {type(fields).__name__}")
+        known = RESOURCES[name].model_fields
+        for key in fields:
+            if key not in known:
+                raise ValueError(f"{path}: [{name}] unknown field {key!r}; {name} has {', '.join(known)}")
+    return data
+
+
+def _on_this_machine(value: Any) -> Any:
+    return max(1, os.cpu_count() or 1) if value == ALL_CORES else value
 
 
 def resources_for(profile: str | None = None) -> dict:
-    profile = profile or os.environ.get("AGENT_RL_PROFILE", "default")
-    if profile not in PROFILES:
-        raise ValueError(f"AGENT_RL_PROFILE={profile!r}: expected one of {', '.join(PROFILES)}")
-    resources = {
-        "inbox_store": InboxStoreResource(),
-        "pool": PoolResource(),
-        "curation": CurationResource(),
-        "mlflow": MlflowResource(),
-        "rollout": RolloutResource(),
-        "compute": TrainingCompute(),
-        "training": TrainingResource(),
-        "evaluation": EvaluationResource(),
-    }
-    if profile == "demo":
-        # A 135M model serves on 2 CPU cores: decide on tens of episodes per arm, expecting a large lift.
-        resources["rollout"] = RolloutResource(min_samples_per_arm=20, min_samples_per_step=20, tau_squared=0.09)
-        # Three models are evaluated on CPU: 30 held-out questions each keep validation to minutes, on every core
-        # (it runs alone, like training below).
-        resources["evaluation"] = EvaluationResource(max_scenarios=30, torch_threads=max(1, os.cpu_count() or 1))
-        # Training runs alone on the demo machine (the arbiter idles meanwhile): give it every core. Production
-        # keeps one thread, where a busy neighbour makes a multi-threaded torch 40-350x slower.
-        resources["compute"] = TrainingCompute(omp_num_threads=max(1, os.cpu_count() or 1))
-        # The library's training defaults (SFT 96 steps, GRPO 10 steps of ~55-100 s: bench/quality.py's model, ~17 min
-        # on 2 AMX cores) would push `make demo` past its 30 minutes: SFT 48 steps (~6-7 min) and 2 GRPO steps here.
-        resources["training"] = TrainingResource(
-            sft_overrides=json.dumps({"max_steps": 48}),
-            grpo_overrides=json.dumps({"max_steps": 2, "prompt_filter": {"mode": "none"}}))
-    elif profile == "fast":
-        resources.update(
-            curation=CurationResource(min_points=300),
-            training=TrainingResource(
-                base_model="tiny",
-                sft_overrides=json.dumps({"max_steps": 4, "save_steps": 2}),
-                grpo_overrides=json.dumps({"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 4,
-                                           "gradient_accumulation_steps": 1, "max_completion_length": 256,
-                                           "prompt_filter": {"mode": "none"}}),
-            ),
-            # A random tiny model cannot beat anything: let it through to show registry and A/B.
-            evaluation=EvaluationResource(max_scenarios=20, min_relative_improvement=-1.0, max_forgetting_drop=1.0),
-            # A round of 100 replayed requests gives the 10% arm ~7 episodes in ~45 s: 10 per arm decide by the
-            # statistics within two or three rounds (20 per arm with a 72 s limit always ended in a timeout).
-            rollout=RolloutResource(min_samples_per_arm=10, min_samples_per_step=10, base_spec="tiny",
-                                    max_step_hours=0.05),
-        )
+    """Every resource, configured by the profile (default: $AGENT_RL_PROFILE, else `default`)."""
+    path = profile_path(profile or os.environ.get("AGENT_RL_PROFILE") or "default")
+    values = read_profile(path)
+    resources = {}
+    for name, resource in RESOURCES.items():
+        fields = {key: _on_this_machine(value) for key, value in values.get(name, {}).items()}
+        try:
+            resources[name] = resource(**fields)
+        except ValidationError as exc:
+            problems = "; ".join(
+                ": ".join(part for part in (".".join(str(p) for p in error["loc"]),
+                                            error["msg"].removeprefix("Value error, ")) if part)
+                for error in exc.errors())
+            raise ValueError(f"{path}: [{name}] {problems}") from None
     return resources

@@ -1,0 +1,82 @@
+"""Profiles are TOML data: each shipped profile builds exactly the resources the former Python profiles built, a
+user's own file is selected by path, and a misspelt resource or field fails naming the file and the key."""
+
+import os
+
+import pytest
+
+from pipelines.profiles import PROFILE_DIR, PROFILES, RESOURCES, profile_path, resources_for
+
+CORES = max(1, os.cpu_count() or 1)
+# The fields each profile set when profiles were if/elif code (pipelines/profiles.py before the TOML files);
+# every other field of every resource is its default.
+EXPECTED = {
+    "default": {},
+    "demo": {
+        "rollout": {"min_samples_per_arm": 20, "min_samples_per_step": 20, "tau_squared": 0.09},
+        "evaluation": {"max_scenarios": 94, "torch_threads": CORES},
+        "compute": {"omp_num_threads": CORES},
+        "training": {"sft_overrides": {"max_steps": 48},
+                     "grpo_overrides": {"max_steps": 2, "prompt_filter": {"mode": "none"}}},
+    },
+    "fast": {
+        "curation": {"min_points": 300},
+        "training": {"base_model": "tiny", "sft_overrides": {"max_steps": 4, "save_steps": 2},
+                     "grpo_overrides": {"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 4,
+                                        "gradient_accumulation_steps": 1, "max_completion_length": 256,
+                                        "prompt_filter": {"mode": "none"}}},
+        "evaluation": {"max_scenarios": 20, "min_relative_improvement": -1.0, "max_forgetting_drop": 1.0},
+        "rollout": {"min_samples_per_arm": 10, "min_samples_per_step": 10, "base_spec": "tiny",
+                    "max_step_hours": 0.05},
+    },
+}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_each_profile_builds_the_resources_it_always_built(profile):
+    built = resources_for(profile)
+    assert list(built) == list(RESOURCES)
+    for name, resource in RESOURCES.items():
+        expected = resource(**EXPECTED[profile].get(name, {}))
+        assert type(built[name]) is resource
+        assert built[name].model_dump() == expected.model_dump(), name
+
+
+def test_the_profiles_are_files_shipped_with_the_package():
+    assert sorted(p.stem for p in PROFILE_DIR.glob("*.toml")) == sorted(PROFILES)
+
+
+def test_agent_rl_profile_selects_by_name_or_path(monkeypatch, tmp_path):
+    monkeypatch.setenv("AGENT_RL_PROFILE", "fast")
+    assert resources_for()["training"].base_model == "tiny"
+    monkeypatch.delenv("AGENT_RL_PROFILE")
+    assert resources_for()["training"].base_model == "base"
+    gpu = tmp_path / "gpu.toml"
+    gpu.write_text('[training]\nprofile = "gpu"\ngrpo_overrides = { max_steps = 50 }\n'
+                   '[compute]\nomp_num_threads = "all-cores"\n')
+    monkeypatch.setenv("AGENT_RL_PROFILE", str(gpu))
+    built = resources_for()
+    assert built["training"].grpo().use_vllm and built["training"].grpo().max_steps == 50
+    assert built["compute"].omp_num_threads == CORES
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("[evalution]\nmax_scenarios = 5\n", r"bad.toml: unknown resource \[evalution\]"),
+    ("[evaluation]\nmax_scenario = 5\n", r"bad.toml: \[evaluation\] unknown field 'max_scenario'"),
+    ("evaluation = 5\n", r"bad.toml: evaluation must be a table"),
+    ("[evaluation]\nmax_scenarios = 0\n", r"bad.toml: \[evaluation\] max_scenarios: Input should be greater"),
+    ("[training]\ngrpo_overrides = { max_step = 2 }\n", r"bad.toml: \[training\] grpo_overrides.max_step: Extra"),
+    ("[evaluation\n", r"bad.toml: not valid TOML"),
+])
+def test_a_bad_profile_fails_naming_the_file_and_the_key(tmp_path, text, expected):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=expected):
+        resources_for(str(path))
+
+
+def test_an_unknown_profile_names_the_choices(tmp_path):
+    with pytest.raises(ValueError, match="expected one of default, demo, fast or the path"):
+        profile_path("gpu")
+    with pytest.raises(ValueError, match="no such profile file"):
+        profile_path(str(tmp_path / "missing.toml"))
