@@ -13,6 +13,7 @@ import json
 import logging
 import operator
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -176,6 +177,15 @@ def all_episodes(pool_url: str) -> dict[str, Any]:
         pool.close()
 
 
+def wait_for_episodes(pool_url: str, n: int, timeout_s: float = 20.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stored = all_episodes(pool_url)
+        if len(stored) >= n or time.monotonic() > deadline:
+            return stored
+        time.sleep(0.05)
+
+
 def end(url: str, token: str, episode: str) -> httpx.Response:
     return httpx.post(f"{url}/v1/episodes/{episode}/end", headers=bearer(token), timeout=30)
 
@@ -208,13 +218,7 @@ def test_agents_run_unchanged_and_the_pool_holds_what_they_saw(store_url, openai
                                           metadata={"context": "calc-env", "task": f"subtract {i}"})
             assert end(url, TOKEN_A, episode).status_code == 200
             seen[episode] = messages
-        deadline = asyncio.get_event_loop_policy  # noqa: F841 (final-tool episodes are written in the background)
-        for _ in range(100):
-            stored = all_episodes(store_url)
-            if len(stored) >= len(seen):
-                break
-            import time
-            time.sleep(0.05)
+        wait_for_episodes(store_url, len(seen))  # final-tool episodes are written in the background
         # Feedback by the returned episode id, as for /v1/ask episodes.
         some = next(iter(seen))
         response = httpx.post(f"{url}/v1/feedback", headers=bearer(TOKEN_A), json={"episode_id": some, "verdict": "up"})
@@ -325,11 +329,7 @@ def test_idle_episodes_are_written(sqlite_url):
     with gateway(sqlite_url, {"calc": 1.0}, {"calc": "calc-bot"}, gateway_idle_s=0.3) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN_A, max_retries=0)
         messages, episode = run_agent(client, "What is 5 * 5?")
-        import time
-        for _ in range(100):
-            if episode in all_episodes(sqlite_url):
-                break
-            time.sleep(0.05)
+        wait_for_episodes(sqlite_url, 1)
         assert httpx.get(f"{url}/healthz").json()["gateway"]["live_episodes"] == 0
     assert canonical(all_episodes(sqlite_url)[episode].messages) == canonical(messages)
 
@@ -421,3 +421,81 @@ def test_openai_specs_refuse_keys_without_repeating_them():
         load_policy('openai:{"base_url": "ftp://x", "model": "m", "api_key_env": "1BAD"}')
     assert "base_url" in str(caught.value) and "api_key_env" in str(caught.value) and "1BAD" not in str(caught.value)
     assert os.environ.get("AGENT_RL_TEST_UNSET") is None
+
+
+def test_identical_conversations_side_by_side_stay_apart(sqlite_url):
+    with gateway(sqlite_url, {"calc": 1.0}, {"calc": "calc-bot"}) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN_A, max_retries=0)
+        start = [{"role": "user", "content": "What is 6 * 7?"}]
+        firsts = [client.chat.completions.with_raw_response.create(model="x", messages=start, tools=TOOLS[:1])
+                  for _ in range(3)]
+        ids = [r.headers["x-agent-rl-episode"] for r in firsts]
+        assert len(set(ids)) == 3  # a new conversation is a new episode, even word for word the same
+        seconds = []
+        for raw in firsts:
+            message = raw.parse().choices[0].message
+            follow = [*start, message.model_dump(exclude_none=True),
+                      {"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": "42"}]
+            seconds.append(client.chat.completions.with_raw_response.create(model="x", messages=follow, tools=TOOLS[:1]))
+        assert [r.headers["x-agent-rl-episode"] for r in seconds] == ids  # each continued its own
+    stored = all_episodes(sqlite_url)
+    assert set(stored) == set(ids) and all(e.turns == 2 for e in stored.values())
+
+
+def test_a_client_gone_mid_stream_loses_nothing(sqlite_url):
+    with gateway(sqlite_url, {"calc": 1.0}, {"calc": "calc-bot"}) as url:
+        body = {"model": "x", "stream": True, "messages": [{"role": "user", "content": "What is 12 * 12?"}],
+                "tools": TOOLS[:1]}
+        with httpx.stream("POST", f"{url}/s/hang-up/v1/chat/completions", json=body, headers=bearer(TOKEN_A)) as response:
+            episode = response.headers["x-agent-rl-episode"]
+            next(response.iter_bytes())  # read the first chunk, then hang up
+        assert end(url, TOKEN_A, episode).status_code == 200
+    record = all_episodes(sqlite_url)[episode]
+    assert record.messages[-1]["tool_calls"][0]["function"]["arguments"] == '{"expression": "12 * 12"}'
+
+
+def test_unjudged_live_episodes_never_become_sft_positives(sqlite_url):
+    from agent_rl.curation.datasets import quality, sft_rows
+    from agent_rl.curation.validate import validate_episodes
+
+    with gateway(sqlite_url, {"calc": 1.0}, {"calc": "calc-bot"}) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN_A, max_retries=0)
+        _, episode = run_agent(client, "What is 3 * 3?")
+        assert end(url, TOKEN_A, episode).status_code == 200
+        assert httpx.post(f"{url}/v1/feedback", headers=bearer(TOKEN_A),
+                          json={"episode_id": episode, "verdict": "up"}).status_code == 200
+    row = all_episodes(sqlite_url)[episode].model_dump(mode="json")
+    assert quality(row) == 0.0 and sft_rows([row], tools=TOOLS) == []
+    result = validate_episodes([row])
+    assert result.clean == [] and any("reward" in reason for reason in result.quarantined[0][1])
+
+
+@pytest.mark.postgres
+def test_a_pool_outage_mid_run_loses_no_episode(tmp_path):
+    from tests.pg_server import postgres_bin, private_postgres
+
+    if postgres_bin() is None:
+        pytest.fail("PostgreSQL server binaries are needed for the outage test (apt-get install postgresql)")
+    with private_postgres() as pg:
+        with gateway(pg.url, {"calc": 1.0}, {"calc": "calc-bot"}, gateway_write_retry_s=0.5) as url:
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN_A, max_retries=0)
+            before = [run_agent(client, f"What is {i} * 2?", metadata={"final_tool": "answer"})[1] for i in range(3)]
+            wait_for_episodes(pg.url, 3)
+            pg.stop("fast")
+            outage_started = time.monotonic()
+            try:
+                # Traffic goes on (routing keeps its last split); ends are queued, an explicit one says 503.
+                during = [run_agent(client, f"What is {i} * 5?", metadata={"final_tool": "answer"})[1] for i in range(3)]
+                _, explicit = run_agent(client, "What is 8 * 8?")
+                refused = end(url, TOKEN_A, explicit)
+                assert refused.status_code == 503 and refused.json()["error"]["code"] == "pool_unavailable"
+                assert refused.headers["retry-after"]
+                health = httpx.get(f"{url}/healthz").json()["gateway"]
+                assert health["unwritten_episodes"] == 4
+                time.sleep(max(0.0, 3.0 - (time.monotonic() - outage_started)))  # a 3-second outage
+            finally:
+                pg.start()
+            assert end(url, TOKEN_A, explicit).status_code == 200  # ending again is safe
+            stored = wait_for_episodes(pg.url, 7)
+            assert httpx.get(f"{url}/healthz").json()["gateway"]["unwritten_episodes"] == 0
+        assert set(stored) == {*before, *during, explicit}
