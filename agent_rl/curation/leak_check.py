@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+_ENGLISH_ENDINGS = ("ing", "tion", "sion", "ment", "ness", "ity", "ings", "ions", "ments")
 _ADDRESS = re.compile(r"[\w.+\-']+@[\w\-]+(?:\.[\w\-]+)+")
 _PHONE = re.compile(r"(?<![\w.\-])(?:\+?1[ .\-]?)?\(?([2-9]\d{2})\)?[ .\-]?([2-9]\d{2})[ .\-](\d{4})(?![\w\-])")
 _CARD = re.compile(r"(?<![\w\-])\d(?:[ \-]?\d){12,18}(?![\w\-])")
@@ -150,6 +151,7 @@ class LeakAuditor:
         self._lower_words: Counter[str] = Counter()
         self._ignore_ids: set[str] = set()
         self._lower_pairs: Counter[tuple[str, str]] = Counter()
+        self._maybe_names: Counter[tuple[str, str]] = Counter()
 
     # -- what is personal -------------------------------------------------------------------------
 
@@ -198,7 +200,10 @@ class LeakAuditor:
             if not re.fullmatch(r"[ \t]+", gap):
                 continue
             if a[0].isupper() and b[0].isupper() and self._first(a) and self._surname_like(b):
-                self._add_name([a, b])
+                if b.lower() in self.last:
+                    self._add_name([a, b])
+                elif text[b_start + len(b):b_start + len(b) + 1] != ":":  # not "Hannah Sent: Monday"
+                    self._maybe_names[(a.lower(), b.lower())] += 1  # decided once the corpus is read
             elif a.islower() and b.islower() and a in self.first and b in self.last and not self._stop(a, b):
                 self._lower_pairs[(a, b)] += 1  # decided once the whole corpus is read ("a major force")
             # "Joseph P Hirl": a census first name, an initial, a capitalised surname
@@ -244,10 +249,11 @@ class LeakAuditor:
         for m in _ADDRESS.finditer(text):
             if m.group().lower().strip(".") in self.addresses:
                 yield self._finding(file, record, field, "address", m.group())
-        tokens = [t.lower() for t in _TOKEN.findall(text)]
+        raw_tokens = _TOKEN.findall(text)
+        tokens = [t.lower() for t in raw_tokens]
         distinctive = self._distinctive_parts()
         for i, token in enumerate(tokens):
-            if token in distinctive:
+            if token in distinctive and not (len(token) <= 3 and raw_tokens[i].isupper()):  # "ENA", "ECT": acronyms
                 yield self._finding(file, record, field, "name", token)
             for n in (2, 3):
                 if tuple(tokens[i:i + n]) in self.full_names:
@@ -264,18 +270,33 @@ class LeakAuditor:
             if literal in squashed:
                 yield self._finding(file, record, field, "canary", literal)
 
-    @functools.cached_property
-    def _distinctive(self) -> frozenset[str]:
-        from agent_rl.curation.surrogates import FIRST_NAMES, LAST_NAMES
-
+    @staticmethod
+    @functools.cache
+    def _lexicon() -> frozenset[str]:
+        """English words and what the output holds by design (surrogate names): never a leak on their own."""
         from faker.providers.lorem.en_US import Provider as Lorem
 
-        surrogates = {n.lower() for n in FIRST_NAMES + LAST_NAMES}  # what the output may hold by design
+        from agent_rl.curation.names import common_words
+        from agent_rl.curation.surrogates import FIRST_NAMES, LAST_NAMES
+
+        surrogates = {n.lower() for n in FIRST_NAMES + LAST_NAMES}
+        return _stop_words() | _NOT_NAMES | surrogates | {w.lower() for w in Lorem.word_list} | common_words()
+
+    @functools.cached_property
+    def _distinctive(self) -> frozenset[str]:
         # A surname that is also an English word ("Park") is looked for only as part of the full name.
-        common = _stop_words() | _NOT_NAMES | surrogates | {w.lower() for w in Lorem.word_list}
+        common = self._lexicon()
         return frozenset(p for p in self.parts if len(p) > 2 and p not in common and self._lower_words[p] == 0)
 
     def _distinctive_parts(self) -> frozenset[str]:
+        if self._maybe_names:
+            # "Ethan Cheers": a capitalised word after a first name is a surname only if the corpus never writes
+            # it lowercase and it is no English word.
+            maybe, self._maybe_names = self._maybe_names, Counter()
+            lexicon = self._lexicon()
+            for (a, b), _count in maybe.items():
+                if self._lower_words[b] == 0 and b not in lexicon and not b.endswith(_ENGLISH_ENDINGS):
+                    self._add_name([a, b])
         if self._lower_pairs:
             # "an email to donna lowry" is a name when neither word is written lowercase anywhere else.
             pairs, self._lower_pairs = self._lower_pairs, Counter()
@@ -309,7 +330,7 @@ class LeakAuditor:
         lower = word.lower()
         if self._stop(word) or len(lower) < 2:
             return False
-        return lower in self.last or (word[1:].islower() and lower not in self._lower_words)
+        return lower in self.last or word[1:].islower()
 
     @staticmethod
     def _stop(*words: str) -> bool:
