@@ -565,7 +565,8 @@ class Gateway:
     # -- a call --------------------------------------------------------------------------------------
 
     async def complete(self, key: ApiKey, session: str | None, request: ChatRequest,
-                       body: dict[str, Any]) -> tuple[dict[str, Any], LiveEpisode]:  # fmt: skip
+                       body: dict[str, Any]) -> tuple[dict[str, Any], LiveEpisode, float]:  # fmt: skip
+        """The completion, its episode and the seconds the upstream took."""
         metadata = request.metadata or {}
         context = metadata.get("context", DEFAULT_CONTEXT).strip()
         if not key.may_use(context):
@@ -588,7 +589,7 @@ class Gateway:
                     call["function"]["name"] == episode.final_tool for call in message.get("tool_calls") or [])
                 if ended:
                     self._end_soon(episode)
-                return self._response(episode, message, usage, ended), episode
+                return self._response(episode, message, usage, ended), episode, seconds
 
     def _append(self, episode: LiveEpisode, request: ChatRequest, messages: list[dict[str, Any]],
                 message: dict[str, Any], usage: dict[str, int], seconds: float) -> None:  # fmt: skip
@@ -735,7 +736,8 @@ def add_gateway_routes(app: FastAPI, require_key: Callable[[Request], ApiKey],
         gateway.check_rate(key)
         session = _session_of(request, session)
         parsed, body = parse_chat_request(await request.body(), request.headers.get("content-type"))
-        response, episode = await gateway.complete(key, session, parsed, body)
+        response, episode, upstream_seconds = await gateway.complete(key, session, parsed, body)
+        request.state.episode_ms = upstream_seconds * 1000  # Server-Timing: the rest of `total` is the gateway's
         headers = {EPISODE_HEADER: episode.episode_id}
         if parsed.stream:
             include_usage = bool((parsed.stream_options or {}).get("include_usage"))
