@@ -222,6 +222,9 @@ def _unstorable(value: Any, path: str = "") -> str | None:
     return None
 
 
+_SUSPECT_ESCAPE = re.compile(rb"\\u(?:[dD][89a-fA-F]|0000)")
+
+
 def parse_chat_request(raw: bytes, content_type: str | None) -> tuple[ChatRequest, dict[str, Any]]:
     """The validated request and the body as sent (messages are stored exactly as the client wrote them)."""
     if content_type is not None and "json" not in content_type.lower():
@@ -232,7 +235,8 @@ def parse_chat_request(raw: bytes, content_type: str | None) -> tuple[ChatReques
         raise GatewayError(400, "the request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise GatewayError(400, "the request body must be a JSON object")
-    bad = _unstorable(body)
+    # Only a JSON escape can put a lone surrogate or NUL into a decoded string: skip the walk without one.
+    bad = _unstorable(body) if _SUSPECT_ESCAPE.search(raw) else None
     if bad:
         raise GatewayError(400, f"{bad} contains invalid unicode (a lone surrogate escape or NUL)", param=bad)
     try:

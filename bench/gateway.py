@@ -1,0 +1,284 @@
+"""Benchmark of the arbiter's OpenAI-compatible gateway: its overhead over calling the same upstream directly.
+
+Three processes on loopback: a fast OpenAI-compatible upstream (asyncio, answers every call at once with
+a tool call), the arbiter serving the gateway (one worker, routing 100% to `openai:{...}` at that
+upstream, pool on SQLite or PostgreSQL), and this driver: `--sessions` agent loops at a time (64 by
+default), each making `--calls` chat completions whose conversation grows by the reply and a tool result,
+then ending its episode. Half the sessions name themselves in the URL (/s/{id}/v1), half are grouped by
+the conversation they extend. The same loops then run against the upstream directly.
+
+Reported (one JSON line at the end):
+  - overhead_ms p50/p99: the gateway's own time per call, from its Server-Timing header (`total` minus
+    `episode`, which is the upstream call): parsing, auth, rate limit, session lookup, recording, response.
+    The target, p99 <= 5 ms, is on this figure.
+  - added_latency_ms p50/p99: client-side latency through the gateway minus direct, for the record: on a
+    machine with few (shared) cores it also holds the queueing of three busy processes on those cores.
+  - throughput (calls/s) through the gateway and directly, and their ratio;
+  - episodes_sent vs episodes_written (target: none lost).
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/gateway.py [--sessions 64] [--calls 6] [--rounds 6] [--pool-url URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TARGET_P99_OVERHEAD_MS = 5.0
+_TIMING = re.compile(rb"server-timing: total;dur=([0-9.]+), episode;dur=([0-9.]+)", re.IGNORECASE)
+_EPISODE = re.compile(rb"x-agent-rl-episode: ([A-Za-z0-9-]+)", re.IGNORECASE)
+_LENGTH = re.compile(rb"content-length: (\d+)", re.IGNORECASE)
+TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "Evaluate arithmetic.",
+                                           "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}}]
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+# -- the fast upstream (its own process) --------------------------------------------------------------
+
+
+async def _upstream(port: int) -> None:
+    counter = itertools.count()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = _LENGTH.search(head)
+                body = await reader.readexactly(int(length.group(1))) if length else b""
+                n = next(counter)
+                request = json.loads(body) if body else {}
+                turns = sum(1 for m in request.get("messages", ()) if m.get("role") == "assistant")
+                payload = json.dumps({
+                    "id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()), "model": "fast",
+                    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                        "role": "assistant", "content": None, "tool_calls": [{
+                            "id": f"call_{n}", "type": "function",
+                            "function": {"name": "calculator", "arguments": json.dumps({"expression": f"{turns} + {n}"})}}]}}],
+                    "usage": {"prompt_tokens": 20 + 10 * turns, "completion_tokens": 12, "total_tokens": 32 + 10 * turns},
+                }).encode()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                             + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=1024)
+    async with server:
+        await server.serve_forever()
+
+
+def _serve_gateway(port: int, pool_url: str) -> None:
+    from agent_rl.arbiter.config import ArbiterConfig
+    from agent_rl.arbiter.server import serve
+
+    config = ArbiterConfig(pool_url=pool_url, gateway_rate_per_s=1e6, gateway_rate_burst=1_000_000,
+                           routing_ttl_s=1.0, episode_workers=4)
+    profile = os.environ.get("AGENT_RL_BENCH_PROFILE")  # a path: write cProfile stats of the gateway there
+    if not profile:
+        serve(config, port=port, log_level="warning", workers=1)
+        return
+    import cProfile
+    import signal
+
+    import uvicorn
+
+    from agent_rl.arbiter.server import uvicorn_config
+
+    server = uvicorn.Server(uvicorn_config(config, "127.0.0.1", port, "warning"))
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
+    cProfile.runctx("server.run()", globals(), locals(), profile)
+
+
+# -- the driver ----------------------------------------------------------------------------------
+
+
+async def _call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str, token: str,
+                body: bytes) -> tuple[int, bytes, bytes, float]:  # fmt: skip
+    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Authorization: Bearer {token}\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    started = time.perf_counter()
+    writer.write(head + body)
+    header = await reader.readuntil(b"\r\n\r\n")
+    length = _LENGTH.search(header)
+    payload = await reader.readexactly(int(length.group(1))) if length else b""
+    elapsed = (time.perf_counter() - started) * 1000
+    return int(header.split(b" ", 2)[1]), header, payload, elapsed
+
+
+async def drive(port: int, token: str, sessions: int, rounds: int, calls: int, via_gateway: bool) -> dict:
+    latency: list[float] = []
+    overhead: list[float] = []
+    errors: dict[int, int] = {}
+    ended: list[str] = []
+    queue = list(range(sessions * rounds))
+
+    async def worker(slot: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            while queue:
+                index = queue.pop()
+                named = via_gateway and index % 2 == 0
+                path = f"/s/bench-{index}/v1/chat/completions" if named else "/v1/chat/completions"
+                messages: list[dict] = [{"role": "system", "content": "You are a calculator agent."},
+                                        {"role": "user", "content": f"Task {index}: add up the numbers."}]
+                episode = None
+                for _ in range(calls):
+                    body = json.dumps({"model": "agent-rl", "messages": messages, "tools": TOOLS,
+                                       "temperature": 0, "max_tokens": 64}).encode()
+                    status, header, payload, ms = await _call(reader, writer, path, token, body)
+                    if status != 200:
+                        errors[status] = errors.get(status, 0) + 1
+                        break
+                    latency.append(ms)
+                    timing = _TIMING.search(header)
+                    if timing:
+                        overhead.append(float(timing.group(1)) - float(timing.group(2)))
+                    found = _EPISODE.search(header)
+                    episode = found.group(1).decode() if found else episode
+                    message = json.loads(payload)["choices"][0]["message"]
+                    messages.append(message)
+                    messages.append({"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": "7"})
+                if via_gateway and episode:
+                    status, _, _, _ = await _call(reader, writer, f"/v1/episodes/{episode}/end", token, b"")
+                    if status == 200:
+                        ended.append(episode)
+                    else:
+                        errors[status] = errors.get(status, 0) + 1
+        finally:
+            writer.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(sessions)))
+    seconds = time.perf_counter() - started
+    return {"latency": latency, "overhead": overhead, "errors": errors, "ended": ended, "seconds": seconds}
+
+
+def _wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 120) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server process exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"nothing listening on port {port} after {timeout_s} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sessions", type=int, default=64, help="agent loops at a time")
+    parser.add_argument("--rounds", type=int, default=6, help="sessions per loop slot")
+    parser.add_argument("--calls", type=int, default=6, help="chat completions per session")
+    parser.add_argument("--pool-url", default=None, help="pool for the gateway's episodes (default: SQLite in a temp dir)")
+    parser.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-gateway", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.upstream:
+        try:
+            import uvloop
+
+            uvloop.install()
+        except ImportError:
+            pass
+        asyncio.run(_upstream(args.upstream))
+        return
+    if args.serve_gateway:
+        _serve_gateway(args.serve_gateway, args.pool_url)
+        return
+
+    from agent_rl.arbiter.keys import ApiKey
+    from agent_rl.arbiter.server import free_port
+    from agent_rl.pool import PoolRepository
+
+    token, key = ApiKey.create("bench-gateway", "bench", ["*"])
+    workdir = Path(tempfile.mkdtemp(prefix="agent-rl-bench-gateway-"))
+    pool_url = args.pool_url or f"sqlite:///{workdir / 'pool.db'}"
+    up_port, gw_port = free_port(), free_port()
+    spec = "openai:" + json.dumps({"base_url": f"http://127.0.0.1:{up_port}/v1", "model": "fast"})
+    pool = PoolRepository(pool_url)
+    pool.set_routing({"fast": 1.0}, {"fast": spec}, reason="bench/gateway.py", actor="bench")
+    written_before = pool.count()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENT_RL_HOME": str(workdir / "home"),
+           "AGENT_RL_API_KEYS": json.dumps([key.model_dump(mode="json")])}
+    procs = [subprocess.Popen([sys.executable, __file__, "--upstream", str(up_port)], env=env, cwd=ROOT),
+             subprocess.Popen([sys.executable, __file__, "--serve-gateway", str(gw_port), "--pool-url", pool_url],
+                              env=env, cwd=ROOT)]
+    try:
+        _wait_port(up_port, procs[0])
+        _wait_port(gw_port, procs[1])
+        asyncio.run(drive(gw_port, token, 8, 1, 2, True))  # warm-up: connections, imports, first writes
+        warm_written = pool.count()
+        direct = asyncio.run(drive(up_port, token, args.sessions, args.rounds, args.calls, False))
+        through = asyncio.run(drive(gw_port, token, args.sessions, args.rounds, args.calls, True))
+        direct_2 = asyncio.run(drive(up_port, token, args.sessions, args.rounds, args.calls, False))
+        written = pool.count() - warm_written
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        pool.close()
+    direct_latency = direct["latency"] + direct_2["latency"]
+    direct_rps = len(direct_latency) / (direct["seconds"] + direct_2["seconds"])
+    gateway_rps = len(through["latency"]) / through["seconds"]
+    sent = args.sessions * args.rounds
+    report = {
+        "bench": "gateway",
+        "sessions_concurrent": args.sessions,
+        "calls_per_session": args.calls,
+        "pool": "postgresql" if pool_url.startswith("postgresql") else "sqlite",
+        "calls": len(through["latency"]),
+        "overhead_ms_p50": round(percentile(through["overhead"], 50), 3),
+        "overhead_ms_p99": round(percentile(through["overhead"], 99), 3),
+        "latency_ms_direct_p50": round(percentile(direct_latency, 50), 3),
+        "latency_ms_direct_p99": round(percentile(direct_latency, 99), 3),
+        "latency_ms_gateway_p50": round(percentile(through["latency"], 50), 3),
+        "latency_ms_gateway_p99": round(percentile(through["latency"], 99), 3),
+        "added_latency_ms_p50": round(percentile(through["latency"], 50) - percentile(direct_latency, 50), 3),
+        "added_latency_ms_p99": round(percentile(through["latency"], 99) - percentile(direct_latency, 99), 3),
+        "throughput_direct_rps": round(direct_rps, 1),
+        "throughput_gateway_rps": round(gateway_rps, 1),
+        "throughput_ratio": round(gateway_rps / direct_rps, 3),
+        "errors": {str(k): v for k, v in {**direct["errors"], **through["errors"]}.items()},
+        "episodes_sent": sent,
+        "episodes_ended": len(through["ended"]),
+        "episodes_written": written,
+        "episodes_lost": sent - written,
+        "episodes_before_run": written_before,
+        "load_average_1m": round(os.getloadavg()[0], 2),
+    }
+    report["meets_target"] = bool(report["overhead_ms_p99"] <= TARGET_P99_OVERHEAD_MS and report["episodes_lost"] == 0
+                                  and not report["errors"])
+    print(json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()
