@@ -7,6 +7,8 @@ Scoring rules, in order:
   answer, so a human verdict is the best ground truth), else outcome == "correct".
 - hallucination: a confident wrong answer: outcome "wrong" without a positive verdict, or outcome
   "correct" overruled by a negative verdict. "I don't know" is never a hallucination.
+- unjudged (live gateway traffic, nobody scored it): counts only with a verdict (success or failure,
+  never a hallucination: whether it answered at all is unknown); without one it is no trial at all.
 Feedback text that is not a verdict (a free comment) is ignored.
 """
 
@@ -23,7 +25,8 @@ from agent_rl.records import Episode
 POSITIVE_VERDICTS = frozenset({"correct", "right", "good", "up", "thumbs_up", "+1", "positive", "yes", "true", "1"})
 NEGATIVE_VERDICTS = frozenset({"wrong", "incorrect", "bad", "down", "thumbs_down", "-1", "negative", "no", "false", "0"})
 ERROR_OUTCOMES = frozenset({"format_error", "ran_out"})
-KNOWN_OUTCOMES = frozenset({"correct", "wrong", "idk"}) | ERROR_OUTCOMES
+UNJUDGED = "unjudged"
+KNOWN_OUTCOMES = frozenset({"correct", "wrong", "idk", UNJUDGED}) | ERROR_OUTCOMES
 
 
 def feedback_verdict(feedback: Any) -> bool | None:
@@ -87,6 +90,9 @@ def arm_stats_from_episodes(
             raise ValueError(
                 f"episode row {index}: unknown outcome {outcome!r}; expected one of {sorted(KNOWN_OUTCOMES)}"
             )
+        verdict = feedback_verdict(row.get("feedback"))
+        if outcome == UNJUDGED and verdict is None:
+            continue  # no evidence either way
         tally = tallies.setdefault(
             str(row["policy_version"]), {"successes": 0, "trials": 0, "hallucinations": 0, "errors": 0, "lat": []}
         )
@@ -97,7 +103,6 @@ def arm_stats_from_episodes(
         if outcome in ERROR_OUTCOMES:
             tally["errors"] += 1
             continue
-        verdict = feedback_verdict(row.get("feedback"))
         success = (outcome == "correct") if verdict is None else verdict
         if success:
             tally["successes"] += 1

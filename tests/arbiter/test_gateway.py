@@ -499,3 +499,16 @@ def test_a_pool_outage_mid_run_loses_no_episode(tmp_path):
             stored = wait_for_episodes(pg.url, 7)
             assert httpx.get(f"{url}/healthz").json()["gateway"]["unwritten_episodes"] == 0
         assert set(stored) == {*before, *during, explicit}
+
+
+def test_ab_counts_unjudged_live_episodes_only_with_a_verdict():
+    from datetime import datetime, timezone
+
+    from agent_rl.ab.outcomes import arm_stats_from_episodes
+
+    now = datetime.now(timezone.utc)
+    rows = [{"policy_version": "v", "outcome": "unjudged", "created_at": now, "feedback": feedback, "latency_ms": 5.0}
+            for feedback in (None, "a free comment", "up", "down")] + [
+           {"policy_version": "v", "outcome": "correct", "created_at": now, "latency_ms": 5.0}]
+    stats = arm_stats_from_episodes(rows)["v"]
+    assert (stats.trials, stats.successes, stats.hallucinations, stats.errors) == (3, 2, 0, 0)
