@@ -24,7 +24,7 @@ class ConsoleProgress(logging.Handler):
     """Turns Dagster log records into short progress lines; `max_steps` gives training ETAs per asset."""
 
     def __init__(self, out: TextIO, max_steps: dict[str, int]) -> None:
-        super().__init__(logging.INFO)
+        super().__init__(logging.DEBUG)  # Dagster logs step events at DEBUG; messages are filtered in emit
         self.out = out
         self.max_steps = max_steps
         self.started: dict[str, float] = {}
@@ -74,6 +74,8 @@ class ConsoleProgress(logging.Handler):
                 elapsed = time.monotonic() - self.started.get(step, time.monotonic())
                 eta = f", ETA {max(0.0, elapsed / done * (total - done)) / 60:.1f} min"
             self._print(f"    {step} step {done}/{total or '?'}: {shown}{eta}")
+        elif message.startswith("Dependencies for step"):
+            return  # the failure upstream was already shown; the skipped steps follow from it
         elif level >= logging.WARNING or not message.startswith(("[pipes]", "agent_rl.train")):
             self._print(f"    {step}: {message[:200]}")
 

@@ -257,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
                       "(curation → SFT → GRPO → validation → registry)"):
                 result = run_job(defs, "retraining_job", instance, log_file, max_steps,
                                  partition_key=partition, raise_on_error=False)
-                end_mlflow_parent_run(resources["mlflow"].uri(), result.run_id, result.success)
+                with output_to(log_file):  # MLflow's own INFO lines belong in the log, not on the console
+                    end_mlflow_parent_run(resources["mlflow"].uri(), result.run_id, result.success)
                 failed_checks = [e for e in result.get_asset_check_evaluations() if not e.passed]
                 for check in failed_checks:
                     print(f"check failed: {check.asset_key.to_user_string()}.{check.check_name}: {check.description}")
@@ -296,7 +297,12 @@ def main(argv: list[str] | None = None) -> int:
             row["served_after"] = pool.get_routing().weights
             weeks.append(row)
 
-    print_summary(pool, weeks, started)
+    with step("loop health over every retraining run so far (Dagster job loop_health_job)"):
+        result = run_job(defs, "loop_health_job", instance, log_file, max_steps, raise_on_error=False)
+        health = read_loop_health()
+        if not result.success or health is None:
+            crashed.append("loop_health")
+    print_summary(pool, weeks, started, health)
     if crashed:
         print(f"FAILED steps: {', '.join(crashed)} (see {log_file} and the run in the Dagster UI)")
         return 1
@@ -328,7 +334,14 @@ def read_report(partition: str) -> dict | None:
     return json.loads(report_file.read_text()) if report_file.exists() else None
 
 
-def print_summary(pool, weeks: list[dict], started: float) -> None:
+def read_loop_health() -> dict | None:
+    from agent_rl import settings
+
+    path = settings.artifact_dir("loop_health") / "loop_health.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def print_summary(pool, weeks: list[dict], started: float, health: dict | None = None) -> None:
     print("\n================ summary ================")
     last = next((w["report"] for w in reversed(weeks) if w.get("report")), None)
     if last:
@@ -357,11 +370,22 @@ def print_summary(pool, weeks: list[dict], started: float) -> None:
           "latency and cost are the model's published figures)")
     for change in pool.routing_history()[-4:]:
         print(f"routing {change.changed_at:%H:%M:%S} by {change.actor or '-'}: {change.new_weights} ({change.reason})")
+    if health:
+        print(f"\nloop health over {len(health.get('runs', []))} retraining runs: " + "; ".join(
+            f"{name.replace('_', ' ')} {_rate(rate)}" for name, rate in (health.get("metrics") or {}).items()))
     print("\nstage times:")
     for name, seconds in STEPS:
         print(f"{seconds:8.1f} s  {name}")
     print(f"{time.perf_counter() - started:8.1f} s  total")
     print("Open the UIs: `make ui` (Dagster http://127.0.0.1:3000, MLflow http://127.0.0.1:5000)")
+
+
+def _rate(rate: dict) -> str:
+    if rate.get("value") is None:
+        return "n/a"
+    target = f" (target {rate['target']:.0%}: {'met' if rate.get('meets_target') else 'NOT met'})" \
+        if rate.get("target") is not None else ""
+    return f"{rate['value']:.0%}{target}"
 
 
 def _flagged_examples(metadata: dict, per_finding: int = 2) -> list[str]:

@@ -21,6 +21,7 @@ EXPECTED_GROUPS = {
     "balanced_episodes": "curation", "sft_dataset": "curation", "grpo_dataset": "curation",
     "sft_adapter": "training", "grpo_adapter": "training",
     "evaluation_report": "validation", "registered_model": "validation",
+    "loop_health": "monitoring",
 }
 
 
