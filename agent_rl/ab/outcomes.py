@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from agent_rl.ab.stats import ArmStats
 from agent_rl.records import Episode
+from agent_rl.utc import as_utc
 
 POSITIVE_VERDICTS = frozenset({"correct", "right", "good", "up", "thumbs_up", "+1", "positive", "yes", "true", "1"})
 NEGATIVE_VERDICTS = frozenset({"wrong", "incorrect", "bad", "down", "thumbs_down", "-1", "negative", "no", "false", "0"})
@@ -57,7 +58,7 @@ def feedback_verdict(feedback: Any) -> bool | None:
     return None
 
 
-def _as_utc(value: Any, row_index: int) -> datetime:
+def _created_at(value: Any, row_index: int) -> datetime:
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value)
@@ -65,7 +66,7 @@ def _as_utc(value: Any, row_index: int) -> datetime:
             raise ValueError(f"episode row {row_index}: created_at {value!r} is not an ISO datetime") from exc
     if not isinstance(value, datetime):
         raise ValueError(f"episode row {row_index}: created_at must be a datetime, got {type(value).__name__}")
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    return as_utc(value)
 
 
 def arm_stats_from_episodes(
@@ -76,14 +77,14 @@ def arm_stats_from_episodes(
     Rows are dicts (or mappings, e.g. SQLAlchemy row mappings) with policy_version, outcome,
     latency_ms, created_at and feedback, or `Episode` records as the pool's export returns
     them; other keys are ignored."""
-    since_utc = _as_utc(since, -1) if since is not None else None
+    since_utc = _created_at(since, -1) if since is not None else None
     tallies: dict[str, dict[str, Any]] = {}
     for index, item in enumerate(episodes):
         row = item.model_dump() if isinstance(item, Episode) else item
         for key in ("policy_version", "outcome", "created_at"):
             if key not in row or row[key] is None:
                 raise ValueError(f"episode row {index}: missing {key!r}")
-        if since_utc is not None and _as_utc(row["created_at"], index) < since_utc:
+        if since_utc is not None and _created_at(row["created_at"], index) < since_utc:
             continue
         outcome = str(getattr(row["outcome"], "value", row["outcome"]))
         if outcome not in KNOWN_OUTCOMES:

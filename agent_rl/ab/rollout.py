@@ -42,6 +42,7 @@ from agent_rl.ab.stats import (
     latency_guardrail,
     rate_guardrail,
 )
+from agent_rl.utc import as_utc
 
 Action = Literal["hold", "advance", "promote", "rollback"]
 # Machine-readable why, for logs and dashboards; `reason` is the human sentence.
@@ -160,10 +161,8 @@ class RolloutConfig(BaseModel):
         raise ValueError(f"step share {share} is not one of the configured steps {list(self.steps)}")
 
 
-def _utc(value: datetime | None) -> datetime:
-    if value is None:
-        return datetime.now(timezone.utc)
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+def _utc_or_now(value: datetime | None) -> datetime:
+    return datetime.now(timezone.utc) if value is None else as_utc(value)
 
 
 class RolloutEvent(BaseModel):
@@ -223,7 +222,7 @@ class RolloutState(BaseModel):
     ) -> RolloutState:
         """A new A/B test at the first step (10% by default). `baseline_weights` is the routing the challenger
         arrives in (default: the champion alone)."""
-        now = _utc(now)
+        now = _utc_or_now(now)
         share = config.steps[0]
         baseline = _normalized(baseline_weights or {champion: 1.0})
         state = cls(
@@ -320,7 +319,7 @@ def decide(
     `significance_test` exists so the simulator can swap in the naive z-test for contrast."""
     if state.finished:
         raise ValueError(f"rollout of {state.challenger!r} already finished ({state.status}); start a new one")
-    now = _utc(now)
+    now = _utc_or_now(now)
     step = config.step_index(state.step_share)
     step_trials = {}
     for version, stats in ((state.champion, champion_stats), (state.challenger, challenger_stats)):
@@ -335,7 +334,7 @@ def decide(
     test = significance_test(champion_stats, challenger_stats, config.test_config())
     enough = min(champion_stats.trials, challenger_stats.trials) >= config.min_samples_per_arm
     guardrails = _guardrails(champion_stats, challenger_stats, config) if enough else []
-    elapsed = now - _utc(state.step_started_at)
+    elapsed = now - _utc_or_now(state.step_started_at)
     stats: dict[str, Any] = {
         "test": test.to_dict(),
         "guardrails": {g.name: g.to_dict() for g in guardrails},

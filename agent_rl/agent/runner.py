@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
 from agent_rl.agent.prompts import initial_messages
+from agent_rl.agent.tool_calls import decode_arguments
 from agent_rl.agent.tools import TOOL_NAMES, InboxTools, ToolConfig, call_tool, make_tools, tool_schemas
 from agent_rl.inbox.store import InboxStore
 from agent_rl.records import Episode, Outcome, Scenario
@@ -244,12 +245,11 @@ def _normalized_calls(turn: PolicyTurn) -> list[ToolCall] | None:
         if not isinstance(call, ToolCall) or not isinstance(call.name, str):
             return None
         arguments = call.arguments
-        if isinstance(arguments, str):  # OpenAI-style servers send arguments as a JSON string
-            try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
-            except ValueError:
-                return None
-        if not isinstance(arguments, dict):
+        if isinstance(arguments, str) and not arguments.strip():
+            arguments = {}  # a call without arguments, as some OpenAI-style servers send it
+        try:
+            arguments = decode_arguments(arguments)
+        except ValueError:
             return None
         calls.append(ToolCall(name=call.name, arguments=arguments, id=call.id if isinstance(call.id, str) else ""))
     return calls

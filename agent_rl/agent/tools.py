@@ -15,13 +15,14 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_rl.inbox.store import MAX_RESULTS, InboxStore
 from agent_rl.records import Email
+from agent_rl.utc import as_utc
 
 TOOL_NAMES = ("search_emails", "read_email", "return_final_answer")
 # Results of a search that does not ask for a number: the gold email ranks in the top 5 of the first search in
@@ -103,11 +104,6 @@ def is_no_results(result: str | None) -> bool:
 def _compact(value: Any) -> str:
     # Compact separators: fewer tokens for the same content.
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def as_utc(value: datetime) -> datetime:
-    """Naive datetimes are taken as UTC so stored, scenario and model-given dates compare."""
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
 
 
 def _parse_date(name: str, value: Any) -> datetime | None:

@@ -22,6 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from agent_rl.agent.tool_calls import call_function, call_name, decode_arguments
+from agent_rl.jsonl import read_jsonl
 from agent_rl.records import Split
 
 
@@ -57,13 +59,10 @@ def _parameters(schemas: list[dict[str, Any]]) -> dict[str, list[str]]:
 
 
 def _arguments(raw: Any, allowed: list[str] | None) -> dict[str, Any]:
-    """Arguments as a dict in schema order, without null values (they would render as `null`)."""
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            raw = {}
-    if not isinstance(raw, Mapping):
+    """Arguments as a dict in schema order, without null values (they would render as `null`); unreadable ones: {}."""
+    try:
+        raw = decode_arguments(raw)
+    except ValueError:
         raw = {}
     order = allowed if allowed is not None else sorted(raw)
     return {key: raw[key] for key in order if key in raw and raw[key] is not None}
@@ -80,7 +79,7 @@ def conversation(messages: list[dict[str, Any]], schemas: list[dict[str, Any]]) 
         if role == "assistant" and message.get("tool_calls"):
             calls = []
             for call in message["tool_calls"]:
-                function = call.get("function", call)
+                function = call_function(call) or {}
                 name = function.get("name")
                 calls.append({"type": "function",
                               "function": {"name": name, "arguments": _arguments(function.get("arguments"),
@@ -97,9 +96,8 @@ def final_answer(messages: list[dict[str, Any]]) -> str | None:
     """The answer argument of the conversation's return_final_answer call, if any."""
     for message in reversed(messages):
         for call in message.get("tool_calls") or []:
-            function = call.get("function", call)
-            if function.get("name") == "return_final_answer":
-                arguments = _arguments(function.get("arguments"), None)
+            if call_name(call) == "return_final_answer":
+                arguments = _arguments(call_function(call).get("arguments"), None)
                 return str(arguments.get("answer", ""))
     return None
 
@@ -206,6 +204,4 @@ def save_jsonl(rows: Iterable[Mapping[str, Any]], path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+load_jsonl = read_jsonl  # curation's name for the one JSONL reader (agent_rl/jsonl.py)

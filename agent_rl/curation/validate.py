@@ -20,9 +20,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent_rl.agent.tool_calls import call_function, decode_arguments
+from agent_rl.agent.tools import TOOL_NAMES
 from agent_rl.records import Category, Episode, Outcome
 
-KNOWN_TOOLS = ("search_emails", "read_email", "return_final_answer")
 # Postgres text cannot hold NUL, and tokenizers/UTF-8 writers choke on lone surrogates.
 _BAD_CHARS = re.compile("[\ud800-\udfff\x00]")
 
@@ -34,7 +35,7 @@ class ValidationConfig(BaseModel):
 
     categories: tuple[str, ...] = Field(tuple(c.value for c in Category), description="known task categories")
     outcomes: tuple[str, ...] = Field(tuple(o.value for o in Outcome), description="known outcomes")
-    tools: tuple[str, ...] = Field(KNOWN_TOOLS, description="tools an assistant may call")
+    tools: tuple[str, ...] = Field(TOOL_NAMES, description="tools an assistant may call")
     require_category: bool = Field(True, description="rows without task_category are quarantined (balancing needs it)")
     require_reward: bool = Field(True, description="rows without a reward are quarantined (training needs it)")
     reward_min: float = Field(-2.0, description="lowest reward the rubric can give")
@@ -271,8 +272,8 @@ def _call_problem(call: Any, config: ValidationConfig) -> tuple[str | None, str,
     """(problem or None, call id, tool name) of one assistant tool call."""
     if not isinstance(call, Mapping):
         return f"is {type(call).__name__}, not an object", "", ""
-    function = call.get("function", call)  # OpenAI layout nests name/arguments under "function"
-    if not isinstance(function, Mapping):
+    function = call_function(call)
+    if function is None:
         return "function is not an object", "", ""
     call_id = call.get("id") or ""
     call_id = call_id if isinstance(call_id, str) else str(call_id)
@@ -281,14 +282,10 @@ def _call_problem(call: Any, config: ValidationConfig) -> tuple[str | None, str,
         return "has no tool name", call_id, ""
     if name not in config.tools:
         return f"unknown tool {name[:40]!r}", call_id, name
-    arguments = function.get("arguments", {})
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            return f"{name} arguments are malformed JSON", call_id, name
-    if not isinstance(arguments, Mapping):
-        return f"{name} arguments are {type(arguments).__name__}, not an object", call_id, name
+    try:
+        decode_arguments(function.get("arguments", {}))
+    except ValueError as exc:
+        return f"{name} {exc}", call_id, name
     return None, call_id, name
 
 
@@ -304,11 +301,10 @@ def _message_sizes(messages: Any) -> tuple[int, int]:
         calls = message.get("tool_calls")
         if isinstance(calls, list):
             for call in calls:
-                if isinstance(call, Mapping):
-                    fn = call.get("function", call)
-                    if isinstance(fn, Mapping):
-                        args = fn.get("arguments")
-                        pieces.append(args if isinstance(args, str) else json.dumps(args, default=str))
+                fn = call_function(call)
+                if fn is not None:
+                    args = fn.get("arguments")
+                    pieces.append(args if isinstance(args, str) else json.dumps(args, default=str))
         for piece in pieces:
             if isinstance(piece, str):
                 total += len(piece)

@@ -10,7 +10,7 @@ import hashlib
 import re
 import unicodedata
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 from email.utils import parseaddr
 
@@ -61,13 +61,6 @@ def check_max_results(max_results: int) -> int:
     if not 1 <= max_results <= MAX_RESULTS:
         raise ValueError(f"max_results must be between 1 and {MAX_RESULTS}, got {max_results}")
     return max_results
-
-
-def as_utc(value: datetime | None) -> datetime | None:
-    """Filters given without a zone are taken as UTC, like stored dates without one."""
-    if value is None:
-        return None
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
 
 
 def leading_snippet(body: str) -> str:

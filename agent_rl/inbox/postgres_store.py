@@ -13,7 +13,6 @@ from datetime import datetime, timedelta, timezone
 import sqlalchemy as sa
 
 from agent_rl.inbox.backend_rules import (
-    as_utc,
     check_max_results,
     clean_text,
     content_hash,
@@ -25,6 +24,7 @@ from agent_rl.inbox.backend_rules import (
 from agent_rl.inbox.store import MAX_RESULTS, AddReport, InboxStore
 from agent_rl.records import Email, SearchHit
 from agent_rl.settings import sqlalchemy_url
+from agent_rl.utc import as_utc
 
 BATCH = 5000
 TS_CONFIG = "agent_rl_english"
@@ -162,7 +162,7 @@ class PostgresInboxStore(InboxStore):
                     for seq, email in enumerate(batch):
                         copy.write_row((
                             seq, clean_text(email.inbox), clean_text(email.message_id),
-                            as_utc(email.date), _offset(email.date),
+                            as_utc(email.date) if email.date else None, _offset(email.date),
                             clean_text(email.subject), clean_text(email.sender), sender_key(email.sender),
                             clean_text(email.body), clean_text(email.folder), clean_text(email.file),
                             content_hash(email),

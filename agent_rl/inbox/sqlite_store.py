@@ -15,7 +15,6 @@ from datetime import datetime
 from pathlib import Path
 
 from agent_rl.inbox.backend_rules import (
-    as_utc,
     check_max_results,
     clean_text,
     content_hash,
@@ -26,6 +25,7 @@ from agent_rl.inbox.backend_rules import (
 )
 from agent_rl.inbox.store import MAX_RESULTS, AddReport, InboxStore
 from agent_rl.records import Email, SearchHit
+from agent_rl.utc import as_utc
 
 log = logging.getLogger(__name__)
 

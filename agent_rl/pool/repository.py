@@ -27,6 +27,7 @@ from sqlalchemy.pool import StaticPool
 from agent_rl import settings
 from agent_rl.pool import schema
 from agent_rl.records import Episode, utcnow
+from agent_rl.utc import as_utc
 
 MAX_VERSION_LENGTH = 200
 MAX_FEEDBACK_LENGTH = 2000
@@ -64,7 +65,7 @@ class ExportCursor:
             created_at = datetime.fromisoformat(stamp)
         except ValueError as exc:
             raise ValueError(f"export cursor {token!r}: bad timestamp {stamp!r}") from exc
-        return cls(_as_utc(created_at), episode_id)
+        return cls(as_utc(created_at), episode_id)
 
 
 @dataclass
@@ -102,10 +103,6 @@ class QuarantinedRow(BaseModel):
     reasons: list[str]
     partition: str
     created_at: datetime
-
-
-def _as_utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
 
 
 def _json_dumps(value: Any) -> str:
@@ -159,7 +156,7 @@ def _make_writer(engine: Engine) -> Engine | None:
 
 def _episode_row(episode: Episode) -> dict[str, Any]:
     row = episode.model_dump(mode="python")
-    row["created_at"] = _as_utc(episode.created_at)
+    row["created_at"] = as_utc(episode.created_at)
     row["outcome"] = str(episode.outcome)
     row["task_category"] = str(episode.task_category) if episode.task_category is not None else None
     return row
@@ -273,9 +270,9 @@ class PoolRepository:
         c = schema.episodes.c
         where: list[Any] = []
         if start is not None:
-            where.append(c.created_at >= _as_utc(start))
+            where.append(c.created_at >= as_utc(start))
         if end is not None:
-            where.append(c.created_at < _as_utc(end))
+            where.append(c.created_at < as_utc(end))
         if policy_version is not None:
             where.append(c.policy_version == policy_version)
         if scenario_id is not None:
@@ -297,7 +294,7 @@ class PoolRepository:
         c = schema.episodes.c
         where = self._filters(start, end)
         if after_cursor is not None:
-            stamp = _as_utc(after_cursor.created_at)
+            stamp = as_utc(after_cursor.created_at)
             where.append(or_(c.created_at > stamp, and_(c.created_at == stamp, c.episode_id > after_cursor.episode_id)))
         stmt = select(schema.episodes).where(*where).order_by(c.created_at, c.episode_id).limit(limit)
         with self.engine.connect() as conn:

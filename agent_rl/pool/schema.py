@@ -6,7 +6,7 @@ migration step in the repository whenever a table changes.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -24,6 +24,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.types import TypeDecorator
 
+from agent_rl.utc import as_utc
+
 SCHEMA_VERSION = 1
 
 
@@ -36,14 +38,14 @@ class UTCDateTime(TypeDecorator):
     def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
         if value is None:
             return None
-        value = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+        value = as_utc(value)
         # SQLite stores datetimes as text: keep one fixed format (no offset) so comparisons are exact.
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
         if value is None:
             return None
-        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+        return as_utc(value)
 
 
 metadata = MetaData()

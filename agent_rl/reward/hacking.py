@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
+from agent_rl.agent.tool_calls import MalformedArguments, call_function, call_name, decode_arguments
 from agent_rl.agent.tools import is_no_results
 from agent_rl.reward.judge import is_idk
 
@@ -80,12 +81,13 @@ class _ToolCall:
 
 
 def _arguments(raw: Any) -> dict[str, Any]:
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return {"_raw": raw}
-    return raw if isinstance(raw, dict) else {}
+    """The call's arguments; text that is not JSON is kept under "_raw" (an example shows what the model wrote)."""
+    try:
+        return decode_arguments(raw)
+    except MalformedArguments:
+        return {"_raw": raw}
+    except ValueError:
+        return {}
 
 
 def tool_calls(messages: list[dict[str, Any]]) -> list[_ToolCall]:
@@ -97,8 +99,8 @@ def tool_calls(messages: list[dict[str, Any]]) -> list[_ToolCall]:
         if role == "assistant":
             pending = []
             for call in message.get("tool_calls") or []:
-                function = call.get("function", call) if isinstance(call, dict) else {}
-                pending.append(_ToolCall(str(function.get("name", "")), _arguments(function.get("arguments")), ""))
+                function = call_function(call) or {}
+                pending.append(_ToolCall(call_name(call), _arguments(function.get("arguments")), ""))
             calls.extend(pending)
         elif role == "tool" and pending:
             call = pending.pop(0)

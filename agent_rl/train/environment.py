@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from agent_rl.agent.tools import TOOL_NAMES, EpisodeTrace, InboxTools, ToolConfig, as_utc
+from agent_rl.agent.tool_calls import call_name
+from agent_rl.agent.tools import TOOL_NAMES, EpisodeTrace, InboxTools, ToolConfig
 from agent_rl.inbox.store import InboxStore
 from agent_rl.records import Category, Outcome
 from agent_rl.reward.judge import DeterministicJudge, Judge, is_idk
 from agent_rl.reward.rubric import FormatErrorKind, RubricObservation
 from agent_rl.turn_budget import DEFAULT_MAX_TURNS
+from agent_rl.utc import as_utc
 
 ANSWER_ACK = "Answer recorded."  # what return_final_answer says back (see tools.InboxTools._answer)
 
@@ -113,7 +115,7 @@ class InboxEnvironment(InboxTools):
                 # TRL's parser falls back to plain text when a tool call is malformed.
                 format_error = FormatErrorKind.UNPARSABLE if "<tool_call>" in content else FormatErrorKind.NO_TOOL_CALL
                 break
-            if any(_call_name(call) not in TOOL_NAMES for call in calls):
+            if any(call_name(call) not in TOOL_NAMES for call in calls):
                 format_error = FormatErrorKind.UNKNOWN_TOOL
                 break
             tool_calls += len(calls)
@@ -158,11 +160,6 @@ class InboxEnvironment(InboxTools):
             return Outcome.IDK
         verdict = self._judge.judge(self.question, str(self._row["answer"]), answer)
         return Outcome.CORRECT if verdict.correct else Outcome.WRONG
-
-
-def _call_name(call: dict[str, Any]) -> str:
-    function = call.get("function", call)
-    return str(function.get("name", "")) if isinstance(function, dict) else ""
 
 
 def _accepted_answer(completion: list[dict[str, Any]], index: int) -> bool:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent_rl.jsonl import read_jsonl
 from agent_rl.train.config import SFTSettings, common_trainer_args
 from agent_rl.train.static_prefix import StaticPrefix
 from agent_rl.train.tracking import MetricsCallback, Tracker, file_sha256
@@ -82,25 +83,6 @@ class SFTResult:
 
 
 # -- data -------------------------------------------------------------------------------------------
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"dataset file {path} does not exist")
-    rows = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise ValueError(f"{path}:{number}: not a JSON object ({exc})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-            rows.append(row)
-    return rows
 
 
 def normalize_messages(messages: Any, where: str) -> list[dict[str, Any]]:

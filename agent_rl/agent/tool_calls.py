@@ -1,0 +1,40 @@
+"""Tool calls as conversations hold them, read the same way by the runner, curation, the hacking detectors and
+training. A call nests its name and arguments under "function" (OpenAI layout) or carries them itself (TRL's parsed
+calls); arguments are an object or, from OpenAI-style servers, its JSON text."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+
+class MalformedArguments(ValueError):
+    """Arguments given as text that is not JSON."""
+
+
+def call_function(call: Any) -> Mapping[str, Any] | None:
+    """The part of a call holding its name and arguments; None when the call, or that part, is not an object."""
+    if not isinstance(call, Mapping):
+        return None
+    function = call.get("function", call)
+    return function if isinstance(function, Mapping) else None
+
+
+def call_name(call: Any) -> str:
+    """The called tool's name; empty when the call names none."""
+    function = call_function(call)
+    return str(function.get("name", "")) if function is not None else ""
+
+
+def decode_arguments(raw: Any) -> dict[str, Any]:
+    """Call arguments as a dict, JSON text decoded; MalformedArguments for text that is not JSON, ValueError for
+    anything else that is not an object (each says what it got)."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raise MalformedArguments("arguments are malformed JSON") from None
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"arguments are {type(raw).__name__}, not an object")
+    return dict(raw)

@@ -1,0 +1,27 @@
+"""Reading JSONL files of records (episodes, scenarios, dataset rows, rollouts): one object per line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Every object of the file, blank lines skipped; a bad line fails naming the file and its line number."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"dataset file {path} does not exist")
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{number}: not a JSON object ({exc})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+            rows.append(row)
+    return rows
