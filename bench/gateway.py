@@ -16,7 +16,12 @@ Reported (one JSON line at the end):
   - throughput (calls/s) through the gateway and directly, and their ratio;
   - episodes_sent vs episodes_written (target: none lost).
 
+With `--pg-outage 3` the pool is a private PostgreSQL server (tests/pg_server.py) stopped for 3 s a second
+into the gateway run: calls go on, explicit ends answer 503 while it is down and are sent again, and
+every episode must still be written.
+
     OMP_NUM_THREADS=1 .venv/bin/python bench/gateway.py [--sessions 64] [--calls 6] [--rounds 6] [--pool-url URL]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/gateway.py --pg-outage 3
 """
 
 from __future__ import annotations
@@ -131,6 +136,7 @@ async def drive(port: int, token: str, sessions: int, rounds: int, calls: int, v
     overhead: list[float] = []
     errors: dict[int, int] = {}
     ended: list[str] = []
+    refused_ends: list[str] = []
     queue = list(range(sessions * rounds))
 
     async def worker(slot: int) -> None:
@@ -160,7 +166,12 @@ async def drive(port: int, token: str, sessions: int, rounds: int, calls: int, v
                     messages.append(message)
                     messages.append({"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": "7"})
                 if via_gateway and episode:
-                    status, _, _, _ = await _call(reader, writer, f"/v1/episodes/{episode}/end", token, b"")
+                    for _ in range(60):  # a 503 (pool down) keeps the episode queued; ending again is safe
+                        status, _, _, _ = await _call(reader, writer, f"/v1/episodes/{episode}/end", token, b"")
+                        if status != 503:
+                            break
+                        refused_ends.append(episode)
+                        await asyncio.sleep(0.5)
                     if status == 200:
                         ended.append(episode)
                     else:
@@ -171,7 +182,8 @@ async def drive(port: int, token: str, sessions: int, rounds: int, calls: int, v
     started = time.perf_counter()
     await asyncio.gather(*(worker(i) for i in range(sessions)))
     seconds = time.perf_counter() - started
-    return {"latency": latency, "overhead": overhead, "errors": errors, "ended": ended, "seconds": seconds}
+    return {"latency": latency, "overhead": overhead, "errors": errors, "ended": ended, "seconds": seconds,
+            "refused_ends": refused_ends}
 
 
 def _wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 120) -> None:
@@ -195,6 +207,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="sessions per loop slot")
     parser.add_argument("--calls", type=int, default=6, help="chat completions per session")
     parser.add_argument("--pool-url", default=None, help="pool for the gateway's episodes (default: SQLite in a temp dir)")
+    parser.add_argument("--pg-outage", type=float, default=0.0, metavar="SECONDS",
+                        help="pool on a private PostgreSQL server that is stopped this long mid-run (e.g. 3)")
     parser.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve-gateway", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -212,12 +226,38 @@ def main() -> None:
         return
 
     from agent_rl.arbiter.keys import ApiKey
-    from agent_rl.arbiter.server import free_port
-    from agent_rl.pool import PoolRepository
 
     token, key = ApiKey.create("bench-gateway", "bench", ["*"])
     workdir = Path(tempfile.mkdtemp(prefix="agent-rl-bench-gateway-"))
-    pool_url = args.pool_url or f"sqlite:///{workdir / 'pool.db'}"
+    pg = None
+    if args.pg_outage:
+        from tests.pg_server import TestPostgres
+
+        pg = TestPostgres().init()
+        pg.start()
+    try:
+        run(args, token, key, workdir, pg)
+    finally:
+        if pg is not None:
+            pg.destroy()
+
+
+def _outage(pg, after_s: float, outage_s: float, log: dict) -> None:
+    time.sleep(after_s)
+    pg.stop("fast")
+    log["stopped_at"] = time.monotonic()
+    time.sleep(outage_s)
+    pg.start()
+    log["restarted_at"] = time.monotonic()
+
+
+def run(args: argparse.Namespace, token: str, key, workdir: Path, pg) -> None:
+    import threading
+
+    from agent_rl.arbiter.server import free_port
+    from agent_rl.pool import PoolRepository
+
+    pool_url = pg.url if pg is not None else args.pool_url or f"sqlite:///{workdir / 'pool.db'}"
     up_port, gw_port = free_port(), free_port()
     spec = "openai:" + json.dumps({"base_url": f"http://127.0.0.1:{up_port}/v1", "model": "fast"})
     pool = PoolRepository(pool_url)
@@ -234,9 +274,22 @@ def main() -> None:
         asyncio.run(drive(gw_port, token, 8, 1, 2, True))  # warm-up: connections, imports, first writes
         warm_written = pool.count()
         direct = asyncio.run(drive(up_port, token, args.sessions, args.rounds, args.calls, False))
+        outage: dict = {}
+        if pg is not None:  # stop the pool a second into the gateway run
+            threading.Thread(target=_outage, args=(pg, 1.0, args.pg_outage, outage), daemon=True).start()
         through = asyncio.run(drive(gw_port, token, args.sessions, args.rounds, args.calls, True))
         direct_2 = asyncio.run(drive(up_port, token, args.sessions, args.rounds, args.calls, False))
-        written = pool.count() - warm_written
+        deadline = time.monotonic() + 60
+        while pg is not None and "restarted_at" not in outage and time.monotonic() < deadline:
+            time.sleep(0.2)
+        while True:  # episodes ended without an explicit answer are written by the background flusher
+            try:
+                written = pool.count() - warm_written
+            except Exception:  # the pool is still coming back
+                written = -1
+            if written >= args.sessions * args.rounds or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
     finally:
         for proc in procs:
             proc.terminate()
@@ -273,6 +326,9 @@ def main() -> None:
         "episodes_written": written,
         "episodes_lost": sent - written,
         "episodes_before_run": written_before,
+        "pg_outage_s": args.pg_outage,
+        "ends_refused_503": len(through["refused_ends"]),
+        "outage_happened_during_run": bool(outage.get("stopped_at")) if pg is not None else None,
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
     report["meets_target"] = bool(report["overhead_ms_p99"] <= TARGET_P99_OVERHEAD_MS and report["episodes_lost"] == 0

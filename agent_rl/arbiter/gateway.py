@@ -45,7 +45,7 @@ import logging
 import re
 import time
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -68,6 +68,7 @@ GATEWAY_PATH_PREFIXES = ("/v1/chat/", "/v1/models", "/v1/episodes/", "/s/")
 SESSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 DEFAULT_MAX_TOKENS = 512
 STREAM_PIECE_CHARS = 24
+RECENT_WRITES = 10_000
 
 
 def is_gateway_path(path: str) -> bool:
@@ -385,6 +386,8 @@ class Gateway:
         self.sessions: dict[tuple[str, str], LiveEpisode] = {}
         self.prefixes: dict[tuple[str, str], deque[LiveEpisode]] = {}
         self.pending: dict[str, Episode] = {}  # ended, not yet in the pool
+        # Recently written, so that ending one again (a retry after a 503) is answered as done, not unknown.
+        self.recent: OrderedDict[str, Episode] = OrderedDict()
         self.written = 0
         self._buckets: dict[str, tuple[float, float]] = {}
         self._task: asyncio.Task | None = None
@@ -505,6 +508,9 @@ class Gateway:
         await asyncio.get_running_loop().run_in_executor(self.service.executor, self.service.pool.insert_episodes, [record])
         if self.pending.pop(record.episode_id, None) is not None:
             self.written += 1
+            self.recent[record.episode_id] = record.model_copy(update={"messages": []})
+            while len(self.recent) > RECENT_WRITES:
+                self.recent.popitem(last=False)
 
     async def _write_retrying(self, record: Episode, deadline_s: float) -> None:
         """Write with backoff (0.05 s doubling, at most 1 s apart) until it lands or `deadline_s` passes."""
@@ -557,7 +563,7 @@ class Gateway:
             async with episode.lock:
                 record = self._end(episode)
         else:
-            queued = self.pending.get(episode_id)
+            queued = self.pending.get(episode_id) or self.recent.get(episode_id)
             if queued is not None and queued.tenant == key.tenant and key.may_use(queued.inbox_id):
                 record = queued
         if record is None:

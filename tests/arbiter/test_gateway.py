@@ -319,7 +319,8 @@ def test_sessions_are_sticky_and_scoped_to_the_tenant(sqlite_url):
         assert httpx.post(f"{url}/v1/feedback", headers=bearer(TOKEN_B),
                           json={"episode_id": episode_a, "verdict": "down"}).status_code == 404
         assert end(url, TOKEN_A, episode_a).status_code == 200
-        assert end(url, TOKEN_A, episode_a).status_code == 404  # ended once
+        assert end(url, TOKEN_A, episode_a).json()["written"] is True  # ending again (a retry) is safe
+        assert end(url, TOKEN_B, episode_a).status_code == 404  # and still nobody else's
     stored = all_episodes(sqlite_url)
     assert stored[episode_a].tenant == "tenant-a" and stored[episode_a].feedback is None
     assert stored[episode_a].messages[0]["content"] == "What is 1 + 1?"  # untouched by B's calls
