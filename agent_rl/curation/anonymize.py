@@ -643,7 +643,8 @@ class Anonymizer:
             end = found.find(words[-1], start) + len(words[-1])
             if " ".join(found[start:end].split()) != name:
                 continue
-            if self.config.learn_names:
+            # One unknown word that NER alone calls a person ("Scheduling") is replaced here, not learned everywhere.
+            if self.config.learn_names and (vetted or len(words) > 1 or self._names.is_name_part(words[0].lower())):
                 self._learn(words)
             yield _Span(offset + start, offset + end, "PERSON", score)
 
@@ -675,7 +676,7 @@ class Anonymizer:
     def _learn(self, words: list[str]) -> None:
         # A common word ("Austin", "Drive") is replaced where it was found as a name, never everywhere.
         bare = [w.rstrip(".") for w in words if len(w.rstrip(".")) > 1 and usable_name_part(w.rstrip("."))
-                and w.rstrip(".").lower() not in self._names.common]
+                and w.rstrip(".").lower() not in self._names.common and not (w.isupper() and len(w) <= 3)]
         if not bare:
             return
         before = len(self._learned_first) + len(self._learned_last)

@@ -250,6 +250,8 @@ class LeakAuditor:
             if m.group().lower().strip(".") in self.addresses:
                 yield self._finding(file, record, field, "address", m.group())
         raw_tokens = _TOKEN.findall(text)
+        # "allen-p" (an Enron mailbox folder) holds "allen"; "Hewlett-Packard" is a firm, not Walter Hewlett.
+        raw_tokens += [t.split("-")[0] for t in raw_tokens if re.fullmatch(r"[^\W\d_]{3,}-[^\W\d_]{1,2}", t)]
         tokens = [t.lower() for t in raw_tokens]
         distinctive = self._distinctive_parts()
         for i, token in enumerate(tokens):

@@ -22,7 +22,7 @@ from spacy.lang.en.stop_words import STOP_WORDS
 # Words that start sentences, headings and company names far more often than they name someone.
 _EXTRA_COMMON = (
     "hi hello hey dear thanks thank regards cheers best sincerely kind warm yours attached please note fyi fw fwd re "
-    "subject sent original message forwarded meeting call today tomorrow yesterday morning afternoon evening "
+    "subject sent original message messages email emails mail calendar contacts tasks forwarded meeting call today tomorrow yesterday morning afternoon evening "
     "january february march april may june july august september october november december "
     "monday tuesday wednesday thursday friday saturday sunday mon tue wed thu fri sat sun "
     "mr mrs ms miss dr prof sir madam team group all everyone folks guys board staff office inbox notes folders "
@@ -271,19 +271,29 @@ class NameFinder:
         return core
 
     def _header_lines(self, text: str) -> Iterable[tuple[int, int]]:
-        """Every name in a quoted `To:`/`cc:`/`From:` line, ALL-CAPS ones too ("BARBE, ROBIN")."""
+        """Every name in a quoted `To:`/`cc:`/`From:` line, ALL-CAPS ones too ("BARBE, ROBIN"); org codes
+        (`/HOU/ECT@ECT`), short acronyms and common words are not part of one."""
         for line in _HEADER_LINE.finditer(text):
             offset = line.start(1)
-            value = line.group(1)
-            value = re.sub(r"<[^>]*>", lambda m: " " * len(m.group()), value)  # addresses are handled elsewhere
-            for entry in re.finditer(r"[^,;]+", value):
-                for m in re.finditer(r"[^\W\d_][\w'’\-]*(?:[ \t]+[^\W\d_][\w'’\-.]*)*", entry.group()):
-                    start, end = offset + entry.start() + m.start(), offset + entry.start() + m.end()
-                    if text[max(0, start - 1):start] in ("/", "@") or "@" in text[end:end + 1] and text[end + 1:end + 2].islower():
-                        continue
-                    words = [w for w in m.group().split() if w.lower() not in self.common and w.lower() not in _ORG_WORDS]
-                    if words and m.group()[0].isupper():
-                        yield start, end
+            value = re.sub(r"<[^>]*>", lambda m: " " * len(m.group()), line.group(1))  # addresses: elsewhere
+            run: list[tuple[int, int]] = []
+            for m in re.finditer(r"[^\W\d_][\w'’\-]*\.?|[,;/@<>()\-]|\d+", value):
+                word = m.group().rstrip(".")
+                lower = word.lower()
+                after_org = value[max(0, m.start() - 1):m.start()] in ("/", "@")
+                if (not word[:1].isalpha() or after_org or lower in self.common or lower in _ORG_WORDS
+                        or self._written_lower(lower) or (word.isupper() and len(word) <= 3 and len(word) > 1)
+                        or not word[0].isupper()):
+                    if run:
+                        yield offset + run[0][0], offset + run[-1][1]
+                    run = []
+                    continue
+                run.append((m.start(), m.start() + len(word)))
+            if run:
+                yield offset + run[0][0], offset + run[-1][1]
+
+    def _written_lower(self, lower: str) -> bool:
+        return lower in self._lowercase and not self.listed(lower)
 
 
 def _capitalised(word: str) -> bool:
