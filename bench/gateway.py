@@ -16,6 +16,11 @@ Reported (one JSON line at the end):
   - throughput (calls/s) through the gateway and directly, and their ratio;
   - episodes_sent vs episodes_written (target: none lost).
 
+With `--upstream-ms 200` the upstream takes 200 ms per call like a fast hosted model: the sessions then
+send fewer calls than the gateway can take, and added latency is the gateway's work rather than queueing
+for CPU (with an instant upstream, 64 closed-loop sessions saturate one gateway process, and on a few
+shared cores the added latency is mostly that queue: see gateway_cpu_ms_per_call for the work itself).
+
 With `--pg-outage 3` the pool is a private PostgreSQL server (tests/pg_server.py) stopped for 3 s a second
 into the gateway run: calls go on, explicit ends answer 503 while it is down and are sent again, and
 every episode must still be written.
@@ -59,7 +64,7 @@ def percentile(values: list[float], q: float) -> float:
 # -- the fast upstream (its own process) --------------------------------------------------------------
 
 
-async def _upstream(port: int) -> None:
+async def _upstream(port: int, delay_s: float = 0.0) -> None:
     counter = itertools.count()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -69,6 +74,8 @@ async def _upstream(port: int) -> None:
                 length = _LENGTH.search(head)
                 body = await reader.readexactly(int(length.group(1))) if length else b""
                 n = next(counter)
+                if delay_s:
+                    await asyncio.sleep(delay_s)  # a model's thinking time: waiting, no CPU
                 request = json.loads(body) if body else {}
                 turns = sum(1 for m in request.get("messages", ()) if m.get("role") == "assistant")
                 payload = json.dumps({
@@ -186,6 +193,13 @@ async def drive(port: int, token: str, sessions: int, rounds: int, calls: int, v
             "refused_ends": refused_ends}
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc): the gateway's cost per call, whatever the
+    neighbours on a shared machine are doing."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 120) -> None:
     import socket
 
@@ -207,6 +221,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="sessions per loop slot")
     parser.add_argument("--calls", type=int, default=6, help="chat completions per session")
     parser.add_argument("--pool-url", default=None, help="pool for the gateway's episodes (default: SQLite in a temp dir)")
+    parser.add_argument("--upstream-ms", type=float, default=0.0,
+                        help="the upstream waits this long per call (0: answers at once, the gateway saturates)")
     parser.add_argument("--pg-outage", type=float, default=0.0, metavar="SECONDS",
                         help="pool on a private PostgreSQL server that is stopped this long mid-run (e.g. 3)")
     parser.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
@@ -219,7 +235,7 @@ def main() -> None:
             uvloop.install()
         except ImportError:
             pass
-        asyncio.run(_upstream(args.upstream))
+        asyncio.run(_upstream(args.upstream, args.upstream_ms / 1000))
         return
     if args.serve_gateway:
         _serve_gateway(args.serve_gateway, args.pool_url)
@@ -265,7 +281,8 @@ def run(args: argparse.Namespace, token: str, key, workdir: Path, pg) -> None:
     written_before = pool.count()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENT_RL_HOME": str(workdir / "home"),
            "AGENT_RL_API_KEYS": json.dumps([key.model_dump(mode="json")])}
-    procs = [subprocess.Popen([sys.executable, __file__, "--upstream", str(up_port)], env=env, cwd=ROOT),
+    procs = [subprocess.Popen([sys.executable, __file__, "--upstream", str(up_port), "--upstream-ms",
+                               str(args.upstream_ms)], env=env, cwd=ROOT),
              subprocess.Popen([sys.executable, __file__, "--serve-gateway", str(gw_port), "--pool-url", pool_url],
                               env=env, cwd=ROOT)]
     try:
@@ -277,7 +294,9 @@ def run(args: argparse.Namespace, token: str, key, workdir: Path, pg) -> None:
         outage: dict = {}
         if pg is not None:  # stop the pool a second into the gateway run
             threading.Thread(target=_outage, args=(pg, 1.0, args.pg_outage, outage), daemon=True).start()
+        cpu_before = _cpu_seconds(procs[1].pid)
         through = asyncio.run(drive(gw_port, token, args.sessions, args.rounds, args.calls, True))
+        cpu_gateway = _cpu_seconds(procs[1].pid) - cpu_before
         direct_2 = asyncio.run(drive(up_port, token, args.sessions, args.rounds, args.calls, False))
         deadline = time.monotonic() + 60
         while pg is not None and "restarted_at" not in outage and time.monotonic() < deadline:
@@ -307,6 +326,7 @@ def run(args: argparse.Namespace, token: str, key, workdir: Path, pg) -> None:
         "bench": "gateway",
         "sessions_concurrent": args.sessions,
         "calls_per_session": args.calls,
+        "upstream_ms": args.upstream_ms,
         "pool": "postgresql" if pool_url.startswith("postgresql") else "sqlite",
         "calls": len(through["latency"]),
         "overhead_ms_p50": round(percentile(through["overhead"], 50), 3),
@@ -317,6 +337,7 @@ def run(args: argparse.Namespace, token: str, key, workdir: Path, pg) -> None:
         "latency_ms_gateway_p99": round(percentile(through["latency"], 99), 3),
         "added_latency_ms_p50": round(percentile(through["latency"], 50) - percentile(direct_latency, 50), 3),
         "added_latency_ms_p99": round(percentile(through["latency"], 99) - percentile(direct_latency, 99), 3),
+        "gateway_cpu_ms_per_call": round(1000 * cpu_gateway / max(1, len(through["latency"])), 3),
         "throughput_direct_rps": round(direct_rps, 1),
         "throughput_gateway_rps": round(gateway_rps, 1),
         "throughput_ratio": round(gateway_rps / direct_rps, 3),
