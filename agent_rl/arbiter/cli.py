@@ -38,8 +38,11 @@ def serve_command(
     workers: Annotated[Optional[int], typer.Option(help="Worker processes sharing the port; default one per CPU (a model policy is loaded once per worker)")] = None,
     max_new_tokens: Annotated[Optional[int], typer.Option("--max-new-tokens", help="Generation limit per assistant turn (default: RunnerConfig's)")] = None,
     api_keys: Annotated[Optional[Path], typer.Option("--api-keys", help="JSON file of API key entries (see `arbiter new-key`); default $AGENT_RL_API_KEYS_FILE, else the JSON in $AGENT_RL_API_KEYS")] = None,
+    gateway_idle_s: Annotated[float, typer.Option("--gateway-idle-s", help="A gateway episode without calls for this long ends and is written")] = 300.0,
+    gateway_rate_per_s: Annotated[float, typer.Option("--gateway-rate-per-s", help="Gateway requests per second per API key")] = 20.0,
 ) -> None:
-    """Serve POST /v1/ask, POST /v1/feedback, GET|PUT /v1/routing and GET /healthz."""
+    """Serve POST /v1/ask, POST /v1/feedback, GET|PUT /v1/routing, GET /healthz and the OpenAI-compatible
+    gateway (POST /v1/chat/completions, GET /v1/models, POST /v1/episodes/{id}/end; see gateway.py)."""
     from pydantic import ValidationError
 
     from agent_rl.arbiter.config import ArbiterConfig
@@ -47,7 +50,9 @@ def serve_command(
     from agent_rl.arbiter.server import default_workers, serve
 
     options: dict = {"pool_url": pool_url, "inbox_url": inbox_url, "scenarios_path": scenarios,
-                     "batch_window_ms": batch_window_ms, "api_keys_file": api_keys}
+                     "batch_window_ms": batch_window_ms, "api_keys_file": api_keys,
+                     "gateway_idle_s": gateway_idle_s, "gateway_rate_per_s": gateway_rate_per_s,
+                     "gateway_rate_burst": max(1, int(2 * gateway_rate_per_s))}
     if default_routing:
         try:
             options["default_routing"] = json.loads(default_routing)
@@ -70,6 +75,10 @@ def serve_command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if (workers or default_workers()) > 1:
+        logging.getLogger("agent_rl.arbiter").warning(
+            "gateway sessions live in one worker process: with several workers a conversation whose calls reach "
+            "different workers is recorded as several episodes; serve the gateway with --workers 1")
     serve(config, host=host, port=port, log_level=log_level, access_log=access_log, workers=workers or default_workers())
 
 
