@@ -8,7 +8,8 @@ with their arbiter API key (keys.py); every error is OpenAI's shape `{"error": {
 Episodes. Every call belongs to one live episode:
   - named by the caller: the session in the URL (`/s/{session}/v1`, for SDKs that only take a base URL) or
     the `X-Agent-RL-Episode` header (the episode id the gateway returned works too). Names are scoped to
-    the key's tenant: another tenant's name, or id, starts an episode of its own and never touches this one;
+    the key's tenant and the declared context: another tenant's name, or id, starts an episode of its own
+    and never touches this one;
   - else grouped by the conversation it extends: a call whose messages start with an episode's whole
     transcript (its last request plus the reply) continues it; anything else starts a new episode.
 All calls of an episode go to the version routing picked for its first call (named sessions hash to the
@@ -383,8 +384,9 @@ class Gateway:
         self.rate_per_s = rate_per_s
         self.rate_burst = rate_burst
         self.live: dict[str, LiveEpisode] = {}
-        self.sessions: dict[tuple[str, str], LiveEpisode] = {}
-        self.prefixes: dict[tuple[str, str], deque[LiveEpisode]] = {}
+        # Keyed by (tenant, context, ...): a key only ever reaches episodes of its tenant in contexts it may use.
+        self.sessions: dict[tuple[str, str, str], LiveEpisode] = {}
+        self.prefixes: dict[tuple[str, str, str], deque[LiveEpisode]] = {}
         self.pending: dict[str, Episode] = {}  # ended, not yet in the pool
         # Recently written, so that ending one again (a retry after a 503) is answered as done, not unknown.
         self.recent: OrderedDict[str, Episode] = OrderedDict()
@@ -446,17 +448,18 @@ class Gateway:
 
     # -- episodes ----------------------------------------------------------------------------------
 
-    def _find(self, key: ApiKey, session: str | None, messages: list[dict[str, Any]]) -> LiveEpisode | None:
+    def _find(self, key: ApiKey, context: str, session: str | None,
+              messages: list[dict[str, Any]]) -> LiveEpisode | None:  # fmt: skip
         if session is not None:
-            episode = self.sessions.get((key.tenant, session))
+            episode = self.sessions.get((key.tenant, context, session))
             if episode is None:
                 by_id = self.live.get(session)  # the episode id the gateway returned, echoed back
-                if by_id is not None and by_id.tenant == key.tenant:
+                if by_id is not None and by_id.tenant == key.tenant and by_id.context == context:
                     episode = by_id
             return episode
         hashes = prefix_hashes(messages)
         for index in sorted(hashes, reverse=True):
-            queue = self.prefixes.get((key.tenant, hashes[index]))
+            queue = self.prefixes.get((key.tenant, context, hashes[index]))
             if queue:
                 return queue[0]
         return None
@@ -471,26 +474,28 @@ class Gateway:
                               version=version, spec=spec, session=session)
         self.live[episode.episode_id] = episode
         if session is not None:
-            self.sessions[(key.tenant, session)] = episode
+            self.sessions[(key.tenant, context, session)] = episode
         return episode
 
     def _unindex(self, episode: LiveEpisode) -> None:
         if episode.prefix is not None:
-            queue = self.prefixes.get((episode.tenant, episode.prefix))
+            where = (episode.tenant, episode.context, episode.prefix)
+            queue = self.prefixes.get(where)
             if queue is not None:
                 try:
                     queue.remove(episode)
                 except ValueError:
                     pass
                 if not queue:
-                    del self.prefixes[(episode.tenant, episode.prefix)]
+                    del self.prefixes[where]
             episode.prefix = None
 
     def _forget(self, episode: LiveEpisode) -> None:
         episode.gone = True
         self.live.pop(episode.episode_id, None)
-        if episode.session is not None and self.sessions.get((episode.tenant, episode.session)) is episode:
-            del self.sessions[(episode.tenant, episode.session)]
+        where = (episode.tenant, episode.context, episode.session or "")
+        if episode.session is not None and self.sessions.get(where) is episode:
+            del self.sessions[where]
         self._unindex(episode)
 
     def _end(self, episode: LiveEpisode) -> Episode | None:
@@ -584,7 +589,7 @@ class Gateway:
                                log_detail=f"key {key.id!r} may not use the requested context")
         messages = body["messages"]
         while True:
-            episode = self._find(key, session, messages) or self._new(key, session, request, context)
+            episode = self._find(key, context, session, messages) or self._new(key, session, request, context)
             async with episode.lock:
                 if episode.gone:
                     continue  # ended or discarded while this call waited; look again
@@ -615,7 +620,7 @@ class Gateway:
         if episode.session is None:
             self._unindex(episode)
             episode.prefix = prefix_hashes(episode.messages)[len(episode.messages) - 1]
-            self.prefixes.setdefault((episode.tenant, episode.prefix), deque()).append(episode)
+            self.prefixes.setdefault((episode.tenant, episode.context, episode.prefix), deque()).append(episode)
 
     async def _policy(self, spec: str) -> Policy:
         policies = self.service.policies

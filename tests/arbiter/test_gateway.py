@@ -314,6 +314,12 @@ def test_sessions_are_sticky_and_scoped_to_the_tenant(sqlite_url):
         by_id = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN_B, max_retries=0).chat.completions.with_raw_response.create(
             model="x", messages=[{"role": "user", "content": "What is 3 + 3?"}], extra_headers={"X-Agent-RL-Episode": episode_a})
         assert by_id.headers["x-agent-rl-episode"] not in (episode_a, other.headers["x-agent-rl-episode"])
+        # A key of A's own tenant limited to another context cannot reach it either.
+        narrow = openai.OpenAI(base_url=f"{url}/s/shared-name/v1", api_key=NARROW, max_retries=0)
+        scoped = narrow.chat.completions.with_raw_response.create(
+            model="x", messages=[{"role": "user", "content": "What is 4 + 4?"}], metadata={"context": "calc-env"})
+        assert scoped.headers["x-agent-rl-episode"] != episode_a
+        assert end(url, NARROW, episode_a).status_code == 404
         # B can neither end nor give feedback on A's episode; both read as unknown.
         assert end(url, TOKEN_B, episode_a).status_code == 404
         assert httpx.post(f"{url}/v1/feedback", headers=bearer(TOKEN_B),
