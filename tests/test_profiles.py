@@ -8,15 +8,15 @@ import pytest
 from pipelines.profiles import PROFILE_DIR, PROFILES, RESOURCES, profile_path, resources_for
 
 CORES = max(1, os.cpu_count() or 1)
-# The fields each profile set when profiles were if/elif code (pipelines/profiles.py before the TOML files);
-# every other field of every resource is its default.
+# The fields each profile sets (as the if/elif code did before the TOML files, the demo's SFT now at its default
+# length); every other field of every resource is its default.
 EXPECTED = {
     "default": {},
     "demo": {
         "rollout": {"min_samples_per_arm": 20, "min_samples_per_step": 20, "tau_squared": 0.09},
         "evaluation": {"max_scenarios": 94, "torch_threads": CORES},
         "compute": {"omp_num_threads": CORES},
-        "training": {"sft_overrides": {"max_steps": 48},
+        "training": {"sft_overrides": {},
                      "grpo_overrides": {"max_steps": 2, "prompt_filter": {"mode": "none"}}},
     },
     "fast": {
