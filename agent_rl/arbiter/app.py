@@ -314,7 +314,8 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
         service = ArbiterService(config)
         app.state.service = service
         gateway = Gateway(service, idle_s=config.gateway_idle_s, write_retry_s=config.gateway_write_retry_s,
-                          rate_per_s=config.gateway_rate_per_s, rate_burst=config.gateway_rate_burst)
+                          rate_per_s=config.gateway_rate_per_s, rate_burst=config.gateway_rate_burst,
+                          max_live=config.gateway_max_live)
         app.state.gateway = gateway
         await gateway.start()
         log.info("arbiter ready: pool %s, routing %s", service.pool.engine.url.render_as_string(hide_password=True),

@@ -47,6 +47,8 @@ class ArbiterConfig(BaseModel):
         3.0, ge=0, description="how long an episode write retries (with backoff) before an explicit end answers 503")
     gateway_rate_per_s: float = Field(20.0, gt=0, description="gateway requests per second per API key (token bucket)")
     gateway_rate_burst: PositiveInt = Field(40, description="gateway requests one API key may send at once")
+    gateway_max_live: PositiveInt = Field(
+        10_000, description="live gateway episodes kept in memory; beyond it the least recently active one ends")
 
     @field_validator("default_routing")
     @classmethod

@@ -377,12 +377,13 @@ class Gateway:
     """Sessions, routing, upstream calls and episode writes for the OpenAI-compatible endpoints."""
 
     def __init__(self, service: Any, idle_s: float = 300.0, write_retry_s: float = 3.0,
-                 rate_per_s: float = 20.0, rate_burst: int = 40) -> None:  # fmt: skip
+                 rate_per_s: float = 20.0, rate_burst: int = 40, max_live: int = 10_000) -> None:  # fmt: skip
         self.service = service
         self.idle_s = idle_s
         self.write_retry_s = write_retry_s
         self.rate_per_s = rate_per_s
         self.rate_burst = rate_burst
+        self.max_live = max_live
         self.live: dict[str, LiveEpisode] = {}
         # Keyed by (tenant, context, ...): a key only ever reaches episodes of its tenant in contexts it may use.
         self.sessions: dict[tuple[str, str, str], LiveEpisode] = {}
@@ -472,10 +473,20 @@ class Gateway:
             (_text_of(m.content) for m in request.messages if m.role == "user"), "")
         episode = LiveEpisode(episode_id=str(uuid.uuid4()), tenant=key.tenant, context=context, task=task,
                               version=version, spec=spec, session=session)
+        if len(self.live) >= self.max_live:
+            self._evict()
         self.live[episode.episode_id] = episode
         if session is not None:
             self.sessions[(key.tenant, context, session)] = episode
         return episode
+
+    def _evict(self) -> None:
+        """End the least recently active idle episode (memory stays bounded; it is written, not dropped)."""
+        for episode in self.live.values():  # ordered by last activity, oldest first
+            if not episode.lock.locked() and episode.calls:
+                log.info("gateway holds %d live episodes: ending the least recently active one", len(self.live))
+                self._end_soon(episode)
+                return
 
     def _unindex(self, episode: LiveEpisode) -> None:
         if episode.prefix is not None:
@@ -617,6 +628,8 @@ class Gateway:
         episode.completion_tokens += usage["completion_tokens"]
         episode.latency_ms += seconds * 1000
         episode.last_active = time.monotonic()
+        self.live.pop(episode.episode_id, None)
+        self.live[episode.episode_id] = episode  # keep `live` ordered by last activity
         if episode.session is None:
             self._unindex(episode)
             episode.prefix = prefix_hashes(episode.messages)[len(episode.messages) - 1]

@@ -519,3 +519,12 @@ def test_ab_counts_unjudged_live_episodes_only_with_a_verdict():
            {"policy_version": "v", "outcome": "correct", "created_at": now, "latency_ms": 5.0}]
     stats = arm_stats_from_episodes(rows)["v"]
     assert (stats.trials, stats.successes, stats.hallucinations, stats.errors) == (3, 2, 0, 0)
+
+
+def test_live_episodes_beyond_the_cap_are_written_not_dropped(sqlite_url):
+    with gateway(sqlite_url, {"calc": 1.0}, {"calc": "calc-bot"}, gateway_max_live=3) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN_A, max_retries=0)
+        ids = [run_agent(client, f"What is {i} + {i}?")[1] for i in range(5)]
+        assert httpx.get(f"{url}/healthz").json()["gateway"]["live_episodes"] <= 3
+        assert set(wait_for_episodes(sqlite_url, 2)) >= set(ids[:2])  # the least recently active ones
+    assert set(all_episodes(sqlite_url)) == set(ids)
