@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from datetime import timedelta
@@ -157,3 +158,80 @@ def test_planted_pii_never_leaves_the_privacy_boundary(tmp_path, caplog, capfd):
     # 4. Everything logged in this process (library, Dagster, uvicorn) and printed to stdout/stderr.
     out, err = capfd.readouterr()
     assert _found(caplog.text) == [] and _found(out) == [] and _found(err) == []
+
+
+# Names of varied origins written only in bodies (never in a header), as an auditor planted them.
+BODY_NAMES = ["Marguerite Dubois", "Oluwaseun Adebayo-Okonkwo", "Siobhan O'Callaghan", "Rahul Venkataraman",
+              "Ewa Kowalczyk-Nowak", "Thandiwe Dlamini"]
+BODY_TEXT = (f"Call {BODY_NAMES[0]} at the Portland office. {BODY_NAMES[1]} has the confirmation; I spoke with "
+             f"{BODY_NAMES[2]} yesterday.\nPer {BODY_NAMES[3]}, the maintenance moves to Friday.\n\nThanks,\n"
+             f"{BODY_NAMES[4]}\n\n-----Original Message-----\nFrom: {BODY_NAMES[5]}\nSubject: Malin volumes")
+BODY_PARTS = sorted({p for n in BODY_NAMES for p in n.replace("-", " ").split() if len(p) > 2})
+
+
+def _plant_body_names(store, episodes) -> None:
+    """The names in the body of one inbox email and in a tool result of one correct episode."""
+    correct = next(e.model_dump(mode="json") for e in episodes if str(e.outcome) == "correct"
+                   and any(m["role"] == "tool" and m["content"].startswith("{") for m in e.model_dump()["messages"]))
+    for message in correct["messages"]:
+        if message["role"] == "tool" and message["content"].startswith("{"):
+            shown = json.loads(message["content"])
+            shown["body"] = shown.get("body", "") + "\n" + BODY_TEXT
+            message["content"] = json.dumps(shown, separators=(",", ":"))
+    PoolRepository(settings.pool_url()).insert_episodes(
+        [e for e in episodes if e.episode_id != correct["episode_id"]] + [correct])
+    inbox = store.inboxes()[0]
+    first = next(iter(store.iter_emails(inbox)))
+    store.add_emails([first.model_copy(update={"message_id": "<body-names-0001@mail.example.com>",
+                                               "body": BODY_TEXT})])
+
+
+def _parts_in(text: str) -> list[str]:
+    return [p for p in BODY_PARTS if re.search(rf"(?<!\w){re.escape(p)}(?!\w)", text)]
+
+
+def test_names_only_in_bodies_never_pass_the_privacy_boundary():
+    store, episodes = seed_pool()
+    _plant_body_names(store, episodes)
+    result, partition = materialize_curation(CurationResource(min_points=10))
+    assert result.success
+    assert {e.check_name: e.passed for e in result.get_asset_check_evaluations()}["no_pii_leak"] is True
+
+    artifacts = settings.home() / "artifacts"
+    raw = (artifacts / "validated_episodes").rglob("*.jsonl")
+    assert any(_parts_in(path.read_text()) for path in raw)  # positive control: they reached curation
+    leaks = {}
+    for path in sorted(artifacts.rglob("*")):
+        if path.is_file() and not set(path.relative_to(artifacts).parts) & set(RAW_STAGES):
+            found = _parts_in(path.read_bytes().decode("utf-8", errors="ignore"))
+            if found:
+                leaks[str(path.relative_to(artifacts))] = found
+    assert leaks == {}
+    assert (artifacts / "sft_dataset").is_dir() and (artifacts / "grpo_dataset").is_dir()
+    report = json.loads((settings.artifact_dir("anonymized_episodes", partition) / "privacy.json").read_text())
+    assert report["planted_canaries"] >= 5 and report["leaks"] == 0  # its own canaries were planted and removed
+
+
+def test_a_miss_fails_the_gate_and_says_where_without_the_value():
+    """A canary no detector can know (a code word) survives: the gate blocks training, and the event log,
+    the check's metadata and privacy.json show its place, kind and a masked form, never the value."""
+    code_word = "Quillfeather Zonderwick"
+    store, episodes = seed_pool()
+    inbox = store.inboxes()[0]
+    first = next(iter(store.iter_emails(inbox)))
+    store.add_emails([first.model_copy(update={"message_id": "<code-word-0001@mail.example.com>",
+                                               "body": f"the code word is {code_word.lower()} for the vault"})])
+    PoolRepository(settings.pool_url()).insert_episodes(episodes)
+    instance = dg.DagsterInstance.ephemeral()
+    result, partition = materialize_curation(CurationResource(min_points=10, canaries=[code_word]), instance=instance)
+    check = next(e for e in result.get_asset_check_evaluations() if e.check_name == "no_pii_leak")
+    assert check.passed is False
+    materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert "sft_dataset" not in materialized and "balanced_episodes" not in materialized
+    examples = check.metadata["examples"].value
+    assert any("anonymized_environment/inbox.db" in x and "field body" in x and "q*********** z*********" in x
+               for x in examples), examples
+    privacy = (settings.artifact_dir("anonymized_episodes", partition) / "privacy.json").read_text()
+    logged = [serialize_value(r) for r in instance.all_logs(result.run_id)]
+    for text in [privacy, json.dumps(examples), *logged]:
+        assert "quillfeather" not in text.lower() and "zonderwick" not in text.lower()
