@@ -17,7 +17,9 @@ A responder gets the request JSON and returns one of:
   - `reply(content, tool_calls=..., usage=...)`, `fail(status, body)`, `delay(seconds, then)`,
     `malformed(raw_text)` for a non-JSON HTTP 200 body.
 Queued replies are used first; when the queue is empty the scripted responder answers (default:
-"ok"). Endpoints: POST /v1/chat/completions, GET /v1/models. Streaming is not supported (400).
+"ok"). Endpoints: POST /v1/chat/completions, GET /v1/models. Streaming requests get 400 unless
+`openai_stub.streams = True`: then the reply comes as server-sent events (role, content pieces, tool
+calls by index with their arguments in pieces, the finish reason, usage when `stream_options.include_usage`).
 Set `openai_stub.require_api_key = "sk-..."` to answer 401 to requests without that bearer token.
 """
 
@@ -99,6 +101,7 @@ class OpenAIStub:
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     require_api_key: str | None = None
+    streams: bool = False
     _responder: Responder = field(default=lambda request: "ok")
     _queue: deque = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -163,6 +166,31 @@ def _completion(request: dict[str, Any], message: dict[str, Any], usage: dict[st
     }
 
 
+def _chunks(completion: dict[str, Any], include_usage: bool, piece: int = 7) -> list[dict[str, Any]]:
+    """A completion as the chunks OpenAI streams."""
+    base = {"id": completion["id"], "object": "chat.completion.chunk", "created": completion["created"],
+            "model": completion["model"]}
+    choice = completion["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    text = message.get("content") or ""
+    out += [chunk({"content": text[i:i + piece]}) for i in range(0, len(text), piece)]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        out.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                          "function": {"name": call["function"]["name"], "arguments": ""}}]}))
+        arguments = call["function"]["arguments"]
+        out += [chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments[i:i + piece]}}]})
+                for i in range(0, len(arguments), piece)]
+    out.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        out.append({**base, "choices": [], "usage": completion["usage"]})
+    return out
+
+
 def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -201,7 +229,7 @@ def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 self._send(400, '{"error": {"message": "request body is not JSON"}}')
                 return
-            if request.get("stream"):
+            if request.get("stream") and not stub.streams:
                 self._send(400, '{"error": {"message": "the stub does not stream"}}')
                 return
             stub.headers.append(dict(self.headers.items()))
@@ -228,7 +256,13 @@ def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
                     if outcome.tool_calls:
                         message["tool_calls"] = outcome.tool_calls
                     usage, finish = outcome.usage, outcome.finish_reason
-                self._send(200, json.dumps(_completion(request, message, usage and dict(usage), finish)))
+                completion = _completion(request, message, usage and dict(usage), finish)
+                if request.get("stream"):
+                    include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
+                    self._send(200, "".join(f"data: {json.dumps(c)}\n\n" for c in _chunks(completion, include_usage))
+                               + "data: [DONE]\n\n", "text/event-stream")
+                else:
+                    self._send(200, json.dumps(completion))
 
     return Handler
 

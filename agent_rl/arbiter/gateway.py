@@ -394,6 +394,7 @@ class Gateway:
         self.written = 0
         self._buckets: dict[str, tuple[float, float]] = {}
         self._task: asyncio.Task | None = None
+        self._pumps: set[asyncio.Task] = set()  # relays of streaming upstreams in flight
         self._flushing = False
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -402,6 +403,8 @@ class Gateway:
         self._task = asyncio.create_task(self._background(), name="gateway-flusher")
 
     async def close(self) -> None:
+        if self._pumps:  # streams in flight finish (and are recorded) first
+            await asyncio.wait(list(self._pumps), timeout=30)
         if self._task is not None:
             self._task.cancel()
             try:
@@ -591,8 +594,9 @@ class Gateway:
     # -- a call --------------------------------------------------------------------------------------
 
     async def complete(self, key: ApiKey, session: str | None, request: ChatRequest,
-                       body: dict[str, Any]) -> tuple[dict[str, Any], LiveEpisode, float]:  # fmt: skip
-        """The completion, its episode and the seconds the upstream took."""
+                       body: dict[str, Any]) -> tuple[dict[str, Any] | AsyncIterator[bytes], LiveEpisode, float | None]:  # fmt: skip
+        """The completion, its episode and the seconds the upstream took; for a streamed request to an
+        OpenAI-compatible upstream, the server-sent events relayed as they come (and None for the seconds)."""
         metadata = request.metadata or {}
         context = metadata.get("context", DEFAULT_CONTEXT).strip()
         if not key.may_use(context):
@@ -601,21 +605,130 @@ class Gateway:
         messages = body["messages"]
         while True:
             episode = self._find(key, context, session, messages) or self._new(key, session, request, context)
-            async with episode.lock:
-                if episode.gone:
-                    continue  # ended or discarded while this call waited; look again
-                try:
-                    message, usage, seconds = await self._call_upstream(episode, request, body)
-                except BaseException:
-                    if episode.calls == 0:
-                        self._forget(episode)  # a failed first call leaves no episode behind
-                    raise
+            await episode.lock.acquire()
+            if episode.gone:
+                episode.lock.release()
+                continue  # ended or discarded while this call waited; look again
+            handed_over = False
+            try:
+                policy = await self._policy(episode.spec)
+                if request.stream and isinstance(policy, OpenAIUpstream):
+                    relay = await self._start_relay(episode, policy, request, body)
+                    handed_over = True  # the relay's pump releases the lock when the upstream is done
+                    return relay, episode, None
+                message, usage, seconds = await self._call_upstream(episode, policy, request, body)
                 self._append(episode, request, messages, message, usage, seconds)
-                ended = bool(episode.final_tool) and any(
-                    call["function"]["name"] == episode.final_tool for call in message.get("tool_calls") or [])
+                ended = self._ends(episode, message)
                 if ended:
                     self._end_soon(episode)
                 return self._response(episode, message, usage, ended), episode, seconds
+            except BaseException:
+                if episode.calls == 0:
+                    self._forget(episode)  # a failed first call leaves no episode behind
+                raise
+            finally:
+                if not handed_over:
+                    episode.lock.release()
+
+    @staticmethod
+    def _ends(episode: LiveEpisode, message: dict[str, Any]) -> bool:
+        return bool(episode.final_tool) and any(
+            call["function"]["name"] == episode.final_tool for call in message.get("tool_calls") or [])
+
+    async def _start_relay(self, episode: LiveEpisode, policy: OpenAIUpstream, request: ChatRequest,
+                           body: dict[str, Any]) -> AsyncIterator[bytes]:  # fmt: skip
+        """Open the upstream's stream (errors before its first byte are answered with a status code), then
+        pump it into a queue from a task of its own: a client that hangs up stops reading, never the pump,
+        so the reply is recorded whole."""
+        forwarded = {k: v for k, v in body.items() if k not in ("metadata", "stream", "stream_options")}
+        started = time.perf_counter()
+        try:
+            response = await policy.open_stream(forwarded)
+        except UpstreamError as exc:
+            log.error("gateway upstream for version %s: %s", episode.version, exc)
+            raise GatewayError(exc.status, exc.client_message, code="upstream_error") from exc
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        include_usage = bool((request.stream_options or {}).get("include_usage"))
+        task = asyncio.create_task(self._pump(episode, policy, request, body, response, queue, include_usage, started))
+        self._pumps.add(task)
+        task.add_done_callback(self._pumps.discard)
+
+        async def relay() -> AsyncIterator[bytes]:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    return
+                yield item
+
+        return relay()
+
+    async def _pump(self, episode: LiveEpisode, policy: OpenAIUpstream, request: ChatRequest, body: dict[str, Any],
+                    response: Any, queue: asyncio.Queue, include_usage: bool, started: float) -> None:  # fmt: skip
+        content: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        finish, usage, held, first = None, None, None, None
+        complete = False
+        try:
+            async for chunk in policy.events(response):
+                chunk["model"] = episode.version
+                first = first or chunk
+                if chunk.get("usage"):
+                    usage = chunk["usage"]
+                choices = chunk.get("choices") or []
+                for choice in choices:
+                    delta = choice.get("delta") or {}
+                    if isinstance(delta.get("content"), str):
+                        content.append(delta["content"])
+                    for call in delta.get("tool_calls") or []:
+                        slot = calls.setdefault(int(call.get("index", 0)), {"id": "", "name": "", "arguments": ""})
+                        slot["id"] = call.get("id") or slot["id"]
+                        function = call.get("function") or {}
+                        slot["name"] += function.get("name") or ""
+                        slot["arguments"] += function.get("arguments") or ""
+                    finish = choice.get("finish_reason") or finish
+                if not choices:
+                    continue  # the usage chunk: sent at the end when the client asked for it
+                if any(choice.get("finish_reason") for choice in choices):
+                    held = chunk  # sent last, with the episode id
+                    continue
+                queue.put_nowait(_sse_bytes(chunk))
+            complete = True
+        except Exception as exc:  # noqa: BLE001 - whatever broke, the client gets an error event, nothing is recorded
+            log.error("gateway upstream stream for version %s broke: %s", episode.version, type(exc).__name__)
+            queue.put_nowait(_sse_bytes(openai_error(502, "the upstream model stopped answering mid-stream; try again",
+                                                     code="upstream_error")))
+        try:
+            if complete:
+                message: dict[str, Any] = {"role": "assistant", "content": "".join(content) or None}
+                if calls:
+                    message["tool_calls"] = [
+                        {"id": c["id"] or f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                         "function": {"name": c["name"], "arguments": c["arguments"]}}
+                        for _, c in sorted(calls.items())]
+                elif message["content"] is None:
+                    message["content"] = ""
+                counts = _usage((usage or {}).get("prompt_tokens"), (usage or {}).get("completion_tokens"))
+                self._append(episode, request, body["messages"], message, counts, time.perf_counter() - started)
+                ended = self._ends(episode, message)
+                if ended:
+                    self._end_soon(episode)
+                meta = {"episode_id": episode.episode_id, "policy_version": episode.version, "episode_ended": ended}
+                base = {"id": (first or {}).get("id", f"chatcmpl-{uuid.uuid4().hex}"), "object": "chat.completion.chunk",
+                        "created": (first or {}).get("created", int(time.time())), "model": episode.version}
+                final = held or {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None,
+                                                      "finish_reason": finish or ("tool_calls" if calls else "stop")}]}
+                queue.put_nowait(_sse_bytes({**final, "agent_rl": meta}))
+                if include_usage:
+                    total = counts["prompt_tokens"] + counts["completion_tokens"]
+                    queue.put_nowait(_sse_bytes({**base, "choices": [], "usage": {**counts, "total_tokens": total},
+                                                 "agent_rl": meta}))
+            elif episode.calls == 0:
+                self._forget(episode)
+        finally:
+            queue.put_nowait(b"data: [DONE]\n\n")
+            queue.put_nowait(None)
+            response.release()
+            episode.lock.release()
 
     def _append(self, episode: LiveEpisode, request: ChatRequest, messages: list[dict[str, Any]],
                 message: dict[str, Any], usage: dict[str, int], seconds: float) -> None:  # fmt: skip
@@ -646,9 +759,8 @@ class Gateway:
             raise GatewayError(503, "the model version chosen for this episode cannot be loaded; try again later",
                                code="model_unavailable") from exc
 
-    async def _call_upstream(self, episode: LiveEpisode, request: ChatRequest,
+    async def _call_upstream(self, episode: LiveEpisode, policy: Policy, request: ChatRequest,
                              body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int], float]:  # fmt: skip
-        policy = await self._policy(episode.spec)
         started = time.perf_counter()
         if isinstance(policy, OpenAIUpstream):
             forwarded = {k: v for k, v in body.items() if k not in ("metadata", "stream", "stream_options")}
@@ -731,9 +843,13 @@ def stream_chunks(response: dict[str, Any], include_usage: bool) -> list[dict[st
     return chunks
 
 
+def _sse_bytes(item: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n\n"
+
+
 async def _sse(chunks: list[dict[str, Any]]) -> AsyncIterator[bytes]:
     for item in chunks:
-        yield b"data: " + json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n\n"
+        yield _sse_bytes(item)
     yield b"data: [DONE]\n\n"
 
 
@@ -765,8 +881,11 @@ def add_gateway_routes(app: FastAPI, require_key: Callable[[Request], ApiKey],
         session = _session_of(request, session)
         parsed, body = parse_chat_request(await request.body(), request.headers.get("content-type"))
         response, episode, upstream_seconds = await gateway.complete(key, session, parsed, body)
-        request.state.episode_ms = upstream_seconds * 1000  # Server-Timing: the rest of `total` is the gateway's
         headers = {EPISODE_HEADER: episode.episode_id}
+        if not isinstance(response, dict):  # relayed from a streaming upstream as it comes
+            return StreamingResponse(response, media_type="text/event-stream",
+                                     headers={**headers, "Cache-Control": "no-cache"})
+        request.state.episode_ms = upstream_seconds * 1000  # Server-Timing: the rest of `total` is the gateway's
         if parsed.stream:
             include_usage = bool((parsed.stream_options or {}).get("include_usage"))
             return StreamingResponse(_sse(stream_chunks(response, include_usage)), media_type="text/event-stream",

@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -122,6 +123,58 @@ class OpenAIUpstream(Policy):
             return self._read(status, raw)
         raise UpstreamError(504 if "timed out" in problem else 502, "the upstream model did not answer; try again later",
                             f"upstream {self.config.model!r} failed after {self.config.max_retries + 1} attempt(s): {problem}")
+
+    async def open_stream(self, body: dict[str, Any]) -> aiohttp.ClientResponse:
+        """Start a streamed completion: the upstream's response once it answered 200 (read it with `events`,
+        then release it). Failures before that raise UpstreamError like `complete`, after the same retries."""
+        body = {**body, "model": self.config.model, "stream": True, "stream_options": {"include_usage": True}}
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        url = self._base + "chat/completions"
+        problem = ""
+        for attempt in range(self.config.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
+            try:
+                response = await self._session().post(url, data=data)
+            except asyncio.TimeoutError:
+                problem = f"timed out after {self.config.timeout_s:g} s"
+                continue
+            except aiohttp.ClientError as exc:
+                problem = type(exc).__name__
+                continue
+            if response.status == 200:
+                return response
+            try:
+                raw = await response.read()
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                raw = b""
+            finally:
+                response.release()
+            if response.status in RETRYABLE_STATUS and attempt < self.config.max_retries:
+                problem = f"HTTP {response.status}"
+                continue
+            self._read(response.status, raw)  # raises for every error status
+            raise UpstreamError(502, "the upstream model gave an unreadable answer",
+                                f"upstream {self.config.model!r}: HTTP {response.status} to a stream request")
+        raise UpstreamError(504 if "timed out" in problem else 502, "the upstream model did not answer; try again later",
+                            f"upstream {self.config.model!r} failed after {self.config.max_retries + 1} attempt(s): {problem}")
+
+    @staticmethod
+    async def events(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+        """The JSON chunks of a server-sent-events completion, up to `data: [DONE]`."""
+        async for line in response.content:
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue  # blank separators, comments, event names
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                return
+            chunk = json.loads(payload)
+            if isinstance(chunk, dict) and chunk.get("error"):
+                raise ValueError("the upstream sent an error event")
+            if not isinstance(chunk, dict):
+                raise ValueError("a stream chunk is not a JSON object")
+            yield chunk
 
     def _read(self, status: int, raw: bytes) -> dict[str, Any]:
         if status in (400, 413, 422):

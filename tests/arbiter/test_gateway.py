@@ -247,6 +247,7 @@ def test_agents_run_unchanged_and_the_pool_holds_what_they_saw(store_url, openai
 
 def test_async_and_streaming_clients(sqlite_url, openai_stub, upstream_key):
     openai_stub.script(stub_responder)
+    openai_stub.streams = True  # the stub's replies are relayed chunk by chunk, ours are streamed whole
 
     async def agent(client: openai.AsyncOpenAI, question: str, session: str) -> tuple[list[dict[str, Any]], str]:
         messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
@@ -294,6 +295,8 @@ def test_async_and_streaming_clients(sqlite_url, openai_stub, upstream_key):
         assert canonical(stored[episode].messages) == canonical(messages)
         assert messages[-1]["content"].startswith("The result is ")
     assert {e.policy_version for e in stored.values()} == {"calc", "stub"}
+    assert openai_stub.requests and all(r["stream"] and r["stream_options"]["include_usage"] for r in openai_stub.requests)
+    assert all("metadata" not in r for r in openai_stub.requests)
 
 
 # -- routing, sessions, tenants -------------------------------------------------------------------
@@ -407,7 +410,8 @@ def test_errors_are_openai_shaped_and_write_nothing(sqlite_url):
 def test_upstream_failures_answer_clearly_and_record_nothing(sqlite_url, openai_stub, upstream_key, caplog):
     from tests.openai_stub import fail
 
-    openai_stub.queue(fail(401), fail(400, '{"error": {"message": "context too long"}}'))
+    openai_stub.streams = True
+    openai_stub.queue(fail(401), fail(400, '{"error": {"message": "context too long"}}'), fail(403))
     with gateway(sqlite_url, {"stub": 1.0}, {"stub": stub_spec(openai_stub)}) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN_A, max_retries=0)
         with pytest.raises(openai.APIStatusError) as caught:
@@ -416,6 +420,9 @@ def test_upstream_failures_answer_clearly_and_record_nothing(sqlite_url, openai_
         with pytest.raises(openai.BadRequestError) as caught:
             client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
         assert "context too long" in caught.value.body["message"]
+        with pytest.raises(openai.APIStatusError) as caught:  # a stream refused before its first byte: a status
+            client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], stream=True)
+        assert caught.value.status_code == 502
     assert all_episodes(sqlite_url) == {}
     assert upstream_key not in caplog.text
 
@@ -449,8 +456,12 @@ def test_identical_conversations_side_by_side_stay_apart(sqlite_url):
     assert set(stored) == set(ids) and all(e.turns == 2 for e in stored.values())
 
 
-def test_a_client_gone_mid_stream_loses_nothing(sqlite_url):
-    with gateway(sqlite_url, {"calc": 1.0}, {"calc": "calc-bot"}) as url:
+@pytest.mark.parametrize("upstream", ["calc", "stub"])
+def test_a_client_gone_mid_stream_loses_nothing(sqlite_url, openai_stub, upstream_key, upstream):
+    openai_stub.script(stub_responder)
+    openai_stub.streams = True
+    specs = {"calc": "calc-bot", "stub": stub_spec(openai_stub)}
+    with gateway(sqlite_url, {upstream: 1.0}, {upstream: specs[upstream]}) as url:
         body = {"model": "x", "stream": True, "messages": [{"role": "user", "content": "What is 12 * 12?"}],
                 "tools": TOOLS[:1]}
         with httpx.stream("POST", f"{url}/s/hang-up/v1/chat/completions", json=body, headers=bearer(TOKEN_A)) as response:
@@ -458,7 +469,8 @@ def test_a_client_gone_mid_stream_loses_nothing(sqlite_url):
             next(response.iter_bytes())  # read the first chunk, then hang up
         assert end(url, TOKEN_A, episode).status_code == 200
     record = all_episodes(sqlite_url)[episode]
-    assert record.messages[-1]["tool_calls"][0]["function"]["arguments"] == '{"expression": "12 * 12"}'
+    assert record.policy_version == upstream
+    assert json.loads(record.messages[-1]["tool_calls"][0]["function"]["arguments"]) == {"expression": "12 * 12"}
 
 
 def test_unjudged_live_episodes_never_become_sft_positives(sqlite_url):
