@@ -29,12 +29,15 @@ explicit end that still cannot write answers 503 and the episode stays queued (t
 keeps retrying). A request that fails validation or upstream leaves no trace in any episode.
 
 Upstreams: our policies through `Policy.act` (messages and tools converted both ways), or an OpenAI-compatible
-API (`openai:{...}` specs, upstreams.py) that gets the request forwarded. Replies are produced whole and then
-streamed as server-sent events when asked (`stream: true`), so a client that disconnects mid-stream loses
-nothing from its episode.
+API (`openai:{...}` specs, upstreams.py) that gets the request forwarded. Streamed requests (`stream: true`)
+to an OpenAI-compatible upstream are relayed chunk by chunk; our policies' replies are produced whole and
+then sent as server-sent events. Either way the reply is recorded by the gateway, not by the client's
+connection: a client that hangs up mid-stream loses nothing from its episode.
 
 Sessions live in the worker process that served them: run the gateway with one worker, or behind a load
-balancer that keeps a session on one worker.
+balancer that keeps a session on one worker. Live episodes are held in memory (at most `max_live`; beyond
+it the least recently active one ends and is written): a process that is killed, not stopped, loses the
+episodes it had not ended yet.
 """
 
 from __future__ import annotations
