@@ -703,8 +703,11 @@ class Anonymizer:
                     yield _Span(m.start(), m.end(), "MESSAGE_ID", 2.0)
         if "@" in text and self.directory.addresses:
             for m in _EMAILISH.finditer(text):
-                if m.group().lower().strip(".") in self.directory.addresses:
-                    yield _Span(m.start(), m.start() + len(m.group().rstrip(".")), "EMAIL_ADDRESS", 1.0)
+                token = m.group().rstrip(".")
+                if token.lower() in self.directory.addresses or self._names_in_local_part(token):
+                    # Also an address cut short (a search snippet ends in "sherry.ortiz@northwind-energy…") or
+                    # one not in the directory whose local part is made of known name parts.
+                    yield _Span(m.start(), m.start() + len(token), "EMAIL_ADDRESS", 1.0)
         if self._lower_full_names:
             # "an email to mary heinitz": a header name written in lowercase is still that person.
             for m in _LOWER_RUN.finditer(text):
@@ -722,6 +725,11 @@ class Anonymizer:
             lower = word.lower()
             if (lower in parts or lower in learned) and usable_name_part(word):
                 yield _Span(m.start(), m.start() + len(word), "PERSON", 1.0)
+
+    def _names_in_local_part(self, address: str) -> bool:
+        local = address.split("@", 1)[0].lower()
+        names = self.directory.name_parts | self._learned_first | self._learned_last
+        return any(part in names and usable_name_part(part) for part in re.split(r"[._+\-]+", local) if part)
 
     def _render(self, text: str) -> str:
         if self._rendered_version != self._dictionary_version:

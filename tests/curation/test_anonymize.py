@@ -145,3 +145,18 @@ def test_tool_results_keep_the_compact_json_the_tools_emit(demo_env, directory):
     assert out[0]["content"].startswith('[{"id":"<a@b>","subject":"Q3, final","body":"')
     assert json.dumps(json.loads(out[0]["content"]), ensure_ascii=False, separators=(",", ":")) == out[0]["content"]
     assert out[1]["content"] == spaced
+
+
+def test_an_address_cut_short_in_a_search_snippet_does_not_keep_its_owners_name(demo_env, directory):
+    """A snippet window ends inside an address ("To: sherry.ortiz@northwind-energy…"): no longer a known address,
+    it still names its owner, so its name parts go like a whole address's."""
+    anonymizer = Anonymizer(AnonymizerConfig(key="test-key"), directory)
+    address = sorted(a for a in directory.addresses if "." in a.split("@")[0])[0]
+    local, domain = address.split("@")
+    cut = f"{local}@{domain.split('.')[0]}"
+    snippet = json.dumps([{"id": "<1@x>", "snippet": f"…Subject: budget To: {cut}…"}], separators=(",", ":"))
+    out = anonymizer.anonymize_episode({**demo_env.episodes[0], "messages": [{"role": "tool", "content": snippet}]})
+    text = out["messages"][0]["content"].lower()
+    for part in local.replace("-", ".").split("."):
+        if len(part) > 2:
+            assert part not in text, (part, text)
