@@ -11,7 +11,6 @@ import pytest
 
 from agent_rl.curation.anonymize import AnonymizerConfig, episode_texts
 from agent_rl.curation.datasets import grpo_rows, sft_rows
-from agent_rl.curation.leak_check import CANARY_EPISODE_ID, CANARY_INBOX, LeakAuditor, mask
 from agent_rl.curation.privacy import anonymize_partition
 from agent_rl.records import Email, Scenario
 
@@ -92,10 +91,14 @@ def test_the_check_catches_what_the_anonymizer_misses_and_reports_it_masked(plan
     for name in BODY_NAMES:
         for part in _parts(name):
             assert not re.search(rf"(?i)\b{re.escape(part)}\b", shown), part
+    from agent_rl.curation.leak_check import mask
+
     assert mask("donna lowry") == "d**** l****"
 
 
 def test_curation_plants_its_own_canaries_and_drops_them_before_writing(demo_env):
+    from agent_rl.curation.leak_check import CANARY_EPISODE_ID, CANARY_INBOX
+
     result = anonymize_partition(demo_env.episodes[:20], demo_env.emails, demo_env.scenarios[:5],
                                  config=AnonymizerConfig(key="test-key"))
     assert result.report["planted_canaries"] >= 5 and result.report["leaks"] == 0
@@ -136,6 +139,8 @@ def test_ids_folders_paths_and_scenario_ids_are_pseudonymized_consistently(demo_
 
 def test_the_check_scans_ids_too():
     """A name inside an id that no list knows is still found: the auditor reads every field."""
+    from agent_rl.curation.leak_check import LeakAuditor
+
     auditor = LeakAuditor(b"salt")
     auditor.learn_headers([Email(message_id="<m1@x.com>", inbox="zbigniew.brzezinski@x.com")])
     findings = auditor.scan("anonymized_environment/inbox.db", "row 1",
