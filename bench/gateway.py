@@ -11,6 +11,8 @@ Reported (one JSON line at the end):
   - overhead_ms p50/p99: the gateway's own time per call, from its Server-Timing header (`total` minus
     `episode`, which is the upstream call): parsing, auth, rate limit, session lookup, recording, response.
     The target, p99 <= 5 ms, is on this figure.
+  - upstream_leg_ms p50/p99: the gateway's call to the upstream as the gateway saw it (the upstream's own
+    time plus waiting for the gateway's event loop);
   - added_latency_ms p50/p99: client-side latency through the gateway minus direct, for the record: on a
     machine with few (shared) cores it also holds the queueing of three busy processes on those cores.
   - throughput (calls/s) through the gateway and directly, and their ratio;
@@ -141,6 +143,7 @@ async def _call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path
 async def drive(port: int, token: str, sessions: int, rounds: int, calls: int, via_gateway: bool) -> dict:
     latency: list[float] = []
     overhead: list[float] = []
+    upstream_leg: list[float] = []
     errors: dict[int, int] = {}
     ended: list[str] = []
     refused_ends: list[str] = []
@@ -167,6 +170,7 @@ async def drive(port: int, token: str, sessions: int, rounds: int, calls: int, v
                     timing = _TIMING.search(header)
                     if timing:
                         overhead.append(float(timing.group(1)) - float(timing.group(2)))
+                        upstream_leg.append(float(timing.group(2)))
                     found = _EPISODE.search(header)
                     episode = found.group(1).decode() if found else episode
                     message = json.loads(payload)["choices"][0]["message"]
@@ -189,7 +193,7 @@ async def drive(port: int, token: str, sessions: int, rounds: int, calls: int, v
     started = time.perf_counter()
     await asyncio.gather(*(worker(i) for i in range(sessions)))
     seconds = time.perf_counter() - started
-    return {"latency": latency, "overhead": overhead, "errors": errors, "ended": ended, "seconds": seconds,
+    return {"latency": latency, "overhead": overhead, "upstream_leg": upstream_leg, "errors": errors, "ended": ended, "seconds": seconds,
             "refused_ends": refused_ends}
 
 
@@ -331,6 +335,8 @@ def run(args: argparse.Namespace, token: str, key, workdir: Path, pg) -> None:
         "calls": len(through["latency"]),
         "overhead_ms_p50": round(percentile(through["overhead"], 50), 3),
         "overhead_ms_p99": round(percentile(through["overhead"], 99), 3),
+        "upstream_leg_ms_p50": round(percentile(through["upstream_leg"], 50), 3),
+        "upstream_leg_ms_p99": round(percentile(through["upstream_leg"], 99), 3),
         "latency_ms_direct_p50": round(percentile(direct_latency, 50), 3),
         "latency_ms_direct_p99": round(percentile(direct_latency, 99), 3),
         "latency_ms_gateway_p50": round(percentile(through["latency"], 50), 3),

@@ -12,6 +12,7 @@ scenario outside it reads as unknown. Each response carries a `Server-Timing` he
 
 from __future__ import annotations
 
+import gc
 import hmac
 import json
 import logging
@@ -313,6 +314,10 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         service = ArbiterService(config)
         app.state.service = service
+        # Start-up imported transformers (tool schemas) and loaded the routed policies after the server froze
+        # the heap: freeze again, else full collections walk all of it and stall requests by 100+ ms.
+        gc.collect()
+        gc.freeze()
         gateway = Gateway(service, idle_s=config.gateway_idle_s, write_retry_s=config.gateway_write_retry_s,
                           rate_per_s=config.gateway_rate_per_s, rate_burst=config.gateway_rate_burst,
                           max_live=config.gateway_max_live)
