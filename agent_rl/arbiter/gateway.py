@@ -903,11 +903,14 @@ def add_gateway_routes(app: FastAPI, require_key: Callable[[Request], ApiKey],
         return {"object": "list", "data": [{"id": name, "object": "model", "created": now, "owned_by": "agent-rl"}
                                            for name in names]}
 
-    @app.post("/v1/chat/completions", tags=["gateway"])
+    body_schema = {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": ChatRequest.model_json_schema()}}}}  # the handler parses the body itself
+
+    @app.post("/v1/chat/completions", tags=["gateway"], openapi_extra=body_schema)
     async def chat_completions(request: Request) -> Any:
         return await chat(request, None)
 
-    @app.post("/s/{session}/v1/chat/completions", tags=["gateway"])
+    @app.post("/s/{session}/v1/chat/completions", tags=["gateway"], openapi_extra=body_schema)
     async def session_chat_completions(request: Request, session: str) -> Any:
         return await chat(request, session)
 

@@ -181,8 +181,15 @@ class OpenAIUpstream(Policy):
             # The upstream refuses this conversation (too long, bad tool schema): the caller's problem, in its words.
             raise UpstreamError(400, f"the upstream model refused the request: {_message(status, raw)}",
                                 f"upstream {self.config.model!r} answered {status}")
+        if status in (401, 403):
+            # Our key is wrong or lacks access. The upstream's text is left out of the log too: some quote
+            # part of the key they were sent.
+            raise UpstreamError(502, "the upstream model is unavailable; try again later",
+                                f"upstream {self.config.model!r} answered {status}: check the key in "
+                                f"${self.config.api_key_env}" if self.config.api_key_env else
+                                f"upstream {self.config.model!r} answered {status}: it wants an API key (api_key_env)")
         if status >= 400:
-            # 401/403/404 mean our configuration (key, URL, model) is wrong: nothing the caller may see.
+            # 404 and the like mean our configuration (URL, model) is wrong: nothing the caller may see.
             raise UpstreamError(502, "the upstream model is unavailable; try again later",
                                 f"upstream {self.config.model!r} answered {status}: {_message(status, raw)}")
         try:

@@ -337,6 +337,8 @@ def test_sessions_are_sticky_and_scoped_to_the_tenant(sqlite_url):
 
 def test_idle_episodes_are_written(sqlite_url):
     with gateway(sqlite_url, {"calc": 1.0}, {"calc": "calc-bot"}, gateway_idle_s=0.3) as url:
+        schema = httpx.get(f"{url}/openapi.json").json()
+        assert "messages" in json.dumps(schema["paths"]["/v1/chat/completions"]["post"]["requestBody"])
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN_A, max_retries=0)
         messages, episode = run_agent(client, "What is 5 * 5?")
         wait_for_episodes(sqlite_url, 1)
@@ -411,7 +413,8 @@ def test_upstream_failures_answer_clearly_and_record_nothing(sqlite_url, openai_
     from tests.openai_stub import fail
 
     openai_stub.streams = True
-    openai_stub.queue(fail(401), fail(400, '{"error": {"message": "context too long"}}'), fail(403))
+    openai_stub.queue(fail(401, '{"error": {"message": "Incorrect API key provided: sk-ups***9a"}}'),
+                      fail(400, '{"error": {"message": "context too long"}}'), fail(403))
     with gateway(sqlite_url, {"stub": 1.0}, {"stub": stub_spec(openai_stub)}) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN_A, max_retries=0)
         with pytest.raises(openai.APIStatusError) as caught:
@@ -424,7 +427,8 @@ def test_upstream_failures_answer_clearly_and_record_nothing(sqlite_url, openai_
             client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], stream=True)
         assert caught.value.status_code == 502
     assert all_episodes(sqlite_url) == {}
-    assert upstream_key not in caplog.text
+    assert upstream_key not in caplog.text and "sk-ups" not in caplog.text  # not even the upstream's echo of it
+    assert UPSTREAM_KEY_ENV in caplog.text  # the operators learn where to look
 
 
 def test_openai_specs_refuse_keys_without_repeating_them():
