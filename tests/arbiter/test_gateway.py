@@ -544,3 +544,24 @@ def test_live_episodes_beyond_the_cap_are_written_not_dropped(sqlite_url):
         assert httpx.get(f"{url}/healthz").json()["gateway"]["live_episodes"] <= 3
         assert set(wait_for_episodes(sqlite_url, 2)) >= set(ids[:2])  # the least recently active ones
     assert set(all_episodes(sqlite_url)) == set(ids)
+
+
+def test_sessions_split_by_the_routing_weights(sqlite_url):
+    from agent_rl.arbiter.routing import Split, key_point
+
+    weights = {"calc": 0.7, "calc-b": 0.3}
+    with gateway(sqlite_url, weights, {"calc": "calc-bot", "calc-b": "calc-bot"}) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN_A, max_retries=0)
+        served = {}
+        for i in range(120):
+            raw = client.chat.completions.with_raw_response.create(
+                model="x", messages=[{"role": "user", "content": f"What is {i} + 1?"}],
+                extra_headers={"X-Agent-RL-Episode": f"split-{i}"})
+            served[f"split-{i}"] = (raw.headers["x-agent-rl-episode"], raw.parse().model)
+    stored = all_episodes(sqlite_url)  # written at shutdown
+    split = Split.from_weights(weights, {})
+    for session, (episode, model) in served.items():
+        expected = split.pick(key_point(f"gateway\0tenant-a\0{session}"))
+        assert stored[episode].policy_version == model == expected  # sticky: the hash of the session picks it
+    share = sum(1 for e in stored.values() if e.policy_version == "calc") / len(stored)
+    assert len(stored) == 120 and 0.55 <= share <= 0.85
