@@ -398,6 +398,7 @@ class Gateway:
         self._buckets: dict[str, tuple[float, float]] = {}
         self._task: asyncio.Task | None = None
         self._pumps: set[asyncio.Task] = set()  # relays of streaming upstreams in flight
+        self._writes: set[asyncio.Task] = set()  # background episode writes in flight
         self._flushing = False
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -566,7 +567,9 @@ class Gateway:
     def _end_soon(self, episode: LiveEpisode) -> None:
         record = self._end(episode)
         if record is not None:
-            asyncio.create_task(self._write_background(record))
+            task = asyncio.create_task(self._write_background(record))
+            self._writes.add(task)  # the loop keeps only weak references to tasks
+            task.add_done_callback(self._writes.discard)
 
     async def _write_background(self, record: Episode) -> None:
         try:
