@@ -12,7 +12,6 @@ import asyncio
 import json
 import logging
 import operator
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -438,7 +437,6 @@ def test_openai_specs_refuse_keys_without_repeating_them():
     with pytest.raises(PolicyLoadError) as caught:
         load_policy('openai:{"base_url": "ftp://x", "model": "m", "api_key_env": "1BAD"}')
     assert "base_url" in str(caught.value) and "api_key_env" in str(caught.value) and "1BAD" not in str(caught.value)
-    assert os.environ.get("AGENT_RL_TEST_UNSET") is None
 
 
 def test_identical_conversations_side_by_side_stay_apart(sqlite_url):
