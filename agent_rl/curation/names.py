@@ -73,7 +73,7 @@ _PARTICLES = frozenset("van von de da del della di du der den la le bin ibn al e
 # One name word: "Dubois", "O'Neil", "McSherry", "Gilbert-Smith", "Seung-Taek", accented letters too.
 _WORD = re.compile(r"[^\W\d_]+(?:['’\-][^\W\d_]+)*")
 _LOWER_PAIR = re.compile(r"(?<![\w@.])([a-z]{2,})[ \t]+(?=([a-z]{2,})(?![\w@]))")
-_LOWER_WORD = re.compile(r"(?<![\w@.\-])[a-z]{3,}(?![\w@\-])")
+_LOWER_WORD = re.compile(r"(?<![\w@.\-])[a-z]{3,}(?![\w@\-]|\.\w)")  # not "twana" of "twana.proby@..."
 _UPPER_PAIR = re.compile(r"(?<![\w@./])([A-Z]{2,})(?=[ \t]+(?:[A-Z]\.?[ \t]+)?([A-Z]{2,}(?:-[A-Z]{2,})?)(?![\w@/]))")
 _GAP = re.compile(r"[ \t]+(?:\n[ \t]*)?|[ \t]*\.[ \t]+")  # a space, a soft-wrapped line break, an initial's dot
 

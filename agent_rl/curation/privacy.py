@@ -16,14 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, build_directory, episode_texts
-from agent_rl.curation.leak_check import (
-    CANARY_EPISODE_ID,
-    CANARY_INBOX,
-    CANARY_MESSAGE_ID,
-    Finding,
-    LeakAuditor,
-    plant_canaries,
-)
+from agent_rl.curation.leak_check import CANARY_INBOX, Finding, LeakAuditor, plant_canaries
 from agent_rl.curation.surrogates import pseudonym_key
 from agent_rl.records import Email, Scenario
 
@@ -129,7 +122,3 @@ def _count(kinds: Iterable[str]) -> dict[str, int]:
     for kind in kinds:
         out[kind] = out.get(kind, 0) + 1
     return out
-
-
-__all__ = ["CANARY_EPISODE_ID", "CANARY_MESSAGE_ID", "PrivacyResult", "anonymize_partition", "email_texts",
-           "scenario_texts"]
