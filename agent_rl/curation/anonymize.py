@@ -565,6 +565,12 @@ class Anonymizer:
 
         for text in todo.values():
             self._names.observe(text)
+        # The name finder first: what it learns spares NER the lines it has already explained.
+        found: dict[bytes, list[_Span]] = {}
+        if self.config.name_finder and "PERSON" in self.config.entities:
+            for key, text in todo.items():
+                found[key] = [span for start, end in self._names.spans(text)
+                              for span in self._person_spans(text[start:end], start, 0.8, vetted=True)]
         persons = self._ner_persons(list(todo.values())) if self.config.ner and "PERSON" in self.config.entities else {}
         pattern_entities = [e for e in self.config.entities if e != "PERSON"]
         for key, text in todo.items():
@@ -587,9 +593,7 @@ class Anonymizer:
             spans = list(self._clean(text, results))
             for start, end in persons.get(key, ()):
                 spans.extend(self._person_spans(text[start:end], start, 0.85))
-            if self.config.name_finder and "PERSON" in self.config.entities:
-                for start, end in self._names.spans(text):
-                    spans.extend(self._person_spans(text[start:end], start, 0.8, vetted=True))
+            spans.extend(found.get(key, ()))
             self._detected[key] = tuple(spans)
             if self.config.learn_names:
                 self._learn_surnames(text)
@@ -605,7 +609,7 @@ class Anonymizer:
         todo: dict[str, None] = {}
         for text in texts:
             for line in text.split("\n"):
-                if line not in self._line_persons and _may_hold_name(line):
+                if line not in self._line_persons and self._needs_ner(line):
                     todo[line] = None
         nlp = _engines().nlp
         for line, doc in zip(todo, nlp.pipe(todo, batch_size=self.config.ner_batch_size)):
@@ -620,6 +624,22 @@ class Anonymizer:
             out[_text_key(text)] = spans
         self._seconds["ner"] += time.perf_counter() - started
         return out
+
+    def _needs_ner(self, line: str) -> bool:
+        """Whether NER could add a name here: some capitalised word is no common word and no name the directory
+        or the name finder already knows (those are replaced without NER); most lines of a mailbox are not."""
+        if not _may_hold_name(line):
+            return False
+        known = self.directory.name_parts
+        for m in _CAPITALIZED.finditer(line):
+            word = _bare_word(m.group())
+            lower = word.lower()
+            if len(word) < 2 or (word.isupper() and len(word) <= 3) or lower in self._names.common:
+                continue
+            if lower in known or lower in self._learned_first or lower in self._learned_last:
+                continue
+            return True
+        return False
 
     def _clean(self, text: str, results: list[Any]) -> Iterable[_Span]:
         """Drop detections that would damage task answers; trim NER person spans to name-like words."""
