@@ -160,3 +160,15 @@ def test_an_address_cut_short_in_a_search_snippet_does_not_keep_its_owners_name(
     for part in local.replace("-", ".").split("."):
         if len(part) > 2:
             assert part not in text, (part, text)
+
+
+def test_an_address_cut_before_its_at_sign_does_not_keep_its_owners_name(demo_env, directory):
+    anonymizer = Anonymizer(AnonymizerConfig(key="test-key"), directory)
+    local = sorted(a.split("@")[0] for a in directory.addresses if "." in a.split("@")[0])[0]
+    snippet = json.dumps([{"id": "<1@x>", "snippet": f"…Subject: report deadline To: {local}…"}], separators=(",", ":"))
+    out = anonymizer.anonymize_episode({**demo_env.episodes[0], "messages": [{"role": "tool", "content": snippet}]})
+    text = out["messages"][0]["content"].lower()
+    assert "report deadline" in text
+    for part in local.replace("-", ".").split("."):
+        if len(part) > 2:
+            assert part not in text, (part, text)
