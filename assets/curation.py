@@ -171,7 +171,7 @@ def sft_dataset(context: dg.AssetExecutionContext, curation: CurationResource):
                                           "path": str(stage_dir("sft_dataset", partition) / "train.jsonl")})
 
 
-@dg.asset(group_name="curation", partitions_def=weekly, deps=["anonymized_environment"],
+@dg.asset(group_name="curation", partitions_def=weekly, deps=["anonymized_environment", "anonymized_episodes"],
           description="Training scenarios (anonymized) as GRPO prompts with what the reward needs.")
 def grpo_dataset(context: dg.AssetExecutionContext):
     partition = context.partition_key

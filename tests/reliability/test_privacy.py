@@ -228,6 +228,7 @@ def test_a_miss_fails_the_gate_and_says_where_without_the_value():
     assert check.passed is False
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert "sft_dataset" not in materialized and "balanced_episodes" not in materialized
+    assert "grpo_dataset" not in materialized  # the GRPO prompts come from the same anonymization: gated too
     examples = check.metadata["examples"].value
     assert any("anonymized_environment/inbox.db" in x and "field body" in x and "q*********** z*********" in x
                for x in examples), examples
