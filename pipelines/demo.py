@@ -242,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         if production_spec.startswith("api-sim:"):
             print(f"production agent: {production} = {describe_simulation(production_spec)}")
         put_routing(url, token, weights, {v: specs[v] for v in weights})
+        print(f"arbiter at {url} while the demo runs: POST /v1/ask, and the OpenAI-compatible gateway at "
+              f"{url}/v1/chat/completions (point an openai client's base_url at {url}/v1 with the demo's API key, "
+              "$AGENT_RL_API_KEY of this process)", flush=True)
         for week in range(1, args.weeks + 1):
             row: dict = {"week": week}
             served_before = pool.get_routing().weights
