@@ -30,10 +30,12 @@ from agent_rl.train.static_prefix import StaticPrefix
 from agent_rl.train.sft import (
     ADAPTER_DIR,
     MANIFEST,
-    last_checkpoint,
+    RUN_LENGTH_FIELDS,
+    inputs_fingerprint,
     load_model,
     lora_config,
     read_jsonl,
+    resumable_checkpoint,
     training_dtype,
     write_manifest,
 )
@@ -554,7 +556,10 @@ def train_grpo(
 
     store = open_inbox_store(inbox_store_url)
     max_turns = settings.max_turns  # tool rounds + the answer's closing turn
-    resume = last_checkpoint(out_dir)
+    resume = resumable_checkpoint(out_dir, inputs_fingerprint(
+        Path(grpo_rows_jsonl), str(model_path), Path(sft_adapter) if sft_adapter else "no SFT adapter",
+        inbox_store_url,
+        settings.model_dump_json(exclude=RUN_LENGTH_FIELDS), json.dumps(solve_rates or {}, sort_keys=True)))
     if resume:
         # The filter already ran for this out_dir: reuse its choice so the resumed data order is the same.
         kept_path = out_dir / "grpo_prompts.jsonl"

@@ -9,8 +9,10 @@ reason and counted. Checkpoints go to `out_dir`; a re-run resumes from the last 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -241,6 +243,43 @@ def last_checkpoint(out_dir: Path) -> str | None:
     return str(max(steps)[1]) if steps else None
 
 
+INPUTS_FILE = "inputs.sha256"  # what the checkpoints in an out_dir were trained from
+# Settings that say how long and how often to save, not what is learned: a run may go on with more steps.
+RUN_LENGTH_FIELDS = {"max_steps", "save_steps", "save_total_limit", "logging_steps"}
+
+
+def inputs_fingerprint(*parts: str | Path) -> str:
+    """One hash over the training inputs: Paths by content (a directory: every file in it), strings as text."""
+    digest = hashlib.sha256()
+    for part in parts:
+        path = part if isinstance(part, Path) else None
+        if path is not None and path.is_dir():
+            for file in sorted(p for p in path.rglob("*") if p.is_file() and "checkpoint-" not in str(p)):
+                digest.update(file.name.encode())
+                digest.update(file_sha256(file).encode())
+        elif path is not None and path.is_file():
+            digest.update(file_sha256(path).encode())
+        else:
+            digest.update(str(part).encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def resumable_checkpoint(out_dir: str | Path, fingerprint: str) -> str | None:
+    """The checkpoint to resume from: only one written from the same inputs (this run, killed). A run on other
+    inputs (the next week of a partition, new rows or settings) starts afresh: resuming would return the earlier
+    run's adapter, trained on other data, as this run's; its stale checkpoints are removed."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    marker = out_dir / INPUTS_FILE
+    if marker.is_file() and marker.read_text().strip() == fingerprint:
+        return last_checkpoint(out_dir)
+    for folder in out_dir.glob("checkpoint-*"):
+        shutil.rmtree(folder, ignore_errors=True)
+    marker.write_text(fingerprint + "\n")
+    return None
+
+
 def _lean_trainer_class():
     """SFTTrainer whose loss projects onto the vocabulary only where a token is trained.
 
@@ -414,7 +453,8 @@ def train_sft(
     trainer = _lean_trainer_class()(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=lora_config(settings.lora), callbacks=[callback, *(callbacks or [])])
     trainer.static_prefix = StaticPrefix.find(tokenizer, rows, data.input_ids) if settings.static_prefix else None
-    resume = last_checkpoint(out_dir)
+    resume = resumable_checkpoint(out_dir, inputs_fingerprint(
+        Path(rows_jsonl), str(model_path), settings.model_dump_json(exclude=RUN_LENGTH_FIELDS)))
     if resume:
         log.info("resuming SFT from %s", resume)
     started = time.perf_counter()

@@ -105,6 +105,28 @@ def test_a_checkpoint_cut_short_by_the_kill_is_skipped_on_resume(episodes, tmp_p
     assert resumed.resumed_from == "checkpoint-2" and resumed.steps == 4
 
 
+@pytest.mark.slow
+def test_a_rerun_on_new_rows_trains_afresh_instead_of_resuming_the_earlier_run(episodes, tmp_path):
+    """The next week of a partition writes to the same out_dir: its checkpoints come from other rows, and resuming
+    them would hand back last week's adapter as this week's."""
+    from agent_rl.train.config import SFTSettings
+    from agent_rl.train.sft import train_sft
+
+    _, played = episodes
+    rows = sft_rows(played, min_quality=0.0)
+    save_jsonl(rows[: len(rows) // 2], tmp_path / "week1.jsonl")
+    save_jsonl(rows[len(rows) // 2:], tmp_path / "week2.jsonl")
+    tiny = build_tiny_model(tmp_path / "tiny")
+    out = tmp_path / "sft"
+    settings = SFTSettings(max_steps=3, save_steps=1, per_device_train_batch_size=1, max_length=8192)
+    first = train_sft(tiny, tmp_path / "week1.jsonl", out, settings)
+    assert first.resumed_from is None and first.steps == 3
+    second = train_sft(tiny, tmp_path / "week2.jsonl", out, settings)
+    assert second.resumed_from is None and second.steps == 3 and len(second.losses) == 3
+    again = train_sft(tiny, tmp_path / "week2.jsonl", out, settings.model_copy(update={"max_steps": 4}))
+    assert again.resumed_from == "checkpoint-3" and len(again.losses) == 1  # the same rows: it goes on
+
+
 # -- half-written outputs ----------------------------------------------------------------------------
 
 SLOW_WRITER = textwrap.dedent("""
