@@ -89,6 +89,7 @@ _LOWER_RUN = re.compile(r"(?<![\w@.])[a-z]+(?:[ \t]+[a-z]+)+(?![\w@])")
 # A lowercase first.last (or first_last) token not part of an address or a longer dotted name.
 _DOTTED_LOCAL = re.compile(r"(?<![\w@.])[a-z]{2,}(?:[._][a-z]+)+(?![\w@]|\.\w)")
 _NOT_NAMES = frozenset({"e.g", "i.e", "a.m", "p.m"})
+_LOCAL_PART_SEPARATORS = re.compile(r"[._+\-]+")
 _DATEISH = re.compile(r"^\s*\d{4}-\d{1,2}-\d{1,2}")
 
 
@@ -732,6 +733,7 @@ class Anonymizer:
 
     def _dictionary_spans(self, text: str) -> Iterable[_Span]:
         """The directory (and learned names) as a set lookup over capitalized words and address-like tokens."""
+        names = self.directory.name_parts | self._learned_first | self._learned_last
         if "<" in text and "@" in text:
             for m in _MESSAGE_ID.finditer(text):  # a message id quoted in text maps as it does in the id fields
                 if self.pseudonymize_id(m.group()) != m.group():
@@ -739,7 +741,7 @@ class Anonymizer:
         if "@" in text and self.directory.addresses:
             for m in _EMAILISH.finditer(text):
                 token = m.group().rstrip(".")
-                if token.lower() in self.directory.addresses or self._names_in_local_part(token):
+                if token.lower() in self.directory.addresses or _names_in_local_part(token, names):
                     # Also an address cut short (a search snippet ends in "sherry.ortiz@northwind-energy…") or
                     # one not in the directory whose local part is made of known name parts.
                     yield _Span(m.start(), m.start() + len(token), "EMAIL_ADDRESS", 1.0)
@@ -747,7 +749,7 @@ class Anonymizer:
             # "To: marcus.chen…": an address's local part cut before its "@" still names its owner.
             for m in _DOTTED_LOCAL.finditer(text):
                 parts = [p for p in re.split(r"[._]+", m.group()) if p]
-                if len(parts) >= 2 and self._names_in_local_part(parts[0]) and m.group() not in _NOT_NAMES:
+                if len(parts) >= 2 and _names_in_local_part(parts[0], names) and m.group() not in _NOT_NAMES:
                     yield _Span(m.start(), m.end(), "PERSON", 1.0)
         if self._lower_full_names:
             # "an email to mary heinitz": a header name written in lowercase is still that person.
@@ -759,18 +761,10 @@ class Anonymizer:
                         start = text.index(words[i], start)
                         end = text.index(words[i + 1], start + len(words[i])) + len(words[i + 1])
                         yield _Span(start, end, "PERSON", 1.0)
-        parts = self.directory.name_parts
-        learned = self._learned_first | self._learned_last
         for m in _CAPITALIZED.finditer(text):
             word = _bare_word(m.group())
-            lower = word.lower()
-            if (lower in parts or lower in learned) and usable_name_part(word):
+            if word.lower() in names and usable_name_part(word):
                 yield _Span(m.start(), m.start() + len(word), "PERSON", 1.0)
-
-    def _names_in_local_part(self, address: str) -> bool:
-        local = address.split("@", 1)[0].lower()
-        names = self.directory.name_parts | self._learned_first | self._learned_last
-        return any(part in names and usable_name_part(part) for part in re.split(r"[._+\-]+", local) if part)
 
     def _render(self, text: str) -> str:
         if self._rendered_version != self._dictionary_version:
@@ -822,6 +816,12 @@ class Anonymizer:
         }
         operators["DEFAULT"] = OperatorConfig("custom", {"lambda": lambda value: s.generic(value)})
         return operators
+
+
+def _names_in_local_part(address: str, names: set[str]) -> bool:
+    """An address (or its local part) made of known name parts: "sherry.ortiz@north…" names its owner."""
+    local = address.split("@", 1)[0].lower()
+    return any(part in names and usable_name_part(part) for part in _LOCAL_PART_SEPARATORS.split(local) if part)
 
 
 def _bare_word(token: str) -> str:
