@@ -556,8 +556,9 @@ def train_grpo(
 
     store = open_inbox_store(inbox_store_url)
     max_turns = settings.max_turns  # tool rounds + the answer's closing turn
+    rows_hash = file_sha256(grpo_rows_jsonl)  # read once: the resume fingerprint and MLflow's dataset hash
     resume = resumable_checkpoint(out_dir, inputs_fingerprint(
-        Path(grpo_rows_jsonl), str(model_path), Path(sft_adapter) if sft_adapter else "no SFT adapter",
+        rows_hash, str(model_path), Path(sft_adapter) if sft_adapter else "no SFT adapter",
         inbox_store_url,
         settings.model_dump_json(exclude=RUN_LENGTH_FIELDS), json.dumps(solve_rates or {}, sort_keys=True)))
     if resume:
@@ -594,7 +595,7 @@ def train_grpo(
                     "settings": settings.model_dump(mode="json"), "rows": len(rows), "prompts_kept": len(kept),
                     "prompt_filter": report.as_dict(),
                     "extra_rewards": {x.name: x.weight for x in extras}},
-            dataset_hashes={"grpo_rows": file_sha256(grpo_rows_jsonl)},
+            dataset_hashes={"grpo_rows": rows_hash},
         )
     callback = MetricsCallback(stage)
     trainer_cls = _trainer_class()

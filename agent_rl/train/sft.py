@@ -439,6 +439,7 @@ def train_sft(
         pad_to_multiple_of=settings.pad_to_multiple_of,
         dataset_num_proc=None,
     )
+    rows_hash = file_sha256(rows_jsonl)  # read once: MLflow's dataset hash and the resume fingerprint
     stage = None
     if tracker is not None:
         stage = tracker.start_stage(
@@ -447,14 +448,14 @@ def train_sft(
                     "rows": len(rows), "rows_used": len(data.input_ids), "rows_dropped": len(data.dropped),
                     "retain_rows": len(retained.input_ids),
                     "longest_row_tokens": data.longest, "trained_tokens_per_epoch": data.trained_tokens},
-            dataset_hashes={"sft_rows": file_sha256(rows_jsonl)},
+            dataset_hashes={"sft_rows": rows_hash},
         )
     callback = MetricsCallback(stage)
     trainer = _lean_trainer_class()(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=lora_config(settings.lora), callbacks=[callback, *(callbacks or [])])
     trainer.static_prefix = StaticPrefix.find(tokenizer, rows, data.input_ids) if settings.static_prefix else None
     resume = resumable_checkpoint(out_dir, inputs_fingerprint(
-        Path(rows_jsonl), str(model_path), settings.model_dump_json(exclude=RUN_LENGTH_FIELDS)))
+        rows_hash, str(model_path), settings.model_dump_json(exclude=RUN_LENGTH_FIELDS)))
     if resume:
         log.info("resuming SFT from %s", resume)
     started = time.perf_counter()

@@ -160,12 +160,9 @@ class Tracker:
         """The run all stages of this Dagster run nest under (None when no Dagster run id was given)."""
         if self._parent_run_id or not self.dagster_run_id:
             return self._parent_run_id
-        existing = self.client.search_runs(
-            [self.experiment_id], filter_string=f"tags.{PARENT_TAG} = '{self.dagster_run_id}' and tags.stage = 'parent'",
-            max_results=1,
-        )
-        if existing:
-            self._parent_run_id = existing[0].info.run_id
+        existing = self._existing_parent()
+        if existing is not None:
+            self._parent_run_id = existing.info.run_id
         else:
             run = self.client.create_run(
                 self.experiment_id,
@@ -178,17 +175,20 @@ class Tracker:
     def end_parent(self, status: str = "FINISHED") -> bool:
         """Close this Dagster run's parent run once the Dagster run ended (its stages close themselves); False
         when it has none. Otherwise the parent stays RUNNING forever beside its finished stages."""
-        if not self.dagster_run_id:
+        existing = self._existing_parent() if self.dagster_run_id else None
+        if existing is None:
             return False
-        existing = self.client.search_runs(
+        if existing.info.status == "RUNNING":
+            self.client.set_terminated(existing.info.run_id, status=status)
+        return True
+
+    def _existing_parent(self):
+        """This Dagster run's parent run, if one was created (by this process or an earlier stage's)."""
+        found = self.client.search_runs(
             [self.experiment_id], filter_string=f"tags.{PARENT_TAG} = '{self.dagster_run_id}' and tags.stage = 'parent'",
             max_results=1,
         )
-        if not existing:
-            return False
-        if existing[0].info.status == "RUNNING":
-            self.client.set_terminated(existing[0].info.run_id, status=status)
-        return True
+        return found[0] if found else None
 
     def start_stage(self, stage: str, params: dict[str, Any] | None = None,
                     dataset_hashes: dict[str, str] | None = None) -> StageRun:
