@@ -98,16 +98,27 @@ class OpenAIUpstream(Policy):
             self._async[loop] = session
         return session
 
+    def _request(self, body: dict[str, Any]) -> tuple[str, bytes]:
+        return self._base + "chat/completions", json.dumps(body, ensure_ascii=False).encode("utf-8")
+
+    async def _backoff(self, attempt: int) -> None:
+        """Exponential backoff before every attempt after the first (the retry policy of both request kinds)."""
+        if attempt:
+            await asyncio.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
+
+    def _gave_up(self, problem: str) -> UpstreamError:
+        return UpstreamError(504 if "timed out" in problem else 502, "the upstream model did not answer; try again later",
+                             f"upstream {self.config.model!r} failed after {self.config.max_retries + 1} attempt(s): "
+                             f"{problem}")
+
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """The upstream's chat completion (a dict) for `body`, with retries of transient failures."""
         body = {**body, "model": self.config.model, "stream": False}
         body.pop("stream_options", None)
-        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
-        url = self._base + "chat/completions"
+        url, data = self._request(body)
         problem = ""
         for attempt in range(self.config.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
+            await self._backoff(attempt)
             try:
                 async with self._session().post(url, data=data) as response:
                     status, raw = response.status, await response.read()
@@ -121,19 +132,16 @@ class OpenAIUpstream(Policy):
                 problem = f"HTTP {status}"
                 continue
             return self._read(status, raw)
-        raise UpstreamError(504 if "timed out" in problem else 502, "the upstream model did not answer; try again later",
-                            f"upstream {self.config.model!r} failed after {self.config.max_retries + 1} attempt(s): {problem}")
+        raise self._gave_up(problem)
 
     async def open_stream(self, body: dict[str, Any]) -> aiohttp.ClientResponse:
         """Start a streamed completion: the upstream's response once it answered 200 (read it with `events`,
         then release it). Failures before that raise UpstreamError like `complete`, after the same retries."""
         body = {**body, "model": self.config.model, "stream": True, "stream_options": {"include_usage": True}}
-        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
-        url = self._base + "chat/completions"
+        url, data = self._request(body)
         problem = ""
         for attempt in range(self.config.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
+            await self._backoff(attempt)
             try:
                 response = await self._session().post(url, data=data)
             except asyncio.TimeoutError:
@@ -156,8 +164,7 @@ class OpenAIUpstream(Policy):
             self._read(response.status, raw)  # raises for every error status
             raise UpstreamError(502, "the upstream model gave an unreadable answer",
                                 f"upstream {self.config.model!r}: HTTP {response.status} to a stream request")
-        raise UpstreamError(504 if "timed out" in problem else 502, "the upstream model did not answer; try again later",
-                            f"upstream {self.config.model!r} failed after {self.config.max_retries + 1} attempt(s): {problem}")
+        raise self._gave_up(problem)
 
     @staticmethod
     async def events(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
