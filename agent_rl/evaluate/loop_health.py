@@ -416,6 +416,8 @@ def plot(health: LoopHealth, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from agent_rl.evaluate.report import save_figure
+
     runs = health.runs
     xs = list(range(len(runs)))
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(7.0, 0.55 * len(runs) + 3), 6.4), dpi=110, sharex=True,
@@ -482,9 +484,4 @@ def plot(health: LoopHealth, path: str | Path) -> Path:
         bottom.text(0.5, 0.5, "no retraining runs yet", transform=bottom.transAxes, ha="center", va="center")
     for axis in (top, bottom):
         axis.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -112,6 +112,13 @@ def comparison_chart(results: dict[str, EvalMetrics], path: str | Path) -> Path:
     ax.set_ylim(0, 1)
     ax.set_title("Held-out evaluation")
     ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Lay out, write the PNG (creating its folder) and free the figure: charts are made in long-lived processes."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
