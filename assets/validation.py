@@ -42,8 +42,11 @@ def production_incumbent(pool: PoolResource, base_model: str) -> tuple[str, str]
     """(version, spec) of what production serves now: the largest share of the routing table; the prompted base
     model only where nothing was ever routed."""
     repository = pool.open()
-    routing = repository.get_routing()
-    version = incumbent_of({v: w for v, w in routing.weights.items() if w > 0})
+    try:
+        routing = repository.get_routing()
+    finally:
+        repository.close()
+    version = incumbent_of(routing.weights)
     if version is None:
         return BASE_VERSION, base_model
     return version, routing.specs.get(version) or version

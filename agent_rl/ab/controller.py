@@ -24,10 +24,12 @@ STATE_KEY = "rollout_state"
 
 
 def incumbent_of(weights: dict[str, float]) -> str | None:
-    """The version production serves now: the largest share of the routing table (ties: by name)."""
-    if not weights:
+    """The version production serves now: the largest share of the routing table (ties: by name); None when
+    nothing is routed (a version at weight 0 serves nothing)."""
+    routed = [version for version, weight in weights.items() if weight > 0]
+    if not routed:
         return None
-    return min(weights, key=lambda version: (-weights[version], version))
+    return min(routed, key=lambda version: (-weights[version], version))
 
 
 def is_registered_version(version: str) -> bool:
