@@ -17,9 +17,12 @@ class EvaluationResource(ConfigurableResource):
                                "in the Dagster step's process); 1 on a busy machine, every core when it runs alone")
     max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1, description="turn budget per episode; GRPO trains with "
                            "the same one unless grpo_overrides sets max_turns apart")
+    batch_size: int = Field(default=16, ge=1, description="episodes decoded together; larger is faster when the "
+                            "evaluation has the machine to itself (bf16 greedy outputs depend slightly on it)")
 
     def eval_config(self) -> EvalConfig:
-        return EvalConfig(max_scenarios=self.max_scenarios, seed=self.seed, max_turns=self.max_turns)
+        return EvalConfig(max_scenarios=self.max_scenarios, seed=self.seed, max_turns=self.max_turns,
+                          batch_size=self.batch_size)
 
     def gates(self) -> GateSettings:
         return GateSettings(min_relative_improvement=self.min_relative_improvement,

@@ -14,7 +14,7 @@ EXPECTED = {
     "default": {},
     "demo": {
         "rollout": {"min_samples_per_arm": 20, "min_samples_per_step": 20, "tau_squared": 0.09},
-        "evaluation": {"max_scenarios": 94, "torch_threads": CORES},
+        "evaluation": {"max_scenarios": 94, "torch_threads": CORES, "batch_size": 32},
         "compute": {"omp_num_threads": CORES},
         "training": {"sft_overrides": {},
                      "grpo_overrides": {"max_steps": 2, "prompt_filter": {"mode": "none"}}},
