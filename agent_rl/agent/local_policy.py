@@ -3,10 +3,15 @@ chat template and decoded together in one padded batch, then parsed into tool ca
 
 Rollouts repeat one long system prompt (instructions + tool schemas) in every conversation and turn, so its
 attention cache is computed once and shared; rows leave the batch as soon as they stop.
+
+A policy whose model has per-row adapters installed (agent/row_lora.py, used by agent/shared_base.py) decodes
+rows of several versions in one batch: `act_with_adapters` names each row's adapter, and the caches are kept
+per adapter.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from pathlib import Path
 from typing import Any, Literal
@@ -48,6 +53,8 @@ class LocalPolicyConfig(BaseModel):
 
 # Below this many shared tokens a separate prefix forward pass costs more than it saves.
 MIN_SHARED_PREFIX = 16
+# Tells policies apart in a turn cache shared by several of them (agent/shared_base.py).
+_CACHE_OWNERS = itertools.count()
 
 
 class LocalPolicy(Policy):
@@ -91,13 +98,26 @@ class LocalPolicy(Policy):
         self._calls = 0
         # One generation at a time: the arbiter calls act() from several threads, and the seed stream is global.
         self._lock = threading.Lock()
-        self._system_cache: tuple[tuple[int, ...], Any] | None = None
+        # Per adapter (None: the model as it is): the system block's tokens and their attention cache.
+        self._system_cache: dict[str | None, tuple[tuple[int, ...], Any]] = {}
         self.turn_cache = TurnCache(self.config.turn_cache_tokens if _plain_dynamic_layers(self.model) else 0)
+        self._cache_owner = next(_CACHE_OWNERS)
+        self.rows: Any = None  # RowAdapters when per-row adapters are installed (agent/row_lora.py)
+
+    def use_turn_cache(self, cache: TurnCache) -> None:
+        """Keep earlier turns in `cache` (e.g. one shared by every policy of the process, under one budget)."""
+        self.turn_cache = cache if _plain_dynamic_layers(self.model) else TurnCache(0)
+
+    def forget_adapter(self, adapter: str) -> None:
+        """Drop the caches computed with `adapter` (it was unloaded). Needs no lock: only dict and cache
+        updates, and no batch can still name an adapter nobody serves."""
+        self._system_cache.pop(adapter, None)
+        self.turn_cache.drop_key((self._cache_owner, adapter))
 
     def clear_prefix_cache(self) -> None:
         """Forget the cached system-prompt and earlier turns' attention states (call after changing the weights)."""
         with self._lock:
-            self._system_cache = None
+            self._system_cache = {}
             self.turn_cache.clear()
 
     def act(
@@ -106,6 +126,18 @@ class LocalPolicy(Policy):
         tools: list[dict[str, Any]],
         max_new_tokens: int = 256,
     ) -> list[PolicyTurn]:
+        return self.act_with_adapters(conversations, [None] * len(conversations), tools, max_new_tokens)
+
+    def act_with_adapters(
+        self,
+        conversations: list[list[dict[str, Any]]],
+        adapters: list[str | None],
+        tools: list[dict[str, Any]],
+        max_new_tokens: int = 256,
+    ) -> list[PolicyTurn]:
+        """Like `act`, each conversation answered by the base model with its adapter (None: none)."""
+        if any(a is not None for a in adapters) and self.rows is None:
+            raise ValueError("this policy's model has no per-row adapters installed")
         turns: list[PolicyTurn | None] = [None] * len(conversations)
         prompts: dict[int, list[int]] = {}
         system_lengths: dict[int, int] = {}
@@ -129,12 +161,13 @@ class LocalPolicy(Policy):
         for start in range(0, len(order), size):
             chunk = order[start:start + size]
             system = min(system_lengths[i] for i in chunk)
-            for index, turn in zip(chunk, self._generate([prompts[i] for i in chunk], system, max_new_tokens)):
+            generated = self._generate([prompts[i] for i in chunk], system, max_new_tokens, [adapters[i] for i in chunk])
+            for index, turn in zip(chunk, generated):
                 turns[index] = turn
         return [t if t is not None else PolicyTurn(parse_error="no output") for t in turns]
 
-    def _decode(self, batch: dict[str, Any], max_new_tokens: int, prompts: list[list[int]] | None = None
-                ) -> list[list[int]]:
+    def _decode(self, batch: dict[str, Any], max_new_tokens: int, prompts: list[list[int]] | None = None,
+                adapters: list[str | None] | None = None) -> list[list[int]]:
         """Greedy or sampled decoding of a padded batch; each row's new tokens, ending at its stop token.
 
         Our own loop rather than generate(): a row that has stopped leaves the batch (and the attention cache) at
@@ -159,6 +192,9 @@ class LocalPolicy(Policy):
         next_positions = positions[:, -1] + 1
         remember = prompts is not None and self.turn_cache.enabled
         starts: list[tuple[int, CachedRow | None]] = batch.get("turn_hits") or [(0, None)] * len(active)
+        keys = [(self._cache_owner, a) for a in (adapters or [None] * len(active))]
+        if self.rows is not None:
+            self.rows.set_rows(adapters or [None] * len(active))
         with torch.inference_mode():
             logits = self.model(input_ids=ids[:, cached:], attention_mask=mask, position_ids=positions[:, cached:],
                                 past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
@@ -174,15 +210,17 @@ class LocalPolicy(Policy):
                 if step == max_new_tokens - 1 or not bool(running.any()):
                     if remember:
                         for i, row in enumerate(active):
-                            self._remember(prompts[row], outputs[row][:-1], cache, mask, i, starts[row])
+                            self._remember(prompts[row], outputs[row][:-1], cache, mask, i, starts[row], keys[row])
                     break
                 if not bool(running.all()):
                     if remember:
                         for i in (~running).nonzero().squeeze(1).tolist():
                             row = active[i]
-                            self._remember(prompts[row], outputs[row][:-1], cache, mask, i, starts[row])
+                            self._remember(prompts[row], outputs[row][:-1], cache, mask, i, starts[row], keys[row])
                     keep = running.nonzero().squeeze(1)
                     cache.batch_select_indices(keep)
+                    if self.rows is not None:
+                        self.rows.select_rows(keep)
                     mask, tokens, next_positions = mask[keep], tokens[keep], next_positions[keep]
                     active = [active[i] for i in keep.tolist()]
                 if slots:
@@ -226,32 +264,27 @@ class LocalPolicy(Policy):
         block_ids = self.tokenizer(block, add_special_tokens=False)["input_ids"]
         return len(block_ids) if ids[: len(block_ids)] == block_ids else 0
 
-    def _prefix_cached_batch(self, prompts: list[list[int]], shared: int, system_length: int) -> dict[str, Any]:
-        """Decoder inputs that skip recomputing the shared prefix: its attention cache is computed once
-        (the system block is kept across calls), copied for every row, and each row's own suffix follows after
-        padding. The mask hides the padding; positions come from the mask, so each row sees exactly its prompt."""
-        import copy
-
+    def _prefix_cached_batch(self, prompts: list[list[int]], shared: int, system_length: int,
+                             adapters: list[str | None]) -> dict[str, Any]:
+        """Decoder inputs that skip recomputing the shared prefix: its attention cache is computed once per adapter
+        in the batch (the system block is kept across calls), copied for every row, and each row's own suffix
+        follows after padding. The mask hides the padding; positions come from the mask, so each row sees exactly
+        its prompt."""
         import torch
         from transformers import DynamicCache
 
         device = self.model.device
         prefix = prompts[0][:shared]
-        cache, cached = None, 0
-        key = tuple(prefix[:system_length])
-        if self.config.reuse_prefix_cache and system_length and self._system_cache and self._system_cache[0] == key:
-            cache, cached = copy.deepcopy(self._system_cache[1]), system_length
-        if cache is None:
-            cache = DynamicCache(config=self.model.config)
-        with torch.inference_mode():
-            if cached < system_length:
-                self.model(torch.tensor([prefix[:system_length]], device=device), past_key_values=cache, use_cache=True)
-                cached = system_length
-                if self.config.reuse_prefix_cache:
-                    self._system_cache = (key, copy.deepcopy(cache))
-            if cached < shared:
-                self.model(torch.tensor([prefix[cached:shared]], device=device), past_key_values=cache, use_cache=True)
-        cache.batch_repeat_interleave(len(prompts))
+        groups = list(dict.fromkeys(adapters))
+        caches = [self._prefix_cache(prefix, system_length, adapter) for adapter in groups]
+        if len(groups) == 1:
+            cache = caches[0]
+            cache.batch_repeat_interleave(len(prompts))
+        else:  # each row copies its own adapter's prefix
+            index = torch.tensor([groups.index(a) for a in adapters], device=device)
+            cache = DynamicCache(ddp_cache_data=[
+                (torch.cat([c.layers[i].keys for c in caches])[index], torch.cat([c.layers[i].values for c in caches])[index])
+                for i in range(len(caches[0].layers))], config=self.model.config)
         width = max(len(p) for p in prompts) - shared
         pad = self.tokenizer.pad_token_id
         rows, masks = [], []
@@ -262,6 +295,33 @@ class LocalPolicy(Policy):
             masks.append([1] * shared + [0] * gap + [1] * len(suffix))
         return {"input_ids": torch.tensor(rows, device=device), "attention_mask": torch.tensor(masks, device=device),
                 "past_key_values": cache}
+
+    def _prefix_cache(self, prefix: list[int], system_length: int, adapter: str | None) -> Any:
+        """One row's attention cache of `prefix` computed with `adapter`; its system block is kept for later calls."""
+        import copy
+
+        import torch
+        from transformers import DynamicCache
+
+        device = self.model.device
+        cache, cached = None, 0
+        key = tuple(prefix[:system_length])
+        kept = self._system_cache.get(adapter)
+        if self.config.reuse_prefix_cache and system_length and kept and kept[0] == key:
+            cache, cached = copy.deepcopy(kept[1]), system_length
+        if cache is None:
+            cache = DynamicCache(config=self.model.config)
+        if self.rows is not None:
+            self.rows.set_rows([adapter])
+        with torch.inference_mode():
+            if cached < system_length:
+                self.model(torch.tensor([prefix[:system_length]], device=device), past_key_values=cache, use_cache=True)
+                cached = system_length
+                if self.config.reuse_prefix_cache:
+                    self._system_cache[adapter] = (key, copy.deepcopy(cache))
+            if cached < len(prefix):
+                self.model(torch.tensor([prefix[cached:]], device=device), past_key_values=cache, use_cache=True)
+        return cache
 
     def _turn_cached_batch(self, prompts: list[list[int]], hits: list[tuple[int, CachedRow | None]]) -> dict[str, Any]:
         """Decoder inputs where each row resumes from its own cached prefix (an earlier turn of the same
@@ -296,7 +356,7 @@ class LocalPolicy(Policy):
                 "past_key_values": cache, "turn_hits": hits}
 
     def _remember(self, prompt: list[int], fed: list[int], cache: Any, mask: Any, index: int,
-                  resumed: tuple[int, CachedRow | None]) -> None:
+                  resumed: tuple[int, CachedRow | None], key: Any = None) -> None:
         """Keep row `index` of the batch cache for a later turn: its unmasked positions hold exactly the prompt
         and the generated tokens fed back so far (`fed`: all but the last one sampled)."""
         valid = mask[index].nonzero().squeeze(1)
@@ -305,11 +365,16 @@ class LocalPolicy(Policy):
         # Indexing with a tensor copies, so the entry does not pin the whole batch cache in memory.
         layers = [(layer.keys[index:index + 1, :, valid], layer.values[index:index + 1, :, valid])
                   for layer in cache.layers]
-        self.turn_cache.add(prompt + fed, layers, len(prompt), resumed)
+        self.turn_cache.add(prompt + fed, layers, len(prompt), resumed, key=key)
 
-    def _generate(self, prompts: list[list[int]], system_length: int, max_new_tokens: int) -> list[PolicyTurn]:
+    def _generate(self, prompts: list[list[int]], system_length: int, max_new_tokens: int,
+                  adapters: list[str | None]) -> list[PolicyTurn]:
         with self._lock:
-            return self._generate_locked(prompts, system_length, max_new_tokens)
+            try:
+                return self._generate_locked(prompts, system_length, max_new_tokens, adapters)
+            finally:
+                if self.rows is not None:
+                    self.rows.clear_rows()
 
     def generate_ids(self, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         """Each prompt's new token ids, up to and including its stop token (as a trainer wants them): one padded
@@ -317,19 +382,21 @@ class LocalPolicy(Policy):
         if not prompts:
             return []
         with self._lock:
-            return self._decode(self._batch(prompts, 0), max_new_tokens, prompts)
+            adapters: list[str | None] = [None] * len(prompts)
+            return self._decode(self._batch(prompts, 0, adapters), max_new_tokens, prompts, adapters)
 
-    def _batch(self, prompts: list[list[int]], system_length: int) -> dict[str, Any]:
+    def _batch(self, prompts: list[list[int]], system_length: int, adapters: list[str | None]) -> dict[str, Any]:
         from transformers import DynamicCache
 
         shared = _common_prefix_length(prompts)
-        hits = [self.turn_cache.lookup(p) for p in prompts] if self.turn_cache.enabled else []
+        hits = ([self.turn_cache.lookup(p, key=(self._cache_owner, a)) for p, a in zip(prompts, adapters)]
+                if self.turn_cache.enabled else [])
         longest = max(len(p) for p in prompts)
         # The cheaper prompt pass: rows resuming their own earlier turns, or one shared prefix computed once.
         if hits and max(len(p) - n for p, (n, _) in zip(prompts, hits)) < longest - shared:
             batch = self._turn_cached_batch(prompts, hits)
         elif shared >= MIN_SHARED_PREFIX:
-            batch = self._prefix_cached_batch(prompts, shared, min(system_length, shared))
+            batch = self._prefix_cached_batch(prompts, shared, min(system_length, shared), adapters)
         else:
             batch = self.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt")
             batch = {k: v.to(self.model.device) for k, v in batch.items()}
@@ -337,8 +404,9 @@ class LocalPolicy(Policy):
             batch["past_key_values"] = DynamicCache(config=self.model.config)
         return batch
 
-    def _generate_locked(self, prompts: list[list[int]], system_length: int, max_new_tokens: int) -> list[PolicyTurn]:
-        rows = self._decode(self._batch(prompts, system_length), max_new_tokens, prompts)
+    def _generate_locked(self, prompts: list[list[int]], system_length: int, max_new_tokens: int,
+                         adapters: list[str | None]) -> list[PolicyTurn]:
+        rows = self._decode(self._batch(prompts, system_length, adapters), max_new_tokens, prompts, adapters)
         turns = []
         for prompt, row in zip(prompts, rows):
             completion = _until_stop(row, self.stop_token_ids)

@@ -52,3 +52,18 @@ class Policy(abc.ABC):
         max_new_tokens: int = 256,
     ) -> list[PolicyTurn]:
         """Next turn for each conversation, in order. Must not raise on odd conversations."""
+
+
+class RowRoutedPolicy(Policy):
+    """A policy that can answer each conversation with a different version (per-row adapters on one shared
+    base, agent/shared_base.py): the runner passes every row's routed version to `act_rows`."""
+
+    @abc.abstractmethod
+    def act_rows(
+        self,
+        rows: list[str | None],
+        conversations: list[list[dict[str, Any]]],
+        tools: list[dict[str, Any]],
+        max_new_tokens: int = 256,
+    ) -> list[PolicyTurn]:
+        """Next turn for each conversation, conversation i answered by version rows[i]."""

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
-from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
+from agent_rl.agent.policy import Policy, PolicyTurn, RowRoutedPolicy, ToolCall
 from agent_rl.agent.prompts import initial_messages
 from agent_rl.agent.tool_calls import decode_arguments
 from agent_rl.agent.tools import TOOL_NAMES, InboxTools, ToolConfig, call_tool, make_tools, tool_schemas
@@ -144,7 +144,8 @@ def _run_batch(
         )
 
     while running := [episode for episode in live if not episode.done]:
-        turns = _act(policy, [episode.messages for episode in running], schemas, config.max_new_tokens)
+        turns = _act(policy, [episode.messages for episode in running], schemas, config.max_new_tokens,
+                     [episode.task.policy_version for episode in running])
         for episode, turn in zip(running, turns):
             _apply_turn(episode, turn)
             if not episode.done:
@@ -155,8 +156,10 @@ def _run_batch(
     return [_to_episode(episode, policy, config, judge) for episode in live]
 
 
-def _act(policy: Policy, conversations: list[list[dict[str, Any]]], schemas: list[dict], max_new_tokens: int) -> list[Any]:
-    """The policy's turns, or one `None` (policy error) per conversation it failed to answer."""
+def _act(policy: Policy, conversations: list[list[dict[str, Any]]], schemas: list[dict], max_new_tokens: int,
+         versions: list[str | None] | None = None) -> list[Any]:
+    """The policy's turns, or one `None` (policy error) per conversation it failed to answer. A policy serving
+    several versions at once (RowRoutedPolicy) is told each conversation's routed version."""
     try:
         # Policies get copies: one that edits its input cannot corrupt the recorded episode. A policy
         # that declares it only reads them (the heuristic) is spared the copy, a cost on every turn.
@@ -164,7 +167,10 @@ def _act(policy: Policy, conversations: list[list[dict[str, Any]]], schemas: lis
             given = list(conversations)
         else:
             given = [_copy_json(c) for c in conversations]
-        turns = policy.act(given, schemas, max_new_tokens)
+        if isinstance(policy, RowRoutedPolicy):
+            turns = policy.act_rows(versions or [None] * len(given), given, schemas, max_new_tokens)
+        else:
+            turns = policy.act(given, schemas, max_new_tokens)
     except Exception as exc:
         log.warning("policy %s raised %s: %s", getattr(policy, "version", "?"), type(exc).__name__, exc)
         return [None] * len(conversations)

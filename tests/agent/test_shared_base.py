@@ -1,0 +1,152 @@
+"""Versions served as adapters on one shared base (agent/shared_base.py, agent/row_lora.py), on the tiny model in
+fp32: each version answers exactly as that version loaded alone as a merged model, rows of different versions
+decode in one batch, and adapters load and drop while another version serves."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from agent_rl.agent.models import build_tiny_model
+from agent_rl.agent.row_lora import UnsupportedAdapter, read_stack
+from agent_rl.agent.shared_base import AdapterPolicy, MixedVersionPolicy, ServingSettings, serving_stats, shared_base
+from agent_rl.policy_specs import load_stacked
+
+QUESTIONS = [[{"role": "system", "content": "Answer questions about the inbox."},
+              {"role": "user", "content": " ".join("meeting budget invoice contract Houston Friday".split()[: i + 1])}]
+             for i in range(6)]
+FP32 = ServingSettings(dtype="float32", batch_size=8)
+TOKENS = 16
+
+
+def make_adapter(base, out, seed: int, targets=("q_proj", "v_proj", "o_proj", "up_proj", "down_proj"), r: int = 4):
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(seed)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base),
+                           LoraConfig(r=r, lora_alpha=2 * r, target_modules=list(targets), init_lora_weights=False))
+    with torch.no_grad():  # large enough to change greedy outputs of the varied model
+        for name, parameter in model.named_parameters():
+            if "lora_" in name:
+                parameter.mul_(3.0)
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A tiny base whose greedy outputs depend on the prompt, one single-adapter version and one two-adapter
+    stack (SFT then GRPO, as the registry holds them)."""
+    root = tmp_path_factory.mktemp("shared")
+    tiny = build_tiny_model(root / "tiny")
+    model = AutoModelForCausalLM.from_pretrained(tiny)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "norm" not in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.15)
+    base = root / "base"
+    model.save_pretrained(base)
+    AutoTokenizer.from_pretrained(tiny).save_pretrained(base)
+    one = [make_adapter(base, root / "a", seed=1)]
+    stack = [make_adapter(base, root / "sft", seed=2), make_adapter(base, root / "grpo", seed=3, targets=("k_proj", "gate_proj"), r=2)]
+    return base, {"base": [], "one": one, "stack": stack}
+
+
+def merged_outputs(base, adapters, conversations=QUESTIONS):
+    policy = load_stacked(str(base), adapters, version="merged", dtype="float32")
+    return [t.as_message() for t in policy.act(conversations, tools=[], max_new_tokens=TOKENS)]
+
+
+def test_each_version_answers_as_its_merged_model(world):
+    base, versions = world
+    served = {name: AdapterPolicy.load(str(base), adapters, version=name, settings=FP32)
+              for name, adapters in versions.items()}
+    assert len({id(p.base) for p in served.values()}) == 1  # one base in memory for all three
+    outputs = {}
+    for name, adapters in versions.items():
+        outputs[name] = [t.as_message() for t in served[name].act(QUESTIONS, tools=[], max_new_tokens=TOKENS)]
+        assert outputs[name] == merged_outputs(base, adapters), name
+        again = [t.as_message() for t in served[name].act(QUESTIONS, tools=[], max_new_tokens=TOKENS)]
+        assert again == outputs[name]  # from the per-version system-prompt and turn caches
+    assert len({str(o) for o in outputs.values()}) == 3  # the adapters change what the model says
+
+
+def test_a_mixed_batch_gives_every_row_its_own_versions_output(world):
+    base, versions = world
+    served = {name: AdapterPolicy.load(str(base), adapters, version=name, settings=FP32)
+              for name, adapters in versions.items()}
+    questions = [[c[0], {"role": "user", "content": c[1]["content"] + " schedule?"}] for c in QUESTIONS]
+    merged = {name: merged_outputs(base, adapters, questions) for name, adapters in versions.items()}
+    mixed = MixedVersionPolicy(served)
+    rows = ["one", "stack", "base", "stack", "one", "base"]
+    # New conversations: the shared system prompt is computed once per version in the batch, then rows split.
+    turns = mixed.act_rows(rows, questions, tools=[], max_new_tokens=TOKENS)
+    assert [t.as_message() for t in turns] == [merged[v][i] for i, v in enumerate(rows)]
+    # Each conversation asked of every version in one batch (rows resume from their own version's turn cache).
+    everyone = [v for v in versions for _ in questions]
+    turns = mixed.act_rows(everyone, questions * 3, tools=[], max_new_tokens=TOKENS)
+    assert [t.as_message() for t in turns] == [merged[v][i % len(questions)] for i, v in enumerate(everyone)]
+
+
+def test_adapters_load_and_drop_while_another_version_serves(world, tmp_path):
+    base, versions = world
+    serving = AdapterPolicy.load(str(base), versions["one"], version="one", settings=FP32)
+    expected = [t.as_message() for t in serving.act(QUESTIONS[:2], tools=[], max_new_tokens=TOKENS)]
+    errors, answers, stop = [], [], threading.Event()
+
+    def traffic():
+        while not stop.is_set():
+            try:
+                answers.append([t.as_message() for t in serving.act(QUESTIONS[:2], tools=[], max_new_tokens=TOKENS)])
+            except Exception as exc:  # pragma: no cover - the assertion below reports it
+                errors.append(exc)
+
+    thread = threading.Thread(target=traffic)
+    thread.start()
+    try:
+        time.sleep(0.2)
+        started = time.perf_counter()
+        challenger = AdapterPolicy.load(str(base), versions["stack"], version="challenger", settings=FP32)
+        load_seconds = time.perf_counter() - started
+        assert "challenger" in serving_stats()["versions"]
+        assert challenger.act(QUESTIONS[:1], tools=[], max_new_tokens=TOKENS)[0].as_message() == \
+            merged_outputs(base, versions["stack"], QUESTIONS[:1])[0]
+        adapters_before = len(serving.base.rows.adapters)
+        del challenger
+        gc.collect()
+        assert len(serving.base.rows.adapters) == adapters_before - 1  # dropped with its policy
+        assert "challenger" not in serving_stats()["versions"]
+        time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors
+    assert answers and all(a == expected for a in answers)
+    assert load_seconds < 1.0
+
+
+def test_caches_of_all_versions_share_one_budget_and_adapters_report_their_memory(world):
+    base, versions = world
+    policy = AdapterPolicy.load(str(base), versions["stack"], version="stack", settings=FP32)
+    policy.act(QUESTIONS, tools=[], max_new_tokens=TOKENS)
+    stats = serving_stats()
+    assert stats["adapter_bytes"] > 0 and stats["base_bytes"] > stats["adapter_bytes"]
+    assert 0 < stats["cache_bytes"] <= stats["cache_budget_bytes"]
+    assert policy.base is shared_base(str(base), FP32)
+
+
+def test_an_adapter_that_is_not_plain_lora_is_refused(world, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    base, _ = world
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base),
+                           LoraConfig(r=2, target_modules=["q_proj"], use_dora=True))
+    model.save_pretrained(tmp_path / "dora")
+    with pytest.raises(UnsupportedAdapter, match="DoRA"):
+        read_stack([tmp_path / "dora"])
