@@ -1,16 +1,24 @@
-"""Policy specs beyond the arbiter's built-ins: `base`, `tiny`, and registered models `mlflow:ALIAS|vN`.
+"""Policy specs beyond the arbiter's built-ins: `base`, `tiny`, registered models `mlflow:ALIAS|vN`, and adapter
+stacks that are not registered, `lora:{"base": "tiny", "adapters": ["/sft", "/grpo"]}`.
 
-`load_policy(spec)` (agent_rl.arbiter.policies) serves the arbiter, `agent-rl eval` and the
-evaluation asset alike, so a version means the same model everywhere.
+`load_policy(spec)` (agent_rl.arbiter.policies) serves `agent-rl eval` and the evaluation asset: each
+version loaded alone, its adapters merged. The arbiter loads through `load_served(spec)`: the same versions as
+adapters on one shared base per model (agent/shared_base.py), greedy-identical in fp32, so a version means the
+same model everywhere while the arbiter holds one base for all of them.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_rl import registry
 from agent_rl.agent.policy import Policy
 from agent_rl.arbiter.policies import load_policy, register_policy_loader
+
+log = logging.getLogger(__name__)
 
 
 def _local(model: str, adapter: str | None = None, version: str | None = None) -> Policy:
@@ -37,8 +45,9 @@ def load_stacked(base_model: str, adapters: list[str | Path], version: str, dtyp
                                   turn_cache_tokens=DEFAULT_TURN_CACHE_TOKENS)
 
 
-def load_registered(ref: str, tracking_uri: str | None = None) -> Policy:
-    """A registered model by alias (`champion`, `challenger`) or version (`v3`), loaded on its base model."""
+def load_registered(ref: str, tracking_uri: str | None = None, shared: bool = False) -> Policy:
+    """A registered model by alias (`champion`, `challenger`) or version (`v3`), loaded on its base model
+    (merged, or with `shared` as an adapter on the process's shared base)."""
     ref = ref.strip()
     if not ref:
         raise ValueError("mlflow policy spec needs an alias or a version, e.g. mlflow:champion or mlflow:v3")
@@ -48,16 +57,82 @@ def load_registered(ref: str, tracking_uri: str | None = None) -> Policy:
         number = registry.get_version(ref, tracking_uri=tracking_uri).version
     path, manifest = registry.download_version(version=number, tracking_uri=tracking_uri)
     if "policy_spec" in manifest:  # a policy that is configuration (rule-based, prompted API model)
-        policy = load_policy(manifest["policy_spec"])
+        policy = (load_served if shared else load_policy)(manifest["policy_spec"])
         policy.version = f"v{number}"
         return policy
-    return load_stacked(manifest["base_model"], [path / a for a in manifest["adapters"]], version=f"v{number}")
+    adapters = [path / a for a in manifest["adapters"]]
+    if shared:
+        return load_adapter_version(manifest["base_model"], adapters, version=f"v{number}")
+    return load_stacked(manifest["base_model"], adapters, version=f"v{number}")
+
+
+def load_adapter_version(base_model: str, adapters: list[str | Path], version: str) -> Policy:
+    """A version as an adapter stack on the process's shared base; merged when the adapters are not plain LoRA."""
+    from agent_rl.agent.row_lora import UnsupportedAdapter
+    from agent_rl.agent.shared_base import AdapterPolicy
+
+    try:
+        return AdapterPolicy.load(base_model, adapters, version=version)
+    except UnsupportedAdapter as exc:
+        log.warning("version %s is served merged: %s", version, exc)
+        return load_stacked(base_model, adapters, version=version)
+
+
+_SHARED_BASE_SPECS = {"base": "base", "tiny": "tiny"}
+
+
+class AdapterStackSpec(BaseModel):
+    """`lora:{...}`: a base model spec and the PEFT adapter directories applied to it in order."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base: str = Field(min_length=1, description="model spec: 'base', 'tiny' or a checkpoint directory")
+    adapters: list[str] = Field(min_length=1, description="adapter directories, applied in order (SFT, then GRPO)")
+    version: str = Field("lora", min_length=1, description="the version's label when the routing gives none")
+
+
+def _adapter_stack(rest: str) -> AdapterStackSpec:
+    from agent_rl.arbiter.policies import PolicyLoadError
+
+    try:
+        return AdapterStackSpec.model_validate_json(rest)
+    except ValidationError as exc:
+        raise PolicyLoadError(f"lora policy spec: expected lora:{{\"base\": ..., \"adapters\": [...]}} ({exc})") from None
+
+
+def _merged_stack(stack: AdapterStackSpec) -> Policy:
+    return load_stacked(stack.base, list(stack.adapters), version=stack.version)
+
+
+def load_served(spec: str) -> Policy:
+    """The arbiter's loader: registered versions, `lora:` stacks and the base models as adapters on a shared base
+    (no adapter for a base), every other spec as `load_policy` loads it. Errors are PolicyLoadErrors naming the
+    spec."""
+    from agent_rl.arbiter.policies import PolicyLoadError
+
+    prefix, _, rest = spec.partition(":")
+    try:
+        if prefix == "lora":
+            stack = _adapter_stack(rest)
+            return load_adapter_version(stack.base, list(stack.adapters), version=stack.version)
+        if spec in _SHARED_BASE_SPECS:
+            from agent_rl.agent.shared_base import AdapterPolicy
+
+            return AdapterPolicy.load(_SHARED_BASE_SPECS[spec], [], version=spec)
+        if prefix == "mlflow" or (prefix in registry.ALIASES and not rest):
+            return load_registered(rest if prefix == "mlflow" else prefix, shared=True)
+    except PolicyLoadError:
+        raise
+    except Exception as exc:
+        raise PolicyLoadError(f"policy spec {spec!r}: {type(exc).__name__}: {exc}") from exc
+    return load_policy(spec)
 
 
 register_policy_loader("base", lambda rest: _local("base", version="base"))
 register_policy_loader("tiny", lambda rest: _local("tiny", version="tiny"))
 register_policy_loader("mlflow", load_registered)
+register_policy_loader("lora", lambda rest: _merged_stack(_adapter_stack(rest)))
 for _alias in registry.ALIASES:
     register_policy_loader(_alias, lambda rest, _a=_alias: load_registered(_a))
 
-__all__ = ["load_policy", "load_registered"]
+__all__ = ["load_policy", "load_registered", "load_served"]

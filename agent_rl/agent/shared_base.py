@@ -220,3 +220,16 @@ def serving_stats() -> dict[str, Any]:
         "cache_budget_bytes": cache.max_bytes if cache is not None else 0,
         "cache_entries": len(cache) if cache is not None else 0,
     }
+
+
+def resident_bytes() -> tuple[int, int]:
+    """This process's resident memory now and at its peak, in bytes (from /proc; 0 where unreadable)."""
+    found = {}
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    found[line[:5]] = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return found.get("VmRSS", 0), found.get("VmHWM", 0)

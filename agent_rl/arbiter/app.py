@@ -24,7 +24,7 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agent_rl.arbiter.config import ArbiterConfig
 from agent_rl.arbiter.gateway import Gateway, GatewayError, PoolDown, add_gateway_routes, is_gateway_path, openai_error
 from agent_rl.arbiter.keys import KEYS_ENV, KEYS_FILE_ENV, ApiKey
+from agent_rl.arbiter.metrics import prometheus_text
 from agent_rl.arbiter.policies import PolicyLoadError
 from agent_rl.arbiter.service import (
     ArbiterService,
@@ -356,7 +357,14 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
                         "unwritten_episodes": len(request.app.state.gateway.pending),
                         "episodes_written": request.app.state.gateway.written},
             "worker": os.getpid(),
+            "serving": service.serving_metrics(),
         }
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def metrics(request: Request) -> PlainTextResponse:
+        """The serving figures of /healthz in Prometheus text format (this worker process)."""
+        return PlainTextResponse(prometheus_text(service_of(request).serving_metrics()),
+                                 media_type="text/plain; version=0.0.4")
 
     @app.post("/v1/ask", response_model=AskResponse, openapi_extra=_json_body(AskRequest))
     async def ask(request: Request) -> AskResponse:

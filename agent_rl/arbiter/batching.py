@@ -3,7 +3,8 @@
 A local transformers policy generates a whole batch at once, so requests that arrive together
 should share a call. Each spec gets a lane; a lane runs at most `max_concurrent` batches at a
 time, and requests that arrive meanwhile wait and form the next batch (so batches grow with
-load even when the window is 0).
+load even when the window is 0). Versions served as adapters on one shared base name the same lane
+(`submit(..., lane=...)`): their requests form mixed-version batches, decoded together.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from dataclasses import dataclass, field
 from agent_rl.agent.runner import EpisodeTask
 from agent_rl.records import Episode
 
-# Plays a batch for a spec; returns the episodes and the seconds spent playing them (not logging them).
-RunBatch = Callable[[str, list[EpisodeTask]], tuple[list[Episode], float]]
+# Plays a batch (each task's spec, the tasks); returns the episodes and the seconds spent playing them (not
+# logging them).
+RunBatch = Callable[[list[str], list[EpisodeTask]], tuple[list[Episode], float]]
 
 
 @dataclass
 class _Lane:
-    pending: list[tuple[EpisodeTask, asyncio.Future]] = field(default_factory=list)
+    pending: list[tuple[str, EpisodeTask, asyncio.Future]] = field(default_factory=list)
     scheduled: bool = False
     running: int = 0
 
@@ -36,14 +38,21 @@ class EpisodeBatcher:
         self._max_concurrent = max_concurrent
         self._lanes: dict[str, _Lane] = {}
 
-    async def submit(self, spec: str, task: EpisodeTask) -> tuple[Episode, float]:
-        """The episode for `task`, and the seconds its batch spent being played."""
+    async def submit(self, spec: str, task: EpisodeTask, lane: str | None = None) -> tuple[Episode, float]:
+        """The episode for `task`, and the seconds its batch spent being played. Tasks of one `lane` (default:
+        the spec) are batched together."""
         loop = asyncio.get_running_loop()
-        lane = self._lanes.setdefault(spec, _Lane())
+        key = lane or spec
+        queue = self._lanes.setdefault(key, _Lane())
         future: asyncio.Future = loop.create_future()
-        lane.pending.append((task, future))
-        self._schedule(spec, lane, loop)
+        queue.pending.append((spec, task, future))
+        self._schedule(key, queue, loop)
         return await future
+
+    def depth(self) -> dict[str, int]:
+        """Requests waiting for a batch and batches running, over all lanes."""
+        lanes = list(self._lanes.values())
+        return {"waiting": sum(len(lane.pending) for lane in lanes), "running_batches": sum(l.running for l in lanes)}
 
     def _schedule(self, spec: str, lane: _Lane, loop: asyncio.AbstractEventLoop) -> None:
         if lane.scheduled or not lane.pending or lane.running >= self._max_concurrent:
@@ -57,12 +66,12 @@ class EpisodeBatcher:
     def _start_batch(self, spec: str, lane: _Lane, loop: asyncio.AbstractEventLoop) -> None:
         lane.scheduled = False
         batch, lane.pending = lane.pending[: self._max_batch], lane.pending[self._max_batch :]
-        batch = [(task, fut) for task, fut in batch if not fut.cancelled()]  # client went away
+        batch = [(s, task, fut) for s, task, fut in batch if not fut.cancelled()]  # client went away
         if not batch:
             self._schedule(spec, lane, loop)
             return
         lane.running += 1
-        work = loop.run_in_executor(self._executor, self._run, spec, [task for task, _ in batch])
+        work = loop.run_in_executor(self._executor, self._run, [s for s, _, _ in batch], [task for _, task, _ in batch])
         work.add_done_callback(lambda done: self._finish(spec, lane, loop, batch, done))
         self._schedule(spec, lane, loop)
 
@@ -73,7 +82,7 @@ class EpisodeBatcher:
             episodes, seconds = done.result()
             if len(episodes) != len(batch):
                 error = RuntimeError(f"runner returned {len(episodes)} episodes for {len(batch)} tasks")
-        for i, (_, future) in enumerate(batch):
+        for i, (_, _, future) in enumerate(batch):
             if future.done():
                 continue
             if error is not None:

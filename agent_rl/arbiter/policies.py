@@ -150,12 +150,23 @@ class PolicyCache:
         return policy
 
     def retain(self, specs: Iterable[str]) -> None:
-        """Drop policies no longer routed to, so replaced checkpoints free their memory."""
+        """Drop policies no longer routed to, so replaced checkpoints free their memory: a version on a shared
+        base drops its adapter once no batch holds it; one with a `release()` (an adapter on a vLLM server) is
+        told to unload."""
         keep = set(specs)
+        dropped = []
         with self._lock:
             for key in [k for k in self._policies if k not in keep]:
-                del self._policies[key]
+                dropped.append(self._policies.pop(key))
                 self._locks.pop(key, None)
+        for policy in dropped:
+            release = getattr(policy, "release", None)
+            if callable(release):
+                try:
+                    release()
+                except Exception as exc:  # the routing change stands; the server keeps an unused adapter
+                    log.warning("could not release policy %s: %s: %s", getattr(policy, "version", "?"),
+                                type(exc).__name__, exc)
 
     def is_loaded(self, spec: str) -> bool:
         return spec in self._policies

@@ -19,11 +19,13 @@ from typing import Any
 
 from agent_rl import settings
 from agent_rl.agent.runner import EpisodeTask, run_episodes
+from agent_rl.agent.shared_base import AdapterPolicy, MixedVersionPolicy, resident_bytes, serving_stats
 from agent_rl.agent.tools import tool_schemas
 from agent_rl.arbiter.batching import EpisodeBatcher
 from agent_rl.arbiter.config import ArbiterConfig
 from agent_rl.arbiter.keys import ApiKey, KeyRing
 from agent_rl.arbiter.policies import PolicyCache, PolicyLoadError
+from agent_rl.policy_specs import load_served
 from agent_rl.arbiter.routing import Router
 from agent_rl.inbox.store import InboxStore, open_inbox_store
 from agent_rl.pool import PoolRepository, Routing
@@ -108,7 +110,8 @@ class ArbiterService:
         self.pool = PoolRepository(config.pool_url)
         self.inbox_url = config.inbox_url or settings.inbox_url()
         self.router = Router(self.pool, config.default_routing, ttl_s=config.routing_ttl_s)
-        self.policies = PolicyCache()
+        # Registered versions and base models share one loaded base per model (agent/shared_base.py).
+        self.policies = PolicyCache(load_served)
         scenarios_path = config.scenarios_path or default_scenarios_path()
         self.scenarios = read_scenarios(scenarios_path) if scenarios_path.exists() or config.scenarios_path else {}
         self.judge = MemoJudge(DeterministicJudge())
@@ -157,7 +160,7 @@ class ArbiterService:
         self._inboxes = frozenset(self._store().inboxes())
         self._inboxes_at = time.monotonic()
 
-    def _run_batch(self, spec: str, tasks: list[EpisodeTask]) -> tuple[list[Episode], float]:
+    def _run_batch(self, specs: list[str], tasks: list[EpisodeTask]) -> tuple[list[Episode], float]:
         """Play a batch and commit its episodes in one transaction, on the same thread.
 
         Writing here (instead of handing episodes to a writer thread) saves a thread hand-off per
@@ -165,9 +168,8 @@ class ArbiterService:
         commits are shared by many requests exactly when it matters. Answers are only sent after
         this commit, so an answered episode is never lost.
         """
-        policy = self.policies.get(spec)
         started = time.perf_counter()
-        episodes = run_episodes(policy, tasks, self._store(), self.config.runner, self.judge)
+        episodes = self._play(specs, tasks)
         played = time.perf_counter() - started
         try:
             self.pool.insert_episodes(episodes)
@@ -177,6 +179,39 @@ class ArbiterService:
         with self._stats_lock:
             self.episodes_written += len(episodes)
         return episodes, played
+
+    def _play(self, specs: list[str], tasks: list[EpisodeTask]) -> list[Episode]:
+        """One runner call; tasks of several versions on one shared base decode together (mixed batch)."""
+        distinct = list(dict.fromkeys(specs))
+        if len(distinct) == 1:
+            return run_episodes(self.policies.get(distinct[0]), tasks, self._store(), self.config.runner, self.judge)
+        policies = {task.policy_version or spec: self.policies.get(spec) for spec, task in zip(specs, tasks)}
+        if all(isinstance(p, AdapterPolicy) for p in policies.values()) and \
+                len({id(p.base) for p in policies.values()}) == 1:  # type: ignore[attr-defined]
+            mixed = MixedVersionPolicy(policies)  # type: ignore[arg-type]
+            return run_episodes(mixed, tasks, self._store(), self.config.runner, self.judge)
+        episodes: list[Episode | None] = [None] * len(tasks)  # a base was reloaded meanwhile: one call per spec
+        for spec in distinct:
+            indices = [i for i, s in enumerate(specs) if s == spec]
+            played = run_episodes(self.policies.get(spec), [tasks[i] for i in indices], self._store(),
+                                  self.config.runner, self.judge)
+            for i, episode in zip(indices, played):
+                episodes[i] = episode
+        return episodes  # type: ignore[return-value]
+
+    def lane_of(self, spec: str) -> str:
+        """The batching lane of a spec: the shared base its version is an adapter on, else the spec itself."""
+        if not self.policies.is_loaded(spec):
+            return spec
+        return getattr(self.policies.get(spec), "lane", None) or spec
+
+    def serving_metrics(self) -> dict[str, Any]:
+        """Loaded versions, adapter and cache memory, resident memory and queue depth of this worker process."""
+        stats = serving_stats()
+        stats["policies_loaded"] = self.policies.loaded()
+        stats["queue"] = self.batcher.depth()
+        stats["resident_bytes"], stats["peak_resident_bytes"] = resident_bytes()
+        return stats
 
     # -- async API used by the HTTP layer ------------------------------------------------------
 
@@ -222,7 +257,7 @@ class ArbiterService:
         if not self.policies.is_loaded(spec):
             await self._blocking(self.policies.get, spec)  # load once, off the loop; errors name the spec
         task = EpisodeTask(inbox=inbox, question=question, scenario=scenario, policy_version=version, tenant=key.tenant)
-        episode, seconds = await self.batcher.submit(spec, task)
+        episode, seconds = await self.batcher.submit(spec, task, lane=self.lane_of(spec))
         return Served(episode=episode, episode_seconds=seconds)
 
     async def feedback(self, key: ApiKey, episode_id: str, verdict: str) -> None:

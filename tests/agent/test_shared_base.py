@@ -9,10 +9,9 @@ import threading
 import time
 
 import pytest
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from tests.adapter_fixtures import versions
+from transformers import AutoModelForCausalLM
 
-from agent_rl.agent.models import build_tiny_model
 from agent_rl.agent.row_lora import UnsupportedAdapter, read_stack
 from agent_rl.agent.shared_base import AdapterPolicy, MixedVersionPolicy, ServingSettings, serving_stats, shared_base
 from agent_rl.policy_specs import load_stacked
@@ -24,38 +23,9 @@ FP32 = ServingSettings(dtype="float32", batch_size=8)
 TOKENS = 16
 
 
-def make_adapter(base, out, seed: int, targets=("q_proj", "v_proj", "o_proj", "up_proj", "down_proj"), r: int = 4):
-    from peft import LoraConfig, get_peft_model
-
-    torch.manual_seed(seed)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base),
-                           LoraConfig(r=r, lora_alpha=2 * r, target_modules=list(targets), init_lora_weights=False))
-    with torch.no_grad():  # large enough to change greedy outputs of the varied model
-        for name, parameter in model.named_parameters():
-            if "lora_" in name:
-                parameter.mul_(3.0)
-    model.save_pretrained(out)
-    return out
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    """A tiny base whose greedy outputs depend on the prompt, one single-adapter version and one two-adapter
-    stack (SFT then GRPO, as the registry holds them)."""
-    root = tmp_path_factory.mktemp("shared")
-    tiny = build_tiny_model(root / "tiny")
-    model = AutoModelForCausalLM.from_pretrained(tiny)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "norm" not in name:
-                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.15)
-    base = root / "base"
-    model.save_pretrained(base)
-    AutoTokenizer.from_pretrained(tiny).save_pretrained(base)
-    one = [make_adapter(base, root / "a", seed=1)]
-    stack = [make_adapter(base, root / "sft", seed=2), make_adapter(base, root / "grpo", seed=3, targets=("k_proj", "gate_proj"), r=2)]
-    return base, {"base": [], "one": one, "stack": stack}
+    return versions(tmp_path_factory.mktemp("shared"))
 
 
 def merged_outputs(base, adapters, conversations=QUESTIONS):
