@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_rl import registry
 from agent_rl.agent.policy import Policy
 from agent_rl.arbiter.policies import load_policy, register_policy_loader
+
+if TYPE_CHECKING:
+    from agent_rl.arbiter.vllm_lora import VllmServing
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +49,11 @@ def load_stacked(base_model: str, adapters: list[str | Path], version: str, dtyp
                                   turn_cache_tokens=DEFAULT_TURN_CACHE_TOKENS)
 
 
-def load_registered(ref: str, tracking_uri: str | None = None, shared: bool = False) -> Policy:
+def load_registered(ref: str, tracking_uri: str | None = None, shared: bool = False,
+                    vllm: VllmServing | None = None) -> Policy:
     """A registered model by alias (`champion`, `challenger`) or version (`v3`), loaded on its base model
-    (merged, or with `shared` as an adapter on the process's shared base)."""
+    (merged, or with `shared` as an adapter on the process's shared base, or with `vllm` as an adapter loaded on
+    that vLLM server)."""
     ref = ref.strip()
     if not ref:
         raise ValueError("mlflow policy spec needs an alias or a version, e.g. mlflow:champion or mlflow:v3")
@@ -61,6 +67,10 @@ def load_registered(ref: str, tracking_uri: str | None = None, shared: bool = Fa
         policy.version = f"v{number}"
         return policy
     adapters = [path / a for a in manifest["adapters"]]
+    if vllm is not None:
+        from agent_rl.arbiter.vllm_lora import registered_on_vllm
+
+        return registered_on_vllm(vllm, f"v{number}", adapters)
     if shared:
         return load_adapter_version(manifest["base_model"], adapters, version=f"v{number}")
     return load_stacked(manifest["base_model"], adapters, version=f"v{number}")
@@ -104,10 +114,10 @@ def _merged_stack(stack: AdapterStackSpec) -> Policy:
     return load_stacked(stack.base, list(stack.adapters), version=stack.version)
 
 
-def load_served(spec: str) -> Policy:
+def load_served(spec: str, vllm: VllmServing | None = None) -> Policy:
     """The arbiter's loader: registered versions, `lora:` stacks and the base models as adapters on a shared base
-    (no adapter for a base), every other spec as `load_policy` loads it. Errors are PolicyLoadErrors naming the
-    spec."""
+    (no adapter for a base), every other spec as `load_policy` loads it. With `vllm`, registered versions are
+    adapters loaded on that vLLM server instead. Errors are PolicyLoadErrors naming the spec."""
     from agent_rl.arbiter.policies import PolicyLoadError
 
     prefix, _, rest = spec.partition(":")
@@ -120,7 +130,7 @@ def load_served(spec: str) -> Policy:
 
             return AdapterPolicy.load(_SHARED_BASE_SPECS[spec], [], version=spec)
         if prefix == "mlflow" or (prefix in registry.ALIASES and not rest):
-            return load_registered(rest if prefix == "mlflow" else prefix, shared=True)
+            return load_registered(rest if prefix == "mlflow" else prefix, shared=True, vllm=vllm)
     except PolicyLoadError:
         raise
     except Exception as exc:

@@ -203,6 +203,9 @@ class MixedVersionPolicy(RowRoutedPolicy):
 
     def act_rows(self, rows: list[str | None], conversations: list[list[dict[str, Any]]],
                  tools: list[dict[str, Any]], max_new_tokens: int = 256) -> list[PolicyTurn]:
+        unknown = sorted({str(v) for v in rows if v not in self.policies})
+        if unknown:  # e.g. a runner that does not pass each row's routed version
+            raise ValueError(f"mixed-version batch: rows of versions {unknown} not in {sorted(self.policies)}")
         adapters = [self.policies[version].adapter for version in rows]  # type: ignore[index]
         return self.base.engine.act_with_adapters(conversations, adapters, tools, max_new_tokens)
 

@@ -91,6 +91,16 @@ def _load_openai(config: str) -> Policy:
 register_policy_loader("openai", _load_openai)
 
 
+def _load_vllm_adapter(config: str) -> Policy:
+    """`vllm-lora:{"base_url": ..., "lora_name": ..., "lora_path": ...}`: an adapter on a vLLM server (vllm_lora.py)."""
+    from agent_rl.arbiter.vllm_lora import load_vllm_adapter
+
+    return load_vllm_adapter(config)
+
+
+register_policy_loader("vllm-lora", _load_vllm_adapter)
+
+
 def shown_spec(spec: str) -> str:
     """A spec as logged: an `api_key` someone put in a JSON spec (refused on load) is not repeated."""
     return re.sub(r'("api_key"\s*:\s*)"(?:[^"\\]|\\.)*"', r'\1"[redacted]"', spec)

@@ -111,7 +111,7 @@ class ArbiterService:
         self.inbox_url = config.inbox_url or settings.inbox_url()
         self.router = Router(self.pool, config.default_routing, ttl_s=config.routing_ttl_s)
         # Registered versions and base models share one loaded base per model (agent/shared_base.py).
-        self.policies = PolicyCache(load_served)
+        self.policies = PolicyCache(lambda spec: load_served(spec, vllm=config.vllm))
         scenarios_path = config.scenarios_path or default_scenarios_path()
         self.scenarios = read_scenarios(scenarios_path) if scenarios_path.exists() or config.scenarios_path else {}
         self.judge = MemoJudge(DeterministicJudge())
