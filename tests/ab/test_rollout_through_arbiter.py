@@ -134,7 +134,7 @@ def test_tiny_model_challenger_loads_from_the_registry_and_is_rolled_back(world,
     from transformers import AutoModelForCausalLM
 
     from agent_rl.agent.models import build_tiny_model
-    from agent_rl.policy_specs import load_policy, load_stacked
+    from agent_rl.policy_specs import load_policy, load_served, load_stacked
 
     base = build_tiny_model()
     adapters = []
@@ -152,6 +152,10 @@ def test_tiny_model_challenger_loads_from_the_registry_and_is_rolled_back(world,
     served = load_policy("mlflow:challenger")
     assert served.version == f"v{found.version}"
     assert served.act(conversation, tools=[], max_new_tokens=12)[0].content == local[0].content
+    # The arbiter's way: the same version as an adapter stack on its shared base, nothing merged.
+    shared = load_served("mlflow:challenger")
+    assert shared.version == f"v{found.version}"
+    assert shared.act(conversation, tools=[], max_new_tokens=12)[0].content == local[0].content
 
     # And it serves real traffic against a rule-based champion, which it loses to.
     quick = RolloutConfig(min_samples_per_arm=20, min_samples_per_step=20, tau_squared=0.25)
