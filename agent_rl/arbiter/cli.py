@@ -40,9 +40,11 @@ def serve_command(
     api_keys: Annotated[Optional[Path], typer.Option("--api-keys", help="JSON file of API key entries (see `arbiter new-key`); default $AGENT_RL_API_KEYS_FILE, else the JSON in $AGENT_RL_API_KEYS")] = None,
     gateway_idle_s: Annotated[float, typer.Option("--gateway-idle-s", help="A gateway episode without calls for this long ends and is written")] = 300.0,
     gateway_rate_per_s: Annotated[float, typer.Option("--gateway-rate-per-s", help="Gateway requests per second per API key")] = 20.0,
+    vllm: Annotated[Optional[str], typer.Option("--vllm", help='Serve registered versions as adapters on a vLLM server, JSON: \'{"base_url": "http://gpu:8000/v1", "adapter_dir": "/shared/adapters"}\' (vllm_lora.VllmServing)')] = None,
 ) -> None:
-    """Serve POST /v1/ask, POST /v1/feedback, GET|PUT /v1/routing, GET /healthz and the OpenAI-compatible
-    gateway (POST /v1/chat/completions, GET /v1/models, POST /v1/episodes/{id}/end; see gateway.py)."""
+    """Serve POST /v1/ask, POST /v1/feedback, GET|PUT /v1/routing, GET /healthz, GET /metrics and the
+    OpenAI-compatible gateway (POST /v1/chat/completions, GET /v1/models, POST /v1/episodes/{id}/end; see
+    gateway.py)."""
     from pydantic import ValidationError
 
     from agent_rl.arbiter.config import ArbiterConfig
@@ -53,6 +55,11 @@ def serve_command(
                      "batch_window_ms": batch_window_ms, "api_keys_file": api_keys,
                      "gateway_idle_s": gateway_idle_s, "gateway_rate_per_s": gateway_rate_per_s,
                      "gateway_rate_burst": max(1, int(2 * gateway_rate_per_s))}
+    if vllm:
+        try:
+            options["vllm"] = json.loads(vllm)
+        except json.JSONDecodeError as exc:
+            raise typer.BadParameter(f"not valid JSON: {exc}", param_hint="--vllm") from exc
     if default_routing:
         try:
             options["default_routing"] = json.loads(default_routing)
