@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -55,6 +56,19 @@ class LocalPolicyConfig(BaseModel):
 MIN_SHARED_PREFIX = 16
 # Tells policies apart in a turn cache shared by several of them (agent/shared_base.py).
 _CACHE_OWNERS = itertools.count()
+
+
+@dataclass(eq=False)
+class _Request:
+    """One caller's chunk of prompts, waiting to be decoded (possibly together with other callers')."""
+
+    prompts: list[list[int]]
+    system_length: int
+    max_new_tokens: int
+    adapters: list[str | None]
+    turns: list[PolicyTurn] | None = None
+    error: BaseException | None = None
+    done: bool = False
 
 
 class LocalPolicy(Policy):
@@ -103,6 +117,8 @@ class LocalPolicy(Policy):
         self.turn_cache = TurnCache(self.config.turn_cache_tokens if _plain_dynamic_layers(self.model) else 0)
         self._cache_owner = next(_CACHE_OWNERS)
         self.rows: Any = None  # RowAdapters when per-row adapters are installed (agent/row_lora.py)
+        self._waiting: list[_Request] = []  # calls waiting for the lock (decoded together, see _generate)
+        self._waiting_lock = threading.Lock()
 
     def use_turn_cache(self, cache: TurnCache) -> None:
         """Keep earlier turns in `cache` (e.g. one shared by every policy of the process, under one budget)."""
@@ -369,12 +385,45 @@ class LocalPolicy(Policy):
 
     def _generate(self, prompts: list[list[int]], system_length: int, max_new_tokens: int,
                   adapters: list[str | None]) -> list[PolicyTurn]:
-        with self._lock:
-            try:
+        if self.rows is None or (self.config.temperature > 0 and self.config.seed is not None):
+            with self._lock:
                 return self._generate_locked(prompts, system_length, max_new_tokens, adapters)
-            finally:
-                if self.rows is not None:
-                    self.rows.clear_rows()
+        # Per-row adapters: calls that wait for the lock (other versions' requests, the gateway's single
+        # conversations) are decoded together by whichever thread gets it first. Not with seeded sampling,
+        # whose stream per call must not depend on what else was waiting.
+        request = _Request(prompts, system_length, max_new_tokens, adapters)
+        with self._waiting_lock:
+            self._waiting.append(request)
+        with self._lock:
+            if not request.done:
+                self._serve_waiting(request)
+        if request.error is not None:
+            raise request.error
+        return request.turns  # type: ignore[return-value]
+
+    def _serve_waiting(self, first: _Request) -> None:
+        """Decode `first` and the waiting calls with the same token limit, up to batch_size rows, in one batch."""
+        with self._waiting_lock:
+            group, rows = [first], len(first.prompts)
+            for request in self._waiting:
+                if request is not first and request.max_new_tokens == first.max_new_tokens \
+                        and rows + len(request.prompts) <= self.config.batch_size:
+                    group.append(request)
+                    rows += len(request.prompts)
+            self._waiting = [r for r in self._waiting if all(r is not g for g in group)]
+        try:
+            turns = self._generate_locked([p for r in group for p in r.prompts], min(r.system_length for r in group),
+                                          first.max_new_tokens, [a for r in group for a in r.adapters])
+        except BaseException as exc:
+            for request in group:
+                request.error, request.done = exc, True
+            raise
+        finally:
+            self.rows.clear_rows()
+        start = 0
+        for request in group:
+            request.turns, request.done = turns[start:start + len(request.prompts)], True
+            start += len(request.prompts)
 
     def generate_ids(self, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         """Each prompt's new token ids, up to and including its stop token (as a trainer wants them): one padded

@@ -64,6 +64,43 @@ def test_a_mixed_batch_gives_every_row_its_own_versions_output(world):
     assert [t.as_message() for t in turns] == [merged[v][i % len(questions)] for i, v in enumerate(everyone)]
 
 
+def test_concurrent_calls_of_different_versions_are_decoded_together(world, monkeypatch):
+    """Single conversations of two versions from two threads (the gateway's calls): whichever thread gets the
+    model decodes the other's waiting call in the same batch, and each still gets its own version's answer."""
+    from agent_rl.agent.local_policy import LocalPolicy
+
+    base, versions = world
+    served = {name: AdapterPolicy.load(str(base), versions[name], version=name, settings=FP32)
+              for name in ("one", "stack")}
+    alone = {name: [t.as_message() for t in policy.act(QUESTIONS[:2], tools=[], max_new_tokens=TOKENS)]
+             for name, policy in served.items()}
+    batches, generate = [], LocalPolicy._generate_locked
+
+    def recorded(self, prompts, system_length, max_new_tokens, adapters):
+        batches.append(list(adapters))
+        return generate(self, prompts, system_length, max_new_tokens, adapters)
+
+    monkeypatch.setattr(LocalPolicy, "_generate_locked", recorded)
+    errors, seen = [], {name: [] for name in served}
+
+    def calls(name):
+        try:
+            for _ in range(6):
+                seen[name].append([t.as_message() for t in served[name].act(QUESTIONS[:2], tools=[],
+                                                                           max_new_tokens=TOKENS)])
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=calls, args=(name,)) for name in served]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert all(answer == alone[name] for name, answers in seen.items() for answer in answers)
+    assert any(len({a for a in adapters}) == 2 for adapters in batches)  # some batches held both versions
+
+
 def test_adapters_load_and_drop_while_another_version_serves(world, tmp_path):
     base, versions = world
     serving = AdapterPolicy.load(str(base), versions["one"], version="one", settings=FP32)
@@ -120,3 +157,44 @@ def test_an_adapter_that_is_not_plain_lora_is_refused(world, tmp_path):
     model.save_pretrained(tmp_path / "dora")
     with pytest.raises(UnsupportedAdapter, match="DoRA"):
         read_stack([tmp_path / "dora"])
+
+
+@pytest.mark.slow
+def test_smollm2_versions_on_one_base_answer_as_their_merged_models(tmp_path):
+    """The real base in fp32: a two-adapter stack of the demo's shape (r=16 on every projection) served on the
+    shared base gives the merged model's greedy turns, alone and in a batch mixed with the base."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from agent_rl.agent.models import resolve_model
+    from agent_rl.agent.prompts import initial_messages
+    from agent_rl.agent.tools import tool_schemas
+
+    path = resolve_model("base")
+    stack = []
+    for seed in range(2):
+        torch.manual_seed(seed)
+        model = get_peft_model(AutoModelForCausalLM.from_pretrained(path), LoraConfig(
+            r=16, lora_alpha=32, init_lora_weights=False,
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+        with torch.no_grad():
+            for name, parameter in model.named_parameters():
+                if "lora_B" in name:
+                    parameter.mul_(0.02)
+        model.save_pretrained(tmp_path / f"adapter{seed}")
+        stack.append(tmp_path / f"adapter{seed}")
+        del model
+    conversations = [initial_messages("jane.doe@enron.example", q) for q in
+                     ("When is the budget review?", "Who approved the Houston move?", "What did Sally send?")]
+    tools = tool_schemas()
+    merged = load_stacked("base", stack, version="merged", dtype="float32")
+    expected = [t.as_message() for t in merged.act(conversations, tools, 32)]
+    plain = [t.as_message() for t in load_stacked("base", [], version="plain", dtype="float32").act(conversations, tools, 32)]
+    del merged
+    version = AdapterPolicy.load("base", stack, version="v1", settings=FP32)
+    base = AdapterPolicy.load("base", [], version="base", settings=FP32)
+    assert [t.as_message() for t in version.act(conversations, tools, 32)] == expected
+    mixed = MixedVersionPolicy({"v1": version, "base": base})
+    rows = ["v1", "base", "v1"]
+    turns = mixed.act_rows(rows, conversations, tools, 32)
+    assert [t.as_message() for t in turns] == [expected[0], plain[1], expected[2]]
