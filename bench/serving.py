@@ -4,10 +4,13 @@ Three figures, SmolLM2-135M by default (`--model tiny` for a quick run), adapter
 r=16 on the seven decoder projections; champion and challenger SFT + GRPO stacks, the previous champion SFT
 alone) with random weights:
 - memory: resident memory of a fresh process serving champion + challenger + previous champion as three
-  adapters on one base, against one serving a single version the way it was served before (merged model); each
-  process serves the same traffic per version (a batch of conversations, two turns). Both the peak (VmHWM:
-  merging loads the base in fp32 first) and the resident memory after the traffic are compared, and the worse
-  ratio counts. The same three versions as three merged models are reported too. Target: at most 1.3x.
+  adapters on one base, against one serving a single version the way it was served before (merged model), both
+  serving the same traffic (3 x `--batch` conversations, two turns each; split evenly over the versions, as an
+  A/B test splits production's traffic). Both the peak (VmHWM: merging loads the base in fp32 first) and the
+  resident memory after the traffic are compared, and the worse ratio counts. Reported next to it: the three
+  versions as three merged models (today's way), and the shared base with each version serving the whole
+  traffic (caches are per version, so they grow with the traffic served, within one budget). Target: at most
+  1.3x.
 - throughput: generated tokens/s of a batch whose rows are half champion, half challenger against a batch of the
   same size and conversations of the champion alone, on the same shared base; alternating, median of repeats
   (the champion as a merged model is reported next to it). Target: at least 0.8x.
@@ -57,7 +60,7 @@ QUESTIONS = [
 def conversations(n: int) -> list[list[dict]]:
     from agent_rl.agent.prompts import initial_messages
 
-    return [initial_messages("jane.doe@enron.example", QUESTIONS[i % len(QUESTIONS)]) for i in range(n)]
+    return [initial_messages(f"user{i}@enron.example", QUESTIONS[i % len(QUESTIONS)]) for i in range(n)]
 
 
 def make_adapters(model: str, out: Path, rank: int) -> dict[str, list[str]]:
@@ -92,7 +95,7 @@ def make_adapters(model: str, out: Path, rank: int) -> dict[str, list[str]]:
 
 
 def serve_traffic(policies: dict, batch: int, tokens: int) -> None:
-    """Each version answers a batch of conversations for two turns (caches fill as in serving)."""
+    """Each version answers `batch` conversations for two turns (caches fill as in serving)."""
     from agent_rl.agent.tools import tool_schemas
 
     tools = tool_schemas()
@@ -107,23 +110,28 @@ def serve_traffic(policies: dict, batch: int, tokens: int) -> None:
 def child_memory(mode: str, model: str, adapters: dict[str, list[str]], batch: int, tokens: int) -> dict:
     import torch
 
-    from agent_rl.agent.shared_base import AdapterPolicy, resident_bytes
+    from agent_rl.agent.shared_base import AdapterPolicy, ServingSettings, resident_bytes
     from agent_rl.policy_specs import load_stacked
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     versions = ["champion"] if mode == "one-merged" else ["champion", "challenger", "previous"]
+    # The same traffic in total (3 x batch conversations), except "three-shared-full": each version serves all.
+    per_version = 3 * batch // len(versions) if mode != "three-shared-full" else 3 * batch
     if mode.endswith("merged"):
         policies = {v: load_stacked(model, adapters[v], version=v) for v in versions}
+        for policy in policies.values():
+            policy.config = policy.config.model_copy(update={"batch_size": batch})
     else:
-        policies = {v: AdapterPolicy.load(model, adapters[v], version=v) for v in versions}
-    serve_traffic(policies, batch, tokens)
+        policies = {v: AdapterPolicy.load(model, adapters[v], version=v,
+                                          settings=ServingSettings(batch_size=batch)) for v in versions}
+    serve_traffic(policies, per_version, tokens)
     now, peak = resident_bytes()
     return {"rss_mb": round(now / 2**20, 1), "peak_rss_mb": round(peak / 2**20, 1)}
 
 
 def memory(model: str, adapters: dict[str, list[str]], batch: int, tokens: int) -> dict:
     out = {}
-    for mode in ("one-merged", "three-shared", "three-merged"):
+    for mode in ("one-merged", "three-shared", "three-merged", "three-shared-full"):
         result = subprocess.run(
             [sys.executable, __file__, "--child", mode, "--model", model, "--batch", str(batch), "--tokens",
              str(tokens), "--adapters-json", json.dumps(adapters)],
@@ -178,7 +186,7 @@ def throughput_and_hot_load(model: str, adapters: dict[str, list[str]], batch: i
     def traffic() -> None:
         while not stop.is_set():
             try:
-                champion.act(convs[: max(1, batch // 2)], tools, 16)
+                champion.act(convs[:1], tools, 8)
                 done.append(time.perf_counter())
             except Exception as exc:  # counted as a failed request
                 errors.append(repr(exc))
@@ -224,12 +232,17 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(child_memory(args.child, args.model, json.loads(args.adapters_json), args.batch, args.tokens)))
         return
 
+    from agent_rl.agent.precision import BF16_OVERRIDE_ENV, cpu_has_fast_bf16
+
+    # One dtype decision for this process and the children (each would otherwise measure its own).
+    os.environ.setdefault(BF16_OVERRIDE_ENV, "1" if cpu_has_fast_bf16() else "0")
     work = Path(tempfile.mkdtemp(prefix="bench-serving-"))
     adapters = make_adapters(args.model, work, args.rank)
     mem = memory(args.model, adapters, args.batch, args.tokens)
     speed = throughput_and_hot_load(args.model, adapters, args.batch, args.tokens, args.repeats)
     one, shared, merged = (mem[m]["peak_rss_mb"] for m in ("one-merged", "three-shared", "three-merged"))
     one_now, shared_now, merged_now = (mem[m]["rss_mb"] for m in ("one-merged", "three-shared", "three-merged"))
+    full, full_now = mem["three-shared-full"]["peak_rss_mb"], mem["three-shared-full"]["rss_mb"]
     memory_ratio = max(shared / one, shared_now / one_now)
     throughput_ratio = speed["tokens_per_s"]["mixed"] / speed["tokens_per_s"]["single"]
     load_s = max(speed["hot_load_s"])
@@ -239,9 +252,10 @@ def main(argv: list[str] | None = None) -> None:
         "batch": args.batch, "tokens_per_turn": args.tokens, "rank": args.rank,
         "adapter_mb_per_stack": speed["adapter_mb_per_stack"],
         "peak_rss_mb": {"one_version_merged": one, "three_versions_shared_base": shared,
-                        "three_versions_merged": merged},
+                        "three_versions_merged": merged, "three_versions_shared_base_each_full_traffic": full},
         "rss_after_traffic_mb": {"one_version_merged": one_now, "three_versions_shared_base": shared_now,
-                                 "three_versions_merged": merged_now},
+                                 "three_versions_merged": merged_now,
+                                 "three_versions_shared_base_each_full_traffic": full_now},
         "memory_ratio_three_shared_vs_one": {"peak": round(shared / one, 3), "after_traffic": round(shared_now / one_now, 3)},
         "memory_ratio_three_merged_vs_one": {"peak": round(merged / one, 3), "after_traffic": round(merged_now / one_now, 3)},
         "tokens_per_s": speed["tokens_per_s"], "tokens_per_s_runs": speed["tokens_per_s_runs"],
