@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 
 class Category(StrEnum):
@@ -19,6 +19,25 @@ class Category(StrEnum):
     LOCATION = "location"
     STATUS = "status"
     UNANSWERABLE = "unanswerable"
+
+
+# Episodes and tasks written before environments were plug-ins all came from the email assistant.
+DEFAULT_ENVIRONMENT = "email"
+# Episode keys of exports written before environments were plug-ins, and their names now.
+LEGACY_EPISODE_KEYS = {"inbox_id": "context", "sources": "citations"}
+
+
+def current_episode_keys(row: dict[str, Any]) -> dict[str, Any]:
+    """An exported episode row under today's keys (an older export's `inbox_id`/`sources` renamed, and its
+    environment the email assistant's), so curation reads one layout whatever release wrote the file."""
+    if not any(old in row for old in LEGACY_EPISODE_KEYS) and "environment" in row:
+        return row
+    out = dict(row)
+    for old, new in LEGACY_EPISODE_KEYS.items():
+        if old in out and new not in out:
+            out[new] = out.pop(old)
+    out.setdefault("environment", DEFAULT_ENVIRONMENT)
+    return out
 
 
 class Outcome(StrEnum):
@@ -88,19 +107,31 @@ def utcnow() -> datetime:
 
 
 class Episode(BaseModel):
-    """One agent run as stored in the benchmark pool; inserts are idempotent on episode_id."""
+    """One agent run as stored in the benchmark pool; inserts are idempotent on episode_id.
+
+    Environment-agnostic: `environment` names the plug-in that ran it (agent_rl/environments), `context` the
+    world it ran in (the email assistant's inbox address, a store's database) and `citations` what the final
+    answer cites. Records written before environments existed load through their old names (`inbox_id`,
+    `sources`), which stay readable as properties for the email environment's code.
+    """
+
+    model_config = ConfigDict(populate_by_name=True)
 
     episode_id: str = Field(default_factory=lambda: str(uuid.uuid4()))
     created_at: datetime = Field(default_factory=utcnow)
     tenant: str = "default"
-    inbox_id: str
-    task_category: Category | None = None
+    environment: str = DEFAULT_ENVIRONMENT
+    context: str = Field(validation_alias=AliasChoices("context", "inbox_id"))
+    task_category: str | None = None
     scenario_id: str | None = None
     question: str
     policy_version: str
     messages: list[dict[str, Any]] = Field(default_factory=list)
     final_answer: str | None = None
-    sources: list[str] = Field(default_factory=list)
+    citations: list[str] = Field(default_factory=list, validation_alias=AliasChoices("citations", "sources"))
+    # The tool schemas the agent was offered, where they are not its environment's own: a gateway client declares
+    # its tools per request, and SFT must train with exactly those.
+    tools: list[dict[str, Any]] | None = None
     outcome: Outcome
     reward: float | None = None
     reward_components: dict[str, float] = Field(default_factory=dict)
@@ -110,3 +141,13 @@ class Episode(BaseModel):
     latency_ms: float = 0.0
     cost_usd: float = 0.0
     feedback: str | None = None
+
+    @property
+    def inbox_id(self) -> str:
+        """The email assistant's name for `context`."""
+        return self.context
+
+    @property
+    def sources(self) -> list[str]:
+        """The email assistant's name for `citations`."""
+        return self.citations

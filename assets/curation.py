@@ -96,7 +96,7 @@ def anonymization(context: dg.AssetExecutionContext, inbox_store: InboxStoreReso
     episodes = load_jsonl(stage_dir("validated_episodes", partition) / "episodes.jsonl")
     items = load_default_scenarios()
     store = inbox_store.open()
-    inboxes = sorted({e["inbox_id"] for e in episodes} | {s.inbox_id for s in items})
+    inboxes = sorted({e["context"] for e in episodes} | {s.inbox_id for s in items})
     emails = [email for address in inboxes for email in store.iter_emails(address)]
     # Every inbox's headers say who is a person, not just those of the inboxes in this partition.
     everyone = (email for address in store.inboxes() for email in store.iter_emails(address))

@@ -68,7 +68,7 @@ KEEP_KEYS = ("tool_call_id", "date", "query_date")
 # JSON keys whose values are ids of emails and scenarios: the names and addresses inside them ("<...phillip.allen
 # @enron.com>", "demo-...-absent-sherry.ortiz") are pseudonymized by `pseudonymize_id`, the same way everywhere,
 # so an episode's cited sources still match the anonymized inbox.
-ID_KEYS = ("id", "message_id", "sources", "source_ids", "scenario_id")
+ID_KEYS = ("id", "message_id", "citations", "sources", "source_ids", "scenario_id")
 
 # A capitalised word, not inside an address ("sherry@enron.com"), yet Lotus Notes' "Taylor@ECT" counts.
 _CAPITALIZED = re.compile(r"(?<![\w@.])[^\W\d_a-z][\w'\-]*(?!\w|@(?![A-Z]{2,}\b))")
@@ -507,10 +507,10 @@ class Anonymizer:
 
     def _episode(self, episode: Mapping[str, Any], fn: Callable[[str], str]) -> dict[str, Any]:
         out = dict(episode)
-        for name in ("sources", "scenario_id"):
+        for name in ("citations", "sources", "scenario_id"):  # `sources`: exports of earlier releases
             if name in out:
                 out[name] = self._ids(out[name])
-        for name in ("question", "final_answer", "inbox_id", "feedback"):
+        for name in ("question", "final_answer", "context", "inbox_id", "feedback"):
             if isinstance(out.get(name), str):
                 out[name] = fn(out[name])
         messages = out.get("messages")

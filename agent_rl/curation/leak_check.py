@@ -125,11 +125,11 @@ def plant_canaries(seed: str) -> Canaries:
     email_record = {"message_id": CANARY_MESSAGE_ID, "inbox": CANARY_INBOX, "subject": "Lease paperwork",
                     "sender": "", "to": (CANARY_INBOX,), "body": body}
     result = json.dumps({"id": CANARY_MESSAGE_ID, "subject": "Lease paperwork", "body": body}, separators=(",", ":"))
-    episode = {"episode_id": CANARY_EPISODE_ID, "inbox_id": CANARY_INBOX, "question": "Who should I call?",
+    episode = {"episode_id": CANARY_EPISODE_ID, "environment": "email", "context": CANARY_INBOX, "question": "Who should I call?",
                "messages": [{"role": "user", "content": "Who should I call?"},
                             {"role": "tool", "content": result},
                             {"role": "assistant", "content": f"Call {people[0]} at {phone}."}],
-               "final_answer": people[0], "sources": [CANARY_MESSAGE_ID]}
+               "final_answer": people[0], "citations": [CANARY_MESSAGE_ID]}
     return Canaries((*people, phone, street, card, account), email_record, episode)
 
 

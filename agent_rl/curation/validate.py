@@ -22,10 +22,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_rl.agent.tool_calls import call_function, decode_arguments
 from agent_rl.agent.tools import TOOL_NAMES
-from agent_rl.records import Category, Episode, Outcome
+from agent_rl.records import Category, Episode, Outcome, current_episode_keys
 
 # Postgres text cannot hold NUL, and tokenizers/UTF-8 writers choke on lone surrogates.
 _BAD_CHARS = re.compile("[\ud800-\udfff\x00]")
+
+
+def config_for(environments: list[Any], **overrides: Any) -> ValidationConfig:
+    """The checks for a run training on `environments` (agent_rl/environments): their categories and tools."""
+    categories = tuple(dict.fromkeys(c for env in environments for c in env.categories))
+    tools = tuple(dict.fromkeys(t for env in environments for t in env.tool_names()))
+    return ValidationConfig(categories=categories, tools=tools, environments=tuple(e.name for e in environments),
+                            **overrides)
 
 
 class ValidationConfig(BaseModel):
@@ -36,6 +44,7 @@ class ValidationConfig(BaseModel):
     categories: tuple[str, ...] = Field(tuple(c.value for c in Category), description="known task categories")
     outcomes: tuple[str, ...] = Field(tuple(o.value for o in Outcome), description="known outcomes")
     tools: tuple[str, ...] = Field(TOOL_NAMES, description="tools an assistant may call")
+    environments: tuple[str, ...] = Field(("email",), description="environments whose episodes are expected")
     require_category: bool = Field(True, description="rows without task_category are quarantined (balancing needs it)")
     require_reward: bool = Field(True, description="rows without a reward are quarantined (training needs it)")
     reward_min: float = Field(-2.0, description="lowest reward the rubric can give")
@@ -96,14 +105,15 @@ def _field_specs(config: ValidationConfig) -> list[tuple[str, str, bool]]:
         ("episode_id", "str", True),
         ("created_at", "datetime", True),
         ("tenant", "str", False),
-        ("inbox_id", "str", True),
+        ("environment", "str", True),
+        ("context", "str", True),
         ("task_category", "str", config.require_category),
         ("scenario_id", "str", False),
         ("question", "str", True),
         ("policy_version", "str", True),
         ("messages", "json-list", True),
         ("final_answer", "str", False),
-        ("sources", "list", False),
+        ("citations", "list", False),
         ("outcome", "str", True),
         ("reward", "number", config.require_reward),
         ("reward_components", "json-dict", False),
@@ -333,7 +343,7 @@ def _profile(row_id: int, raw: Any, config: ValidationConfig) -> _Profile:
         columns["row_kind"] = type(raw).__name__ if raw is not None else "unparsable"
         return _Profile(columns, None, [])
     columns["row_kind"] = "dict"
-    row = dict(raw)
+    row = current_episode_keys(dict(raw))
     for name, kind, required in specs:
         columns[f"type__{name}"] = _type_state(row.get(name), kind, required)
     typed = {name: row.get(name) if columns[f"type__{name}"] == "ok" else None for name, _, _ in specs}
@@ -342,7 +352,7 @@ def _profile(row_id: int, raw: Any, config: ValidationConfig) -> _Profile:
     components, columns["json__reward_components"] = _parse_json(typed["reward_components"], dict)
     episode_id = typed["episode_id"]
     columns["episode_id"] = episode_id
-    for name in ("task_category", "outcome"):
+    for name in ("task_category", "outcome", "environment"):
         # Truncated: a megabyte-long category must not travel through the GX result.
         columns[name] = typed[name][:100] if typed[name] is not None else None
     for name in ("reward", "turns", "prompt_tokens", "completion_tokens", "latency_ms", "cost_usd"):
@@ -354,8 +364,8 @@ def _profile(row_id: int, raw: Any, config: ValidationConfig) -> _Profile:
     columns["messages_chars"] = total
     columns["longest_message_chars"] = longest
     columns["bad_unicode"] = _bad_unicode_fields(row)
-    sources = typed["sources"]
-    columns["sources_ok"] = sources is None or all(isinstance(s, str) for s in sources)
+    citations = typed["citations"]
+    columns["citations_ok"] = citations is None or all(isinstance(s, str) for s in citations)
 
     python_reasons = []
     if messages is not None and longest <= config.max_message_chars and total <= config.max_messages_chars:
@@ -386,6 +396,7 @@ def _expectations(config: ValidationConfig) -> list[tuple[Any, str]]:
         (E.ExpectColumnValuesToBeInSet(column="json__reward_components", value_set=["ok"]), "json:reward_components"),
         (E.ExpectColumnValuesToBeNull(column="duplicate_of"), "duplicate"),
         (E.ExpectColumnValuesToBeInSet(column="task_category", value_set=list(config.categories)), "category"),
+        (E.ExpectColumnValuesToBeInSet(column="environment", value_set=list(config.environments)), "environment"),
         (E.ExpectColumnValuesToBeInSet(column="outcome", value_set=list(config.outcomes)), "outcome"),
         (E.ExpectColumnValuesToBeBetween(column="reward", min_value=config.reward_min, max_value=config.reward_max),
          "reward_range"),
@@ -409,7 +420,7 @@ def _expectations(config: ValidationConfig) -> list[tuple[Any, str]]:
         (E.ExpectColumnValuesToBeBetween(column="messages_chars", max_value=config.max_messages_chars),
          "conversation_size"),
         (E.ExpectColumnValuesToBeNull(column="bad_unicode"), "unicode"),
-        (E.ExpectColumnValuesToBeInSet(column="sources_ok", value_set=[True]), "sources"),
+        (E.ExpectColumnValuesToBeInSet(column="citations_ok", value_set=[True]), "citations"),
         # Reasons for this one come from the Python conversation check (one per problem).
         (E.ExpectColumnValuesToBeBetween(column="conversation_errors", max_value=0), "conversation"),
     ]
@@ -420,10 +431,11 @@ _REASON_TEXT = {
     "row": lambda v: f"row is {v}, not an episode object",
     "duplicate": lambda v: f"duplicate episode_id (first seen at row {int(v)})",
     "category": lambda v: f"unknown task_category {str(v)[:40]!r}",
+    "environment": lambda v: f"episode of environment {str(v)[:40]!r}, not one this run trains on",
     "outcome": lambda v: f"unknown outcome {str(v)[:40]!r}",
     "empty_correct_answer": lambda v: "outcome is correct but final_answer is empty",
     "unicode": lambda v: f"invalid unicode (lone surrogate or NUL) in {v}",
-    "sources": lambda v: "sources holds non-string items",
+    "citations": lambda v: "citations holds non-string items",
 }
 
 
@@ -545,12 +557,16 @@ def validate_episodes(rows: list[Any], config: ValidationConfig | None = None) -
     reason_counts = Counter(r.split(":", 1)[0] if not r.startswith(("type:", "json:")) else ":".join(r.split(":", 2)[:2])
                             for _, rs in quarantined for r in rs)
     categories = Counter(row.get("task_category") for row in clean)
+    per_environment: dict[str, Counter] = {}
+    for row in clean:
+        per_environment.setdefault(str(row.get("environment")), Counter())[str(row.get("task_category"))] += 1
     report = {
         "count_in": len(rows),
         "clean": len(clean),
         "quarantined": len(quarantined),
         "clean_ratio": len(clean) / len(rows) if rows else 0.0,
         "categories": {str(k): v for k, v in sorted(categories.items(), key=lambda kv: str(kv[0]))},
+        "environments": {env: dict(sorted(c.items())) for env, c in sorted(per_environment.items())},
         "reasons": dict(reason_counts.most_common()),
         "gx_success": gx_success,
         "checks": checks,

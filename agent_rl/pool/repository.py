@@ -25,7 +25,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
 from agent_rl import settings
-from agent_rl.pool import schema
+from agent_rl.pool import migrations, schema
 from agent_rl.records import Episode, utcnow
 from agent_rl.utc import as_utc
 
@@ -181,7 +181,9 @@ class PoolRepository:
     # -- schema -------------------------------------------------------------------------------
 
     def _ensure_schema(self) -> None:
+        """Create a new pool, or upgrade one written by an earlier release in place (migrations.py)."""
         where = self.engine.url.render_as_string(hide_password=True)
+        found = None
         if inspect(self.engine).has_table("schema_version"):
             with self.engine.connect() as conn:
                 found = conn.execute(select(func.max(schema.schema_version.c.version))).scalar()
@@ -190,10 +192,19 @@ class PoolRepository:
                     f"benchmark pool at {where} has schema version {found}, but this agent-rl "
                     f"supports up to {schema.SCHEMA_VERSION}; upgrade agent-rl instead of opening it"
                 )
+        if found is not None and found < schema.SCHEMA_VERSION:
+            with self.engine.begin() as conn:
+                if conn.dialect.name == "postgresql":  # two processes opening an old pool upgrade it once
+                    conn.execute(sql_text("LOCK TABLE schema_version IN EXCLUSIVE MODE"))
+                    found = conn.execute(select(func.max(schema.schema_version.c.version))).scalar()
+                migrations.upgrade(conn, int(found), schema.SCHEMA_VERSION, self._record_version)
         schema.metadata.create_all(self.engine, checkfirst=True)
         with self.engine.begin() as conn:
-            stmt = self._insert(schema.schema_version).values(version=schema.SCHEMA_VERSION, applied_at=utcnow())
-            conn.execute(stmt.on_conflict_do_nothing(index_elements=["version"]))
+            self._record_version(conn, schema.SCHEMA_VERSION)
+
+    def _record_version(self, conn: Connection, version: int) -> None:
+        stmt = self._insert(schema.schema_version).values(version=version, applied_at=utcnow())
+        conn.execute(stmt.on_conflict_do_nothing(index_elements=["version"]))
 
     def schema_version(self) -> int:
         with self.engine.connect() as conn:
@@ -355,7 +366,7 @@ class PoolRepository:
         if tenant is not None:
             where.append(c.tenant == tenant)
         if inbox_ids is not None:
-            where.append(c.inbox_id.in_(sorted(inbox_ids)))
+            where.append(c.context.in_(sorted(inbox_ids)))
         stmt = update(schema.episodes).where(*where).values(feedback=verdict.strip(), feedback_at=utcnow())
         with self.engine.begin() as conn:
             if conn.execute(stmt).rowcount == 0:

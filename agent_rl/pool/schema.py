@@ -1,7 +1,11 @@
 """The benchmark pool's tables (SQLAlchemy Core), shared by SQLite and PostgreSQL.
 
 The schema is versioned by an explicit `schema_version` table; bump SCHEMA_VERSION and add a
-migration step in the repository whenever a table changes.
+migration step (migrations.py) whenever a table changes.
+
+Version 2 (environments as plug-ins): episodes carry their `environment`; `inbox_id` became `context`
+and `sources` became `citations`; a task category is any string an environment declares (64 characters);
+`tools` keeps the tool schemas an episode was offered when they are not its environment's (gateway traffic).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from sqlalchemy.types import TypeDecorator
 
 from agent_rl.utc import as_utc
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class UTCDateTime(TypeDecorator):
@@ -65,14 +69,16 @@ episodes = Table(
     Column("episode_id", String(64), primary_key=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("tenant", String(200), nullable=False),
-    Column("inbox_id", String(320), nullable=False),
-    Column("task_category", String(32)),
+    Column("environment", String(64), nullable=False, server_default="email"),
+    Column("context", String(320), nullable=False),
+    Column("task_category", String(64)),
     Column("scenario_id", String(200)),
     Column("question", Text, nullable=False),
     Column("policy_version", String(200), nullable=False),
     Column("messages", JSON, nullable=False),
     Column("final_answer", Text),
-    Column("sources", JSON, nullable=False),
+    Column("citations", JSON, nullable=False),
+    Column("tools", JSON),  # the tool schemas the agent was offered, when not its environment's own (gateway)
     Column("outcome", String(32), nullable=False),
     Column("reward", Float),
     Column("reward_components", JSON, nullable=False),
@@ -87,6 +93,7 @@ episodes = Table(
     Index("ix_episodes_created_at", "created_at", "episode_id"),
     Index("ix_episodes_policy_version", "policy_version"),
     Index("ix_episodes_scenario_id", "scenario_id"),
+    Index("ix_episodes_environment", "environment"),
 )
 
 routing = Table(

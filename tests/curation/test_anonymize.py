@@ -81,7 +81,7 @@ def test_no_directory_value_leaks_anywhere(demo_env, directory, anonymized):
     before = [t for e in demo_env.episodes for t in episode_texts(e)]
     assert scan_for_leaks(before, originals)  # the scan does find the real names
     # ids stay as they are (citations and rewards must still match), so they are not scanned for names
-    kept = {s for e in episodes for s in e["sources"]} | {e.message_id for e in emails}
+    kept = {s for e in episodes for s in e["citations"]} | {e.message_id for e in emails}
     leaks = [leak for leak in scan_for_leaks(texts, originals) if leak.value not in kept]
     leaks = [leak for leak in leaks if not any(leak.value in k for k in kept)]
     assert leaks == []
@@ -90,14 +90,14 @@ def test_no_directory_value_leaks_anywhere(demo_env, directory, anonymized):
 def test_episodes_keep_their_shape_ids_and_valid_json(demo_env, anonymized):
     _, _, _, episodes = anonymized
     for before, after in zip(demo_env.episodes, episodes):
-        assert after["episode_id"] == before["episode_id"] and after["sources"] == before["sources"]
+        assert after["episode_id"] == before["episode_id"] and after["citations"] == before["citations"]
         assert len(after["messages"]) == len(before["messages"])
         for m_before, m_after in zip(before["messages"], after["messages"]):
             if m_after["role"] == "tool" and m_before["content"].startswith(("[", "{")):
                 parsed = json.loads(m_after["content"])
                 if isinstance(parsed, dict) and "id" in parsed:
                     assert parsed["id"] == json.loads(m_before["content"])["id"]
-    assert any(a["question"] != b["question"] or a["inbox_id"] != b["inbox_id"]
+    assert any(a["question"] != b["question"] or a["context"] != b["context"]
                for a, b in zip(episodes, demo_env.episodes))
 
 

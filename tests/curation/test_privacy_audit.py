@@ -119,7 +119,7 @@ def test_ids_folders_paths_and_scenario_ids_are_pseudonymized_consistently(demo_
                         answer="Friday", source_ids=[message_id], category="date", split="train",
                         query_date="2001-05-01T00:00:00Z")
     tool = json.dumps([{"id": message_id, "subject": "Gas curve"}], separators=(",", ":"))
-    episode = {**demo_env.episodes[0], "inbox_id": owner, "scenario_id": scenario.id, "sources": [message_id],
+    episode = {**demo_env.episodes[0], "context": owner, "scenario_id": scenario.id, "citations": [message_id],
                "messages": [{"role": "tool", "content": tool},
                             {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
                              "function": {"name": "read_email", "arguments": json.dumps({"message_id": message_id})}}]}]}
@@ -129,8 +129,8 @@ def test_ids_folders_paths_and_scenario_ids_are_pseudonymized_consistently(demo_
     assert not re.search(r"(?i)phillip|allen", written)
     assert result.report["leaks"] == 0
     # Citations and replays still line up.
-    assert out_episode["sources"] == [out_email.message_id] == out_scenario.source_ids
-    assert out_episode["scenario_id"] == out_scenario.id and out_episode["inbox_id"] == out_email.inbox
+    assert out_episode["citations"] == [out_email.message_id] == out_scenario.source_ids
+    assert out_episode["scenario_id"] == out_scenario.id and out_episode["context"] == out_email.inbox
     assert json.loads(out_episode["messages"][0]["content"])[0]["id"] == out_email.message_id
     arguments = json.loads(out_episode["messages"][1]["tool_calls"][0]["function"]["arguments"])
     assert arguments["message_id"] == out_email.message_id

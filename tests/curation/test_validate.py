@@ -41,8 +41,8 @@ def _bad_corpus(good):
     missing = variant()
     del missing["question"], missing["outcome"]
     bad.append(("missing fields", missing, {"type:question", "type:outcome"}))
-    bad.append(("wrong types", variant(turns="three", reward="high", sources="a,b"),
-                {"type:turns", "type:reward", "type:sources"}))
+    bad.append(("wrong types", variant(turns="three", reward="high", citations="a,b"),
+                {"type:turns", "type:reward", "type:citations"}))
     huge = copy.deepcopy(good["messages"])
     huge[-1] = {**huge[-1], "content": "x" * 1_500_000}
     bad.append(("megabyte message", variant(messages=huge), {"message_size", "conversation_size"}))

@@ -1,0 +1,76 @@
+"""A pool written by the release before environments were plug-ins is upgraded in place on first use, on
+SQLite and PostgreSQL: every episode, its feedback, the routing table, its history and the quarantine survive,
+old episodes belong to the email environment, and the upgraded pool takes new episodes of any environment."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import create_engine, func, select
+
+from agent_rl.pool import PoolRepository, schema
+from agent_rl.records import Outcome
+from tests.pool import schema_v1
+from tests.pool.test_repository import make_episode
+
+T0 = datetime(2025, 3, 3, 12, 0, tzinfo=timezone.utc)
+
+
+def _old_pool(url: str) -> None:
+    engine = create_engine(url)
+    schema_v1.metadata.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(schema_v1.schema_version.insert().values(version=1, applied_at=T0))
+        for i in range(3):
+            conn.execute(schema_v1.episodes.insert().values(
+                episode_id=f"old-{i}", created_at=T0, tenant="default", inbox_id=f"jane{i}@example.com",
+                task_category="date", scenario_id=f"sc-{i}", question=f"When is meeting {i}?",
+                policy_version="heuristic", messages=[{"role": "user", "content": f"When is meeting {i}?"}],
+                final_answer="Tuesday", sources=[f"<m{i}@example.com>"], outcome="correct", reward=1.0,
+                reward_components={"answer": 1.0}, turns=2, prompt_tokens=10, completion_tokens=5, latency_ms=1.0,
+                cost_usd=0.0, feedback="thumbs_up" if i == 0 else None, feedback_at=T0 if i == 0 else None))
+        conn.execute(schema_v1.routing.insert().values(policy_version="heuristic", weight=1.0, spec="heuristic",
+                                                        updated_at=T0))
+        conn.execute(schema_v1.routing_history.insert().values(
+            changed_at=T0, actor="test", reason="seed", old_weights={}, new_weights={"heuristic": 1.0},
+            specs={"heuristic": "heuristic"}))
+        conn.execute(schema_v1.quarantine.insert().values(
+            row_key="k1", episode_id="bad", payload="{}", reasons=["missing question"], partition="2025-03-03",
+            created_at=T0))
+    engine.dispose()
+
+
+def test_an_old_pool_is_upgraded_in_place_and_loses_nothing(store_url):
+    _old_pool(store_url)
+    pool = PoolRepository(store_url)
+    try:
+        assert pool.schema_version() == schema.SCHEMA_VERSION == 2
+        old = [pool.get(f"old-{i}") for i in range(3)]
+        assert [e.context for e in old] == ["jane0@example.com", "jane1@example.com", "jane2@example.com"]
+        assert [e.citations for e in old] == [["<m0@example.com>"], ["<m1@example.com>"], ["<m2@example.com>"]]
+        assert {e.environment for e in old} == {"email"}
+        assert old[0].feedback == "thumbs_up" and old[0].outcome == Outcome.CORRECT
+        assert pool.get_routing().weights == {"heuristic": 1.0}
+        assert len(pool.routing_history()) == 1
+        assert [q.episode_id for q in pool.quarantined()] == ["bad"]
+
+        # The upgraded pool stores episodes of other environments, with categories they declare.
+        pool.insert_episodes([make_episode(1, environment="support", context="store-1",
+                                           task_category="refuse_by_policy", sources=[])])
+        new = pool.get("ep-00001")
+        assert (new.environment, new.context, new.task_category) == ("support", "store-1", "refuse_by_policy")
+        pool.record_feedback("old-1", "thumbs_down", inbox_ids=["jane1@example.com"])
+        assert pool.get("old-1").feedback == "thumbs_down"
+    finally:
+        pool.close()
+
+    # Opening it again is a no-op: one row per version, nothing applied twice.
+    again = PoolRepository(store_url)
+    try:
+        with again.engine.connect() as conn:
+            versions = conn.execute(select(schema.schema_version.c.version).order_by(
+                schema.schema_version.c.version)).scalars().all()
+            assert versions == [1, 2]
+            assert conn.execute(select(func.count()).select_from(schema.episodes)).scalar() == 4
+    finally:
+        again.close()
