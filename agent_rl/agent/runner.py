@@ -1,12 +1,13 @@
-"""The episode runner: plays a policy against the inbox tools, batched, within turn, token and time budgets.
+"""The episode runner: plays a policy against any environment's tools, batched, within turn, token and time budgets.
 
 Each turn the runner gathers the conversations still running and asks the policy for all of
-their next turns in one `act` call, executes the tool calls, and stops a conversation when it
-answers through `return_final_answer`, breaks the format, or runs out of budget. Outcomes:
+their next turns in one `act` call, executes the tool calls on each episode's own tool session, and
+stops a conversation when its session records a final answer, it breaks the format, or it runs out of
+budget. The environment judges the result (agent_rl/environments); for the email assistant:
 - correct / wrong / idk: the answer as judged against the scenario's golden answer
   ("I don't know" on an unanswerable question is correct);
 - format_error: an unparsable tool call, an unknown tool, a turn of plain text with no tool
-  call (answers must come through return_final_answer so they carry sources), or a policy
+  call (answers must come through the final-answer tool so they carry citations), or a policy
   that raised or returned garbage;
 - ran_out: no answer within max_turns, the context-token budget or the wall-clock timeout, or a model
   that loops (the same tool call max_repeated_calls times).
@@ -26,13 +27,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from agent_rl.agent.policy import Policy, PolicyTurn, RowRoutedPolicy, ToolCall
-from agent_rl.agent.prompts import initial_messages
 from agent_rl.agent.tool_calls import decode_arguments
-from agent_rl.agent.tools import TOOL_NAMES, InboxTools, ToolConfig, call_tool, make_tools, tool_schemas
+from agent_rl.agent.tools import ToolConfig
+from agent_rl.environments.core import Environment, Task, Trajectory
+from agent_rl.environments.sessions import call_session_tool, judge_episode
 from agent_rl.inbox.store import InboxStore
 from agent_rl.records import Episode, Outcome, Scenario
-from agent_rl.reward.judge import DeterministicJudge, Judge, is_idk
-from agent_rl.reward.rubric import FormatErrorKind, RubricObservation, RubricWeights, score
+from agent_rl.reward.judge import Judge
+from agent_rl.reward.rubric import FormatErrorKind, RubricWeights
 from agent_rl.turn_budget import DEFAULT_MAX_TURNS
 
 log = logging.getLogger(__name__)
@@ -58,13 +60,22 @@ class RunnerConfig(BaseModel):
     batch_size: PositiveInt = Field(32, description="episodes played together; each turn is one policy.act call")
     prompt_price_per_m: float = Field(0.0, ge=0, description="USD per million prompt tokens")
     completion_price_per_m: float = Field(0.0, ge=0, description="USD per million completion tokens")
-    tools: ToolConfig = Field(default_factory=ToolConfig)
-    rubric: RubricWeights = Field(default_factory=RubricWeights)
+    tools: ToolConfig = Field(default_factory=ToolConfig, description="the email assistant's tool limits")
+    rubric: RubricWeights = Field(default_factory=RubricWeights, description="the email assistant's rubric")
+
+
+@dataclass
+class Play:
+    """One task to play in an environment, and whose episode it is."""
+
+    task: Task
+    policy_version: str | None = None  # defaults to policy.version
+    tenant: str = "default"
 
 
 @dataclass
 class EpisodeTask:
-    """One question to play: on which inbox, with the scenario when the golden answer is known."""
+    """One email question to play: on which inbox, with the scenario when the golden answer is known."""
 
     inbox: str
     question: str
@@ -77,13 +88,27 @@ class EpisodeTask:
     def from_scenario(cls, scenario: Scenario, **kwargs: Any) -> EpisodeTask:
         return cls(inbox=scenario.inbox_id, question=scenario.question, scenario=scenario, **kwargs)
 
+    def play(self) -> Play:
+        from agent_rl.environments.email import live_task, scenario_task
+
+        if self.scenario is not None:
+            task = scenario_task(self.scenario)
+            if self.query_date is not None or self.inbox != task.context or self.question != task.prompt:
+                metadata = dict(task.metadata)
+                if self.query_date is not None:
+                    metadata["query_date"] = self.query_date.isoformat()
+                task = task.model_copy(update={"context": self.inbox, "prompt": self.question, "metadata": metadata})
+        else:
+            task = live_task(self.inbox, self.question, self.query_date)
+        return Play(task, self.policy_version, self.tenant)
+
 
 @dataclass
 class _Live:
     """A running episode's state."""
 
-    task: EpisodeTask
-    tools: InboxTools
+    play: Play
+    session: Any
     messages: list[dict[str, Any]]
     started: float
     turns: int = 0
@@ -99,6 +124,23 @@ class _Live:
         return self.outcome is not None
 
 
+def play_episodes(policy: Policy, environment: Environment, plays: list[Play],
+                  config: RunnerConfig | None = None) -> list[Episode]:
+    """Play every task in `environment` with `policy`, in batches of `config.batch_size`; one Episode per
+    task, in order."""
+    config = config or RunnerConfig()
+    episodes: list[Episode] = []
+    for start in range(0, len(plays), config.batch_size):
+        episodes.extend(_run_batch(policy, environment, plays[start : start + config.batch_size], config))
+    return episodes
+
+
+def email_environment(store: InboxStore, config: RunnerConfig, judge: Judge | None = None) -> Environment:
+    from agent_rl.environments.email import EmailEnvironment
+
+    return EmailEnvironment(store, tools=config.tools, rubric=config.rubric, judge=judge)
+
+
 def run_episodes(
     policy: Policy,
     tasks: list[EpisodeTask],
@@ -106,13 +148,9 @@ def run_episodes(
     config: RunnerConfig | None = None,
     judge: Judge | None = None,
 ) -> list[Episode]:
-    """Play every task with `policy`, in batches of `config.batch_size`; one Episode per task, in order."""
+    """Play email questions on `store` (the email environment's entry point)."""
     config = config or RunnerConfig()
-    judge = judge or DeterministicJudge()
-    episodes: list[Episode] = []
-    for start in range(0, len(tasks), config.batch_size):
-        episodes.extend(_run_batch(policy, tasks[start : start + config.batch_size], store, config, judge))
-    return episodes
+    return play_episodes(policy, email_environment(store, config, judge), [t.play() for t in tasks], config)
 
 
 def run_episode(
@@ -126,34 +164,24 @@ def run_episode(
     return run_episodes(policy, [task], store, config, judge)[0]
 
 
-def _run_batch(
-    policy: Policy, tasks: list[EpisodeTask], store: InboxStore, config: RunnerConfig, judge: Judge
-) -> list[Episode]:
-    schemas = tool_schemas()
+def _run_batch(policy: Policy, environment: Environment, plays: list[Play], config: RunnerConfig) -> list[Episode]:
+    schemas = environment.tool_schemas()
+    names = frozenset(environment.tool_names())
     started = time.perf_counter()
-    live = []
-    for task in tasks:
-        query_date = task.query_date or (task.scenario.query_date if task.scenario else None)
-        live.append(
-            _Live(
-                task=task,
-                tools=make_tools(store, task.inbox, query_date, config.tools),
-                messages=initial_messages(task.inbox, task.question, query_date),
-                started=started,
-            )
-        )
+    live = [_Live(play=p, session=environment.open(p.task), messages=environment.opening_messages(p.task),
+                  started=started) for p in plays]
 
     while running := [episode for episode in live if not episode.done]:
         turns = _act(policy, [episode.messages for episode in running], schemas, config.max_new_tokens,
-                     [episode.task.policy_version for episode in running])
+                     [episode.play.policy_version for episode in running])
         for episode, turn in zip(running, turns):
-            _apply_turn(episode, turn)
+            _apply_turn(environment, names, episode, turn)
             if not episode.done:
                 _check_budgets(episode, turn, config, started)
             if episode.done:
                 episode.ended = time.perf_counter()
 
-    return [_to_episode(episode, policy, config, judge) for episode in live]
+    return [_to_episode(environment, episode, policy, config) for episode in live]
 
 
 def _act(policy: Policy, conversations: list[list[dict[str, Any]]], schemas: list[dict], max_new_tokens: int,
@@ -197,7 +225,7 @@ def _describe(value: Any) -> str:
     return str(len(value)) if isinstance(value, list) else type(value).__name__
 
 
-def _apply_turn(episode: _Live, turn: Any) -> None:
+def _apply_turn(environment: Environment, names: frozenset[str], episode: _Live, turn: Any) -> None:
     if not isinstance(turn, PolicyTurn):
         episode.outcome, episode.format_error = Outcome.FORMAT_ERROR, FormatErrorKind.POLICY_ERROR
         return
@@ -222,18 +250,18 @@ def _apply_turn(episode: _Live, turn: Any) -> None:
     if not calls:
         episode.outcome, episode.format_error = Outcome.FORMAT_ERROR, FormatErrorKind.NO_TOOL_CALL
         return
-    if any(call.name not in TOOL_NAMES for call in calls):
+    if any(call.name not in names for call in calls):
         episode.outcome, episode.format_error = Outcome.FORMAT_ERROR, FormatErrorKind.UNKNOWN_TOOL
         return
     for call in calls:
         key = json.dumps([call.name, call.arguments], sort_keys=True, default=str)
         episode.call_counts[key] = episode.call_counts.get(key, 0) + 1
-        result = call_tool(episode.tools, call.name, call.arguments)
+        result = call_session_tool(environment, episode.session, call.name, call.arguments)
         tool_message: dict[str, Any] = {"role": "tool", "name": call.name, "content": result}
         if call.id:
             tool_message["tool_call_id"] = call.id
         episode.messages.append(tool_message)
-        if episode.tools.trace.answered:
+        if environment.final_answer(episode.session) is not None:
             episode.outcome = Outcome.IDK  # provisional: judged in _to_episode
             return
 
@@ -272,47 +300,13 @@ def _check_budgets(episode: _Live, turn: PolicyTurn, config: RunnerConfig, start
         episode.outcome = Outcome.RAN_OUT
 
 
-def _judged_outcome(task: EpisodeTask, answer: str, judge: Judge) -> Outcome:
-    scenario = task.scenario
-    says_idk = is_idk(answer)
-    if scenario is None:
-        # No golden answer (live traffic): nothing to judge against; the reward stays None.
-        return Outcome.IDK if says_idk else Outcome.WRONG
-    if not scenario.answerable:
-        return Outcome.CORRECT if says_idk else Outcome.WRONG
-    if says_idk:
-        return Outcome.IDK
-    try:
-        verdict = judge.judge(task.question, scenario.answer, answer)
-    except Exception as exc:  # an LLM judge that fails falls back to the deterministic rules
-        log.warning("judge failed (%s), using the deterministic judge", exc)
-        verdict = DeterministicJudge().judge(task.question, scenario.answer, answer)
-    return Outcome.CORRECT if verdict.correct else Outcome.WRONG
-
-
-def _to_episode(episode: _Live, policy: Policy, config: RunnerConfig, judge: Judge) -> Episode:
-    task, trace = episode.task, episode.tools.trace
-    outcome = episode.outcome or Outcome.RAN_OUT
-    if trace.answered and outcome != Outcome.FORMAT_ERROR:
-        outcome = _judged_outcome(task, trace.final_answer or "", judge)
-
-    reward: float | None = None
-    components: dict[str, float] = {}
-    if task.scenario is not None:
-        gold = list(task.scenario.source_ids) if task.scenario.answerable else []
-        observation = RubricObservation(
-            outcome=outcome,
-            sources=list(trace.sources),
-            gold_source_ids=gold,
-            found_gold=bool(trace.seen_ids & set(gold)),
-            read_gold=bool(set(trace.reads) & set(gold)),
-            turns=episode.turns,
-            max_turns=config.max_turns,
-            format_error=episode.format_error,
-        )
-        result = score(observation, config.rubric)
-        reward, components = result.total, result.components
-
+def _to_episode(environment: Environment, episode: _Live, policy: Policy, config: RunnerConfig) -> Episode:
+    task = episode.play.task
+    answer = environment.final_answer(episode.session)
+    trajectory = Trajectory(messages=episode.messages, turns=episode.turns, max_turns=config.max_turns,
+                            format_error=episode.format_error.value if episode.format_error else None,
+                            answer=answer)
+    judgement = judge_episode(environment, task, episode.session, trajectory)
     cost = (
         episode.prompt_tokens * config.prompt_price_per_m + episode.completion_tokens * config.completion_price_per_m
     ) / 1e6
@@ -322,22 +316,22 @@ def _to_episode(episode: _Live, policy: Policy, config: RunnerConfig, judge: Jud
     if simulation is not None:
         cost, latency_ms = simulation.cost_per_episode_usd, simulation.latency_ms
     return Episode(
-        tenant=task.tenant,
-        inbox_id=task.inbox,
-        task_category=task.scenario.category if task.scenario else None,
-        scenario_id=task.scenario.id if task.scenario else None,
-        question=task.question,
-        policy_version=task.policy_version or str(getattr(policy, "version", "unknown")),
+        tenant=episode.play.tenant,
+        environment=environment.name,
+        context=task.context,
+        task_category=task.category if task.reference is not None else None,
+        scenario_id=task.id if task.reference is not None else None,
+        question=task.prompt,
+        policy_version=episode.play.policy_version or str(getattr(policy, "version", "unknown")),
         messages=episode.messages,
-        final_answer=trace.final_answer,
-        sources=list(trace.sources),
-        outcome=outcome,
-        reward=reward,
-        reward_components=components,
+        final_answer=answer.text if answer is not None else None,
+        citations=list(answer.citations) if answer is not None else [],
+        outcome=judgement.outcome,
+        reward=judgement.reward,
+        reward_components=judgement.components,
         turns=episode.turns,
         prompt_tokens=episode.prompt_tokens,
         completion_tokens=episode.completion_tokens,
         latency_ms=latency_ms,
         cost_usd=cost,
     )
-

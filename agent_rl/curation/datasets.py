@@ -134,7 +134,10 @@ def sft_rows(
         messages = episode.get("messages")
         if isinstance(messages, str):
             messages = json.loads(messages)
-        row = {"messages": conversation(messages or [], schemas), "tools": schemas}
+        # A gateway episode trains with the tools its client declared, not the environment's.
+        own = episode.get("tools")
+        row_schemas = own if isinstance(own, list) and own else schemas
+        row = {"messages": conversation(messages or [], row_schemas), "tools": row_schemas}
         answer = final_answer(row["messages"])
         rows.append((answer is not None and is_idk(answer), row))
     if max_idk_share is None:

@@ -16,7 +16,7 @@ Definitions (all shares are over the evaluated episodes unless said otherwise):
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -56,7 +56,7 @@ def _percentile(values: list[float], q: float) -> float:
     return round(ordered[index], 2)
 
 
-def _turn_validity(messages: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
+def _turn_validity(messages: Iterable[Mapping[str, Any]], tool_names: Collection[str] = TOOL_NAMES) -> tuple[int, int]:
     """(valid, total) assistant turns: valid means every tool call names a known tool."""
     valid = total = 0
     for message in messages:
@@ -65,20 +65,22 @@ def _turn_validity(messages: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
         total += 1
         calls = message.get("tool_calls") or []
         names = [(c.get("function") or {}).get("name") for c in calls if isinstance(c, Mapping)]
-        if names and all(name in TOOL_NAMES for name in names):
+        if names and all(name in tool_names for name in names):
             valid += 1
     return valid, total
 
 
-def compute_metrics(episodes: list[Episode], scenarios: Mapping[str, Scenario] | None = None) -> EvalMetrics:
-    """Metrics of a set of episodes; `scenarios` (by id) tells which were answerable and their sources."""
+def compute_metrics(episodes: list[Episode], scenarios: Mapping[str, Scenario] | None = None,
+                    tool_names: Collection[str] = TOOL_NAMES) -> EvalMetrics:
+    """Metrics of a set of episodes; `scenarios` (by id) tells which email questions were answerable and their
+    sources; `tool_names` are the environment's tools (a call to any other is an invalid turn)."""
     scenarios = scenarios or {}
     n = len(episodes)
     answerable = [e for e in episodes if e.scenario_id in scenarios and scenarios[e.scenario_id].answerable]
     cited_gold = sum(1 for e in answerable if set(e.sources) & set(scenarios[e.scenario_id].source_ids))
     valid_turns = total_turns = 0
     for episode in episodes:
-        valid, total = _turn_validity(episode.messages)
+        valid, total = _turn_validity(episode.messages, tool_names)
         valid_turns, total_turns = valid_turns + valid, total_turns + total
     outcomes = [e.outcome for e in episodes]
     return EvalMetrics(
@@ -100,11 +102,13 @@ def compute_metrics(episodes: list[Episode], scenarios: Mapping[str, Scenario] |
 
 
 def _by_category(episodes: list[Episode], scenarios: Mapping[str, Scenario]) -> dict[str, dict[str, float]]:
-    """{category: {"n": count, outcome: share}} over the episodes whose scenario is known."""
+    """{category: {"n": count, outcome: share}} over the episodes whose category is known (from the scenario,
+    else the episode's own)."""
     groups: dict[str, list[Outcome]] = {}
     for episode in episodes:
         scenario = scenarios.get(episode.scenario_id or "")
-        if scenario is not None:
-            groups.setdefault(scenario.category.value, []).append(episode.outcome)
+        category = str(scenario.category) if scenario is not None else episode.task_category
+        if category:
+            groups.setdefault(category, []).append(episode.outcome)
     return {category: {"n": len(outcomes), **{o.value: _share(outcomes.count(o), len(outcomes)) for o in Outcome}}
             for category, outcomes in sorted(groups.items())}

@@ -15,8 +15,10 @@ from typing import Any
 from agent_rl.agent.tool_calls import call_name
 from agent_rl.agent.tools import TOOL_NAMES, EpisodeTrace, InboxTools, ToolConfig
 from agent_rl.inbox.store import InboxStore
+from agent_rl.environments.core import Task
+from agent_rl.environments.email import judge_outcome, rubric_observation
 from agent_rl.records import Category, Outcome
-from agent_rl.reward.judge import DeterministicJudge, Judge, is_idk
+from agent_rl.reward.judge import DeterministicJudge, Judge
 from agent_rl.reward.rubric import FormatErrorKind, RubricObservation
 from agent_rl.turn_budget import DEFAULT_MAX_TURNS
 from agent_rl.utc import as_utc
@@ -120,23 +122,16 @@ class InboxEnvironment(InboxTools):
                 break
             tool_calls += len(calls)
             answered = _accepted_answer(completion, index)
+        task = self._task()
         if format_error is not None:
             outcome = Outcome.FORMAT_ERROR
         elif self.trace.answered:
-            outcome = self._judged(self.trace.final_answer or "")
+            outcome = judge_outcome(task, self.trace.final_answer or "", self._judge)
         else:
             outcome = Outcome.RAN_OUT
-        gold = [str(s) for s in (self._row.get("source_ids") or [])] if self.answerable else []
-        rubric = RubricObservation(
-            outcome=outcome,
-            sources=list(self.trace.sources),
-            gold_source_ids=gold,
-            found_gold=bool(self.trace.seen_ids & set(gold)),
-            read_gold=bool(set(self.trace.reads) & set(gold)),
-            turns=turns,
-            max_turns=self._max_turns,
-            format_error=format_error,
-        )
+        # The email environment's one judging path (agent_rl/environments/email.py), as the episode runner uses.
+        rubric = rubric_observation(task, self.trace, outcome, turns, self._max_turns,
+                                    format_error.value if format_error else None)
         return RolloutObservation(
             question=self.question,
             outcome=outcome,
@@ -152,14 +147,12 @@ class InboxEnvironment(InboxTools):
                         and _calls_left_unanswered(completion)),
         )
 
-    def _judged(self, answer: str) -> Outcome:
-        says_idk = is_idk(answer)
-        if not self.answerable:
-            return Outcome.CORRECT if says_idk else Outcome.WRONG
-        if says_idk:
-            return Outcome.IDK
-        verdict = self._judge.judge(self.question, str(self._row["answer"]), answer)
-        return Outcome.CORRECT if verdict.correct else Outcome.WRONG
+    def _task(self) -> Task:
+        """The bound row as the email environment's task record."""
+        row = self._row
+        return Task(id=str(row.get("scenario_id") or ""), environment="email", context=self._inbox,
+                    prompt=self.question, reference=str(row["answer"]), category=str(row.get("category") or ""),
+                    metadata={"source_ids": [str(s) for s in (row.get("source_ids") or [])]})
 
 
 def _accepted_answer(completion: list[dict[str, Any]], index: int) -> bool:

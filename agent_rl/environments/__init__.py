@@ -1,0 +1,15 @@
+"""Environments as plug-ins: the contract (core.py), discovery (registry.py) and safe calls (sessions.py)."""
+
+from agent_rl.environments.core import (
+    Environment,
+    EnvironmentError,
+    FinalAnswer,
+    Judgement,
+    PrivacySpec,
+    ProbeItem,
+    Task,
+    Trajectory,
+)
+
+__all__ = ["Environment", "EnvironmentError", "FinalAnswer", "Judgement", "PrivacySpec", "ProbeItem", "Task",
+           "Trajectory"]

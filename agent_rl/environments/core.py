@@ -1,0 +1,218 @@
+"""The environment contract: what the loop needs to know about an agent it trains, and nothing about email.
+
+An environment is a plug-in (`registry.py` finds it by name, import path or entry point). It declares its
+name and task categories, provides tasks by split, opens one tool session per task whose public methods
+are the tools (as TRL's `environment_factory` expects: typed arguments, Google-style docstrings), and
+judges a finished episode. Everything else in the loop (pool, curation, SFT, GRPO, evaluation, A/B) works
+from these records. No torch, no Dagster and no email code here.
+"""
+
+from __future__ import annotations
+
+import abc
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent_rl.records import Outcome, Split
+
+if TYPE_CHECKING:
+    from agent_rl.agent.policy import Policy
+
+
+class Task(BaseModel):
+    """One thing to do in an environment, with what success looks like when it is known."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    environment: str
+    context: str = Field(description="the world the task runs in: an inbox address, a store database, ...")
+    prompt: str = Field(description="what the user asks, as the opening user message")
+    reference: str | None = Field(None, description="the reference answer or expected outcome (None: unknown)")
+    category: str | None = Field(None, description="one of the environment's categories (None: live traffic)")
+    split: Split = Split.TRAIN
+    metadata: dict[str, Any] = Field(default_factory=dict, description="free, JSON-serializable")
+
+
+@dataclass
+class FinalAnswer:
+    """What a session recorded as the episode's end: the answer text and what it cites."""
+
+    text: str
+    citations: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Trajectory:
+    """A finished episode as a judge sees it."""
+
+    messages: list[dict[str, Any]]
+    turns: int
+    max_turns: int
+    format_error: str | None = None  # a FormatErrorKind value when the policy broke the format
+    answer: FinalAnswer | None = None
+
+
+@dataclass
+class Judgement:
+    """A judge's verdict: the outcome, and the reward with its rubric components (None where not judged)."""
+
+    outcome: Outcome
+    reward: float | None = None
+    components: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ProbeItem:
+    """A general question without tools, for the forgetting gate: right when the reply contains `expected`."""
+
+    question: str
+    expected: tuple[str, ...]
+
+
+@dataclass
+class PrivacySpec:
+    """Which of an environment's data carries personal information.
+
+    `id_fields` are episode/task metadata keys holding identifiers that keep their shape but lose names
+    (pseudonymized the same way wherever they occur, so citations still match). Free text (messages,
+    answers, prompts) is always anonymized. `known_people(context)` gives names and addresses the environment
+    knows to be personal in a context (an inbox's senders, a store's customers), so they are replaced even
+    where a recognizer would miss them.
+    """
+
+    id_fields: tuple[str, ...] = ()
+    known_people: Any = None  # Callable[[str], Iterable[tuple[str, str]]]: (display name, address) pairs
+
+
+class EnvironmentError(RuntimeError):  # noqa: A001 - the loop's own error for a broken plug-in
+    """A plug-in that breaks the contract; the message names the environment and what is wrong."""
+
+    def __init__(self, environment: str, problem: str) -> None:
+        super().__init__(f"environment {environment!r}: {problem}")
+        self.environment, self.problem = environment, problem
+
+
+class Environment(abc.ABC):
+    """Subclass this (or wrap a TRL-style environment class with `trl_environment`)."""
+
+    name: ClassVar[str] = ""
+    categories: ClassVar[tuple[str, ...]] = ()
+    # Categories where refusing ("I don't know", "I can't do that") is the right move; judges may use it.
+    refusal_categories: ClassVar[tuple[str, ...]] = ()
+    system_prompt: ClassVar[str] = ""
+
+    @abc.abstractmethod
+    def tasks(self, split: Split) -> list[Task]:
+        """The environment's tasks of one split (tests come from Split.TEST and are never trained on)."""
+
+    @abc.abstractmethod
+    def open(self, task: Task) -> Any:
+        """A fresh tool session for one episode of `task`; its public methods are the tools."""
+
+    @abc.abstractmethod
+    def final_answer(self, session: Any) -> FinalAnswer | None:
+        """What the session recorded as the end of the episode (None while the agent has not ended it)."""
+
+    @abc.abstractmethod
+    def judge(self, task: Task, session: Any, trajectory: Trajectory) -> Judgement:
+        """The outcome and rubric of a finished episode; the one judging path of the loop."""
+
+    def opening_messages(self, task: Task) -> list[dict[str, Any]]:
+        """The messages that start an episode: instructions, then the user's request."""
+        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return messages + [{"role": "user", "content": task.prompt}]
+
+    def session_type(self) -> type:
+        """The class of the sessions `open` returns: its public methods are the tools."""
+        raise NotImplementedError
+
+    def tool_names(self) -> tuple[str, ...]:
+        return public_methods(self.session_type())
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """OpenAI-style function schemas of the tools, derived from their signatures and docstrings."""
+        return session_tool_schemas(self.session_type())
+
+    def privacy(self) -> PrivacySpec:
+        return PrivacySpec()
+
+    def teacher(self) -> Policy | None:
+        """A policy that plays the tasks well (seeding a pool before any model is trained), if there is one."""
+        return None
+
+    def probe(self) -> list[ProbeItem]:
+        """General questions without tools for the forgetting gate (empty: the loop's default probe)."""
+        return []
+
+
+def public_methods(cls: type) -> tuple[str, ...]:
+    """Names of the public methods of a session class, as TRL offers them (reset excluded), in source order."""
+    names = []
+    for klass in reversed(cls.__mro__):
+        if klass is object:
+            continue
+        for name, value in vars(klass).items():
+            if name.startswith("_") or name == "reset" or name in names:
+                continue
+            if inspect.isfunction(value):
+                names.append(name)
+    return tuple(names)
+
+
+_SCHEMA_CACHE: dict[type, list[dict[str, Any]]] = {}
+
+
+def session_tool_schemas(cls: type) -> list[dict[str, Any]]:
+    """Each tool's schema as transformers' `get_json_schema` (and so TRL) renders it; a method it cannot
+    describe (missing type hints or docstring) is an EnvironmentError naming the method."""
+    if cls not in _SCHEMA_CACHE:
+        from transformers.utils import get_json_schema
+
+        schemas = []
+        for name in public_methods(cls):
+            try:
+                schemas.append(get_json_schema(getattr(cls, name)))
+            except Exception as exc:
+                raise EnvironmentError(cls.__name__, f"tool {name!r} cannot be described: {exc}") from None
+        _SCHEMA_CACHE[cls] = schemas
+    return _copy(_SCHEMA_CACHE[cls])
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [_copy(v) for v in value]
+    return value
+
+
+REQUIRED_METHODS = ("tasks", "open", "final_answer", "judge")
+
+
+def check_environment(environment: Any) -> Environment:
+    """`environment` if it keeps the contract's shape, else an EnvironmentError saying what is missing."""
+    label = getattr(environment, "name", "") or type(environment).__name__
+    if not isinstance(label, str) or not label.strip():
+        raise EnvironmentError(type(environment).__name__, "declares no name")
+    missing = [m for m in REQUIRED_METHODS if not callable(getattr(environment, m, None))]
+    if missing:
+        raise EnvironmentError(label, f"lacks method(s) {', '.join(missing)}")
+    categories = getattr(environment, "categories", ())
+    if not categories or not all(isinstance(c, str) and c for c in categories):
+        raise EnvironmentError(label, "declares no task categories (a tuple of non-empty strings)")
+    try:
+        tools = environment.tool_names()
+    except NotImplementedError:
+        raise EnvironmentError(label, "does not say its session type (session_type())") from None
+    if not tools:
+        raise EnvironmentError(label, "its session offers no tools (public methods)")
+    try:
+        environment.tool_schemas()
+    except EnvironmentError as exc:  # raised naming the session class: name the environment instead
+        raise EnvironmentError(label, exc.problem) from None
+    return environment

@@ -1,0 +1,165 @@
+"""The email assistant (the ART-E case study) as an environment: search, read, answer with sources, and
+"I don't know" rather than a guess.
+
+Its world is an inbox store; a task is a question about one inbox (`context`: the inbox address) as seen
+on the scenario's query date. Judging lives here and only here: the episode runner, GRPO's rollouts and the
+arbiter's live episodes all call `judge_outcome` and `rubric_observation`.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from email.utils import parseaddr
+from datetime import datetime
+from typing import Any, ClassVar
+
+from agent_rl.agent.prompts import SYSTEM_PROMPT, initial_messages
+from agent_rl.agent.tools import TOOL_NAMES, EpisodeTrace, InboxTools, ToolConfig, call_tool, tool_schemas
+from agent_rl.environments.core import Environment, FinalAnswer, Judgement, PrivacySpec, Task, Trajectory
+from agent_rl.inbox.store import InboxStore
+from agent_rl.records import Category, Outcome, Scenario, Split
+from agent_rl.reward.judge import DeterministicJudge, Judge, is_idk
+from agent_rl.reward.rubric import FormatErrorKind, RubricObservation, RubricWeights, score
+from agent_rl.utc import as_utc
+
+log = logging.getLogger(__name__)
+
+NAME = "email"
+
+
+def scenario_task(scenario: Scenario) -> Task:
+    """An email scenario as the loop's generic task record."""
+    return Task(
+        id=scenario.id, environment=NAME, context=scenario.inbox_id, prompt=scenario.question,
+        reference=scenario.answer, category=str(scenario.category), split=scenario.split,
+        metadata={"source_ids": list(scenario.source_ids), "query_date": as_utc(scenario.query_date).isoformat()},
+    )
+
+
+def live_task(inbox: str, question: str, query_date: datetime | None = None) -> Task:
+    """A question from live traffic: no reference answer, no category."""
+    metadata = {"query_date": as_utc(query_date).isoformat()} if query_date else {}
+    return Task(id=f"live-{uuid.uuid4().hex[:12]}", environment=NAME, context=inbox, prompt=question,
+                reference=None, category=None, metadata=metadata)
+
+
+def query_date_of(task: Task) -> datetime | None:
+    value = task.metadata.get("query_date")
+    if isinstance(value, datetime):
+        return as_utc(value)
+    return as_utc(datetime.fromisoformat(str(value).replace("Z", "+00:00"))) if value else None
+
+
+def judge_outcome(task: Task, answer: str, judge: Judge) -> Outcome:
+    """Correct / wrong / "I don't know" for an answer; "I don't know" on an unanswerable question is correct.
+    Without a reference (live traffic) nothing is judged correct."""
+    says_idk = is_idk(answer)
+    if task.reference is None:
+        return Outcome.IDK if says_idk else Outcome.WRONG
+    if task.category == Category.UNANSWERABLE.value:
+        return Outcome.CORRECT if says_idk else Outcome.WRONG
+    if says_idk:
+        return Outcome.IDK
+    try:
+        verdict = judge.judge(task.prompt, task.reference, answer)
+    except Exception as exc:  # an LLM judge that fails falls back to the deterministic rules
+        log.warning("judge failed (%s), using the deterministic judge", exc)
+        verdict = DeterministicJudge().judge(task.prompt, task.reference, answer)
+    return Outcome.CORRECT if verdict.correct else Outcome.WRONG
+
+
+def rubric_observation(task: Task, trace: EpisodeTrace, outcome: Outcome, turns: int, max_turns: int,
+                       format_error: str | None) -> RubricObservation:
+    """What the rubric scores: the outcome, and what the tools saw of the gold emails."""
+    gold = [str(s) for s in task.metadata.get("source_ids") or []] if task.category != Category.UNANSWERABLE else []
+    return RubricObservation(
+        outcome=outcome,
+        sources=list(trace.sources),
+        gold_source_ids=gold,
+        found_gold=bool(trace.seen_ids & set(gold)),
+        read_gold=bool(set(trace.reads) & set(gold)),
+        turns=turns,
+        max_turns=max_turns,
+        format_error=FormatErrorKind(format_error) if format_error else None,
+    )
+
+
+class EmailEnvironment(Environment):
+    """Questions about an inbox store, answered with the search / read / answer tools."""
+
+    name: ClassVar[str] = NAME
+    categories: ClassVar[tuple[str, ...]] = tuple(c.value for c in Category)
+    refusal_categories: ClassVar[tuple[str, ...]] = (Category.UNANSWERABLE.value,)
+    system_prompt: ClassVar[str] = SYSTEM_PROMPT
+
+    def __init__(self, store: InboxStore | None = None, scenarios: list[Scenario] | None = None,
+                 tools: ToolConfig | None = None, rubric: RubricWeights | None = None,
+                 judge: Judge | None = None) -> None:
+        self.store = store
+        self._scenarios = scenarios
+        self.tool_config = tools or ToolConfig()
+        self.rubric = rubric or RubricWeights()
+        self.answer_judge = judge or DeterministicJudge()
+
+    def tasks(self, split: Split) -> list[Task]:
+        if self._scenarios is None:
+            from agent_rl.scenarios.demo import load_default_scenarios
+
+            self._scenarios = load_default_scenarios()
+        return [scenario_task(s) for s in self._scenarios if s.split == split]
+
+    def open(self, task: Task) -> InboxTools:
+        if self.store is None:
+            raise RuntimeError("the email environment needs an inbox store to open tool sessions")
+        return InboxTools(self.store, task.context, query_date_of(task), self.tool_config)
+
+    def session_type(self) -> type:
+        return InboxTools
+
+    def tool_names(self) -> tuple[str, ...]:
+        return TOOL_NAMES
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return tool_schemas()
+
+    def opening_messages(self, task: Task) -> list[dict[str, Any]]:
+        return initial_messages(task.context, task.prompt, query_date_of(task))
+
+    def call(self, session: InboxTools, name: str, arguments: Any) -> str:
+        return call_tool(session, name, arguments)
+
+    def final_answer(self, session: InboxTools) -> FinalAnswer | None:
+        trace = session.trace
+        return FinalAnswer(trace.final_answer or "", list(trace.sources)) if trace.answered else None
+
+    def judge(self, task: Task, session: InboxTools, trajectory: Trajectory) -> Judgement:
+        outcome = Outcome.FORMAT_ERROR if trajectory.format_error else Outcome.RAN_OUT
+        if trajectory.answer is not None and not trajectory.format_error:
+            outcome = judge_outcome(task, trajectory.answer.text, self.answer_judge)
+        if task.reference is None:
+            return Judgement(outcome)  # live traffic: no reward without a reference
+        observation = rubric_observation(task, session.trace, outcome, trajectory.turns, trajectory.max_turns,
+                                         trajectory.format_error)
+        result = score(observation, self.rubric)
+        return Judgement(outcome, result.total, result.components)
+
+    def privacy(self) -> PrivacySpec:
+        return PrivacySpec(id_fields=("scenario_id", "citations"), known_people=self._inbox_people)
+
+    def _inbox_people(self, inbox: str) -> list[tuple[str, str]]:
+        """(display name, address) of everyone in an inbox's headers: the anonymizer's directory."""
+        if self.store is None:
+            return []
+        people = []
+        for email in self.store.iter_emails(inbox):
+            for value in (email.sender, *email.to, *email.cc, *email.bcc):
+                name, address = parseaddr(value)
+                if address:
+                    people.append((name, address))
+        return people
+
+    def teacher(self) -> Any:
+        from agent_rl.agent.heuristic import HeuristicPolicy
+
+        return HeuristicPolicy()

@@ -1,0 +1,65 @@
+"""Finding an environment by what a user types: a built-in name, an import path, or an installed plug-in.
+
+`load_environment("email")` gives a built-in; `load_environment("my_package.module:MyEnvironment")` imports a
+class (or a factory function) from the user's code; a pip-installed package registers its own under the
+entry point group `agent_rl.environments` (`[project.entry-points."agent_rl.environments"] support =
+"my_package.env:SupportEnvironment"`), after which its name works like a built-in. Every failure is an
+EnvironmentError naming what was asked for and what went wrong.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import re
+from typing import Any
+
+from agent_rl.environments.core import Environment, EnvironmentError, check_environment
+
+ENTRY_POINT_GROUP = "agent_rl.environments"
+BUILTINS: dict[str, str] = {
+    "email": "agent_rl.environments.email:EmailEnvironment",
+}
+_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def available() -> dict[str, str]:
+    """Every environment name that loads without an import path: built-ins, then installed plug-ins."""
+    names = dict(BUILTINS)
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        names.setdefault(entry.name, entry.value)
+    return names
+
+
+def resolve(spec: str) -> Any:
+    """The class or factory `spec` names (not yet instantiated)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise EnvironmentError(str(spec), "an environment is named by a non-empty string")
+    spec = spec.strip()
+    target = spec if ":" in spec else available().get(spec)
+    if target is None:
+        raise EnvironmentError(spec, f"unknown; known: {', '.join(sorted(available()))}, or give an import path "
+                               "'package.module:ClassName'")
+    if not _IMPORT_PATH.match(target):
+        raise EnvironmentError(spec, f"{target!r} is not an import path 'package.module:ClassName'")
+    module_name, _, attribute = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise EnvironmentError(spec, f"module {module_name!r} cannot be imported: {exc}") from None
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise EnvironmentError(spec, f"module {module_name!r} has no {attribute!r}") from None
+
+
+def load_environment(spec: str, **options: Any) -> Environment:
+    """An instance of the environment `spec` names, built with `options`, checked against the contract."""
+    factory = resolve(spec)
+    if not callable(factory):
+        raise EnvironmentError(spec, "is neither a class nor a factory function")
+    try:
+        environment = factory(**options)
+    except TypeError as exc:
+        raise EnvironmentError(spec, f"cannot be built with options {sorted(options)}: {exc}") from None
+    return check_environment(environment)
