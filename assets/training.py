@@ -94,20 +94,32 @@ def rollouts_path(partition: str):
     return stage_dir("grpo_adapter", partition) / "rollouts.jsonl"
 
 
-@dg.asset_check(asset=grpo_adapter, blocking=True,
-                description="No reward hacking in the training rollouts (same answer everywhere, unsupported "
-                            "answers, tool-call spam, padded sources, format exploits).")
-def no_reward_hacking(context: dg.AssetCheckExecutionContext):
-    path = rollouts_path(context.partition_key)
+def grpo_hacking(partition: str) -> tuple[list, str | None]:
+    """The reward-hacking findings of a partition's GRPO rollouts, and what triggered (None: nothing did).
+    Written to hacking.json beside the adapter; validation reads the same function, so whichever runs first
+    both see one verdict."""
+    path = rollouts_path(partition)
     if not path.exists():
-        return dg.AssetCheckResult(passed=False, description=f"no rollouts recorded at {path}")
+        return [], f"no rollouts recorded at {path}"
     findings = measure_reward_hacking(load_jsonl(path), HackingConfig())
-    triggered = [f for f in findings if f.triggered]
-    (stage_dir("grpo_adapter", context.partition_key) / "hacking.json").write_text(
+    (stage_dir("grpo_adapter", partition) / "hacking.json").write_text(
         json.dumps([f.as_dict() for f in findings], default=str))
+    triggered = [f for f in findings if f.triggered]
+    verdict = ("reward hacking: " + ", ".join(f"{f.kind} {f.rate:.0%} > {f.threshold:.0%}" for f in triggered)
+               if triggered else None)
+    return findings, verdict
+
+
+# Not blocking: a GRPO run whose rollouts hacked the reward is disqualified at validation, where SFT alone stays a
+# candidate; stopping the run here would throw away the SFT model with it.
+@dg.asset_check(asset=grpo_adapter, blocking=False,
+                description="No reward hacking in the training rollouts (same answer everywhere, unsupported "
+                            "answers, tool-call spam, padded sources, format exploits); a failure disqualifies "
+                            "SFT + GRPO at validation.")
+def no_reward_hacking(context: dg.AssetCheckExecutionContext):
+    findings, verdict = grpo_hacking(context.partition_key)
     return dg.AssetCheckResult(
-        passed=not triggered,
-        description="no reward hacking detected" if not triggered else
-        "reward hacking: " + ", ".join(f"{f.kind} {f.rate:.0%} > {f.threshold:.0%}" for f in triggered),
+        passed=verdict is None,
+        description=verdict or "no reward hacking detected",
         metadata={f.kind: dg.MetadataValue.json(f.as_dict()) for f in findings},
     )

@@ -27,7 +27,7 @@ from agent_rl.policy_specs import load_policy, load_stacked
 from agent_rl.records import Scenario
 from assets.curation import stage_dir
 from assets.partitions import weekly
-from assets.training import grpo_adapter, sft_adapters, trained_adapters
+from assets.training import grpo_adapter, grpo_hacking, sft_adapters, trained_adapters
 from resources.evaluation import EvaluationResource
 from resources.registry import MlflowResource
 from resources.stores import PoolResource
@@ -67,11 +67,15 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
     scenarios = [Scenario.model_validate(row) for row in load_jsonl(env / "scenarios.jsonl")]
     store = open_inbox_store(f"sqlite:///{env / 'inbox.db'}")
     incumbent_version, incumbent_spec = production_incumbent(pool, training.base_model)
+    _, hacked = grpo_hacking(partition)
     loaders = {
         "sft": lambda: load_stacked(training.base_model, sft_adapters(partition), version="sft"),
         "grpo": lambda: load_stacked(training.base_model, trained_adapters(partition), version="grpo"),
         "incumbent": lambda: load_policy(incumbent_spec),
     }
+    if hacked:  # disqualified: evaluating it would decide nothing
+        context.log.warning(f"SFT + GRPO disqualified, not evaluated: {hacked}")
+        del loaders["grpo"]
     results: dict[str, EvalMetrics] = {}
     probes: dict[str, float | None] = {}
     simulation = None
@@ -92,7 +96,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
         probes["base"] = forgetting_probe(base)
         del base
     store.close()
-    choice = choose_candidate(results["sft"], results["grpo"])
+    choice = choose_candidate(results["sft"], results.get("grpo"), disqualified=hacked)
     context.log.info(choice.reason)
     candidate, candidate_probe = results[choice.name], probes[choice.name]
     improvement = improvement_gate(candidate, results["incumbent"], evaluation.gates(),
@@ -100,7 +104,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
     forgetting = forgetting_gate(candidate_probe or 0.0, probes["base"] or 0.0, evaluation.gates())
     report = {
         "incumbent": {"version": incumbent_version, "spec": incumbent_spec, "simulation": simulation},
-        "choice": {"candidate": choice.name, "reason": choice.reason},
+        "choice": {"candidate": choice.name, "reason": choice.reason, "grpo_disqualified": hacked},
         "metrics": {"candidate": candidate.model_dump(), **{n: m.model_dump() for n, m in results.items()}},
         "forgetting_probe": probes,
         "gates": {"improvement": improvement.__dict__, "forgetting": forgetting.__dict__},
@@ -158,14 +162,15 @@ def no_forgetting(context: dg.AssetCheckExecutionContext):
     return _gate(context, "forgetting")
 
 
-@dg.asset_check(asset=evaluation_report, blocking=True, description="The reward-hacking detectors found nothing.")
+@dg.asset_check(asset=evaluation_report, blocking=True,
+                description="The candidate is not a model whose training rollouts hacked the reward.")
 def reward_hacking_passed(context: dg.AssetCheckExecutionContext):
-    path = stage_dir("grpo_adapter", context.partition_key) / "hacking.json"
-    if not path.exists():
-        return dg.AssetCheckResult(passed=False, description="the reward-hacking check of grpo_adapter has not run")
-    triggered = [f["kind"] for f in json.loads(path.read_text()) if f.get("triggered")]
-    return dg.AssetCheckResult(passed=not triggered,
-                               description="no finding" if not triggered else f"findings: {', '.join(triggered)}")
+    choice = json.loads(report_path(context.partition_key).read_text())["choice"]
+    hacked = choice.get("grpo_disqualified")
+    if choice["candidate"] == "grpo":
+        return dg.AssetCheckResult(passed=not hacked, description=hacked or "no finding in the GRPO rollouts")
+    return dg.AssetCheckResult(passed=True, description="the candidate is SFT alone" + (
+        f"; SFT + GRPO was disqualified ({hacked})" if hacked else ""))
 
 
 @dg.asset(group_name="validation", partitions_def=weekly, deps=[evaluation_report],

@@ -52,7 +52,7 @@ def test_training_is_gated_by_blocking_checks():
         ("validated_episodes", "clean_ratio"): True,
         ("validated_episodes", "category_diversity"): True,
         ("anonymized_episodes", "no_pii_leak"): True,
-        ("grpo_adapter", "no_reward_hacking"): True,
+        ("grpo_adapter", "no_reward_hacking"): False,  # disqualifies GRPO at validation; SFT stays a candidate
         ("evaluation_report", "beats_champion"): True,
         ("evaluation_report", "no_forgetting"): True,
         ("evaluation_report", "reward_hacking_passed"): True,

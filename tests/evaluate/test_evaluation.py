@@ -120,6 +120,10 @@ def test_sft_plus_grpo_ships_only_when_it_is_not_worse_than_sft_alone():
     assert lower.name == "sft" and "made accuracy worse" in lower.reason
     more_failures = choose_candidate(metrics(0.78, 0.10), metrics(0.80, 0.14))
     assert more_failures.name == "sft" and "made failures worse" in more_failures.reason
+    # GRPO whose rollouts hacked the reward is no candidate, however well it scores.
+    hacked = choose_candidate(metrics(0.78, 0.10), metrics(0.90, 0.02), disqualified="tool_call_spam 17% > 10%")
+    assert hacked.name == "sft" and "disqualified (tool_call_spam 17% > 10%)" in hacked.reason
+    assert choose_candidate(metrics(0.78, 0.10), None, disqualified="reward hacking").name == "sft"
 
 
 def test_failure_rate_counts_wrong_answers_broken_replies_and_running_out_together():
