@@ -17,7 +17,9 @@ version, so they stay put across workers and restarts). The episode id is in the
 response header and in the body (`agent_rl.episode_id`, also on the final stream chunk).
 
 Request `metadata` (OpenAI's field, string values) may declare `context` (the environment the agent works
-in, stored as the episode's inbox_id; default "gateway"; the key must cover it), `task` (stored as the
+in, stored as the episode's context; default "gateway"; the key must cover it), `environment` (the plug-in
+whose tasks these are, stored as the episode's environment; default "gateway": an agent that is no plug-in,
+whose declared tools are stored with the episode for SFT), `task` (stored as the
 episode's question; default the first user message) and `final_tool` (a tool name: a reply calling it ends
 the episode).
 
@@ -68,6 +70,8 @@ log = logging.getLogger("agent_rl.arbiter.gateway")
 
 EPISODE_HEADER = "X-Agent-RL-Episode"
 DEFAULT_CONTEXT = "gateway"
+# Live traffic of an agent that is no plug-in of ours: curation and SFT take it, GRPO cannot run its tools.
+DEFAULT_ENVIRONMENT = "gateway"
 GATEWAY_PATH_PREFIXES = ("/v1/chat/", "/v1/models", "/v1/episodes/", "/s/")
 SESSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 DEFAULT_MAX_TOKENS = 512
@@ -184,6 +188,8 @@ class ChatRequest(BaseModel):
             raise ValueError("final_tool must be a tool name (letters, digits, '_' or '-')")
         if value and "context" in value and not value["context"].strip():
             raise ValueError("context must not be blank")
+        if value and "environment" in value and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", value["environment"]):
+            raise ValueError("environment must be an environment name (letters, digits, '_', '.' or '-')")
         return value
 
     @model_validator(mode="after")
@@ -346,6 +352,8 @@ class LiveEpisode:
     spec: str
     session: str | None
     final_tool: str | None = None
+    environment: str = DEFAULT_ENVIRONMENT
+    tools: list[dict[str, Any]] | None = None  # as the client declared them on its latest call
     created_at: Any = field(default_factory=utcnow)
     messages: list[dict[str, Any]] = field(default_factory=list)
     calls: int = 0
@@ -365,7 +373,8 @@ class LiveEpisode:
                 if call["function"]["name"] == self.final_tool:
                     answer = call["function"]["arguments"]
         return Episode(
-            episode_id=self.episode_id, created_at=self.created_at, tenant=self.tenant, inbox_id=self.context,
+            episode_id=self.episode_id, created_at=self.created_at, tenant=self.tenant, environment=self.environment,
+            context=self.context, tools=self.tools,
             question=self.task, policy_version=self.version, messages=self.messages, final_answer=answer,
             outcome=Outcome.UNJUDGED, reward=None, turns=self.calls, prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens, latency_ms=round(self.latency_ms, 3),
@@ -479,7 +488,8 @@ class Gateway:
         task = metadata.get("task") or next(
             (_text_of(m.content) for m in request.messages if m.role == "user"), "")
         episode = LiveEpisode(episode_id=str(uuid.uuid4()), tenant=key.tenant, context=context, task=task,
-                              version=version, spec=spec, session=session)
+                              version=version, spec=spec, session=session,
+                              environment=metadata.get("environment", DEFAULT_ENVIRONMENT))
         if len(self.live) >= self.max_live:
             self._evict()
         self.live[episode.episode_id] = episode
@@ -741,6 +751,8 @@ class Gateway:
         final_tool = (request.metadata or {}).get("final_tool")
         if final_tool:
             episode.final_tool = final_tool
+        if request.tools:
+            episode.tools = [t.model_dump(mode="json", exclude_none=True) for t in request.tools]
         episode.messages = [*messages, message]
         episode.calls += 1
         episode.prompt_tokens += usage["prompt_tokens"]

@@ -214,7 +214,8 @@ def test_agents_run_unchanged_and_the_pool_holds_what_they_saw(store_url, openai
         # Named by the header.
         for i in range(4):
             messages, episode = run_agent(client, f"What is {i} - 3?", headers={"X-Agent-RL-Episode": f"task-{i}"},
-                                          metadata={"context": "calc-env", "task": f"subtract {i}"})
+                                          metadata={"context": "calc-env", "task": f"subtract {i}",
+                                                    "environment": "calculator"})
             assert end(url, TOKEN_A, episode).status_code == 200
             seen[episode] = messages
         wait_for_episodes(store_url, len(seen))  # final-tool episodes are written in the background
@@ -238,6 +239,12 @@ def test_agents_run_unchanged_and_the_pool_holds_what_they_saw(store_url, openai
     header_episodes = [e for e in stored.values() if e.inbox_id == "calc-env"]
     assert len(header_episodes) == 4 and {e.question for e in header_episodes} == {f"subtract {i}" for i in range(4)}
     assert {e.inbox_id for e in stored.values()} == {"gateway", "calc-env"}
+    # The environment the caller declared (default: "gateway", an agent that is no plug-in of ours), and the tools
+    # it offered the model, which SFT trains with.
+    assert {e.environment for e in header_episodes} == {"calculator"}
+    assert {e.environment for e in stored.values() if e.context == "gateway"} == {"gateway"}
+    assert all([t["function"]["name"] for t in e.tools] == [t["function"]["name"] for t in TOOLS]
+               for e in stored.values())
     # The upstream's key reached the upstream, and nothing else: not the pool, not the log.
     assert all(h.get("Authorization") == f"Bearer {upstream_key}" for h in openai_stub.headers)
     assert upstream_key not in json.dumps([e.model_dump(mode="json") for e in stored.values()])
@@ -563,3 +570,12 @@ def test_sessions_split_by_the_routing_weights(sqlite_url):
         assert stored[episode].policy_version == model == expected  # sticky: the hash of the session picks it
     share = sum(1 for e in stored.values() if e.policy_version == "calc") / len(stored)
     assert len(stored) == 120 and 0.55 <= share <= 0.85
+
+
+def test_a_malformed_environment_name_is_refused_and_writes_nothing(sqlite_url):
+    with gateway(sqlite_url, {"calc": 1.0}, {"calc": "calc-bot"}) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN_A, max_retries=0)
+        with pytest.raises(openai.BadRequestError, match="environment must be an environment name"):
+            client.chat.completions.create(model="x", messages=[{"role": "user", "content": "What is 1 + 1?"}],
+                                           metadata={"environment": "no spaces/please"})
+    assert all_episodes(sqlite_url) == {}
