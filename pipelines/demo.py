@@ -298,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                 decision = "not registered: the run stopped before validation"
             row["decision"] = decision or "A/B test undecided"
             row["served_after"] = pool.get_routing().weights
+            row["arbiter"] = arbiter_memory(url)
             weeks.append(row)
 
     with step("loop health over every retraining run so far (Dagster job loop_health_job)"):
@@ -344,6 +345,20 @@ def read_loop_health() -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def arbiter_memory(url: str) -> dict | None:
+    """The arbiter's serving figures (/healthz): versions loaded on its shared base, resident memory now and at
+    its peak, adapter and cache memory; None when it does not answer."""
+    try:
+        serving = httpx.get(f"{url}/healthz", timeout=10).json().get("serving") or {}
+    except (httpx.HTTPError, ValueError):
+        return None
+    mb = 1024 * 1024
+    return {"versions": serving.get("versions") or [], "policies": serving.get("policies_loaded") or [],
+            "resident_mb": round(serving.get("resident_bytes", 0) / mb), "peak_mb": round(
+                serving.get("peak_resident_bytes", 0) / mb), "adapter_mb": round(serving.get("adapter_bytes", 0) / mb, 1),
+            "cache_mb": round(serving.get("cache_bytes", 0) / mb, 1)}
+
+
 def print_summary(pool, weeks: list[dict], started: float, health: dict | None = None) -> None:
     print("\n================ summary ================")
     last = next((w["report"] for w in reversed(weeks) if w.get("report")), None)
@@ -371,6 +386,13 @@ def print_summary(pool, weeks: list[dict], started: float, health: dict | None =
         print(f"{row['week']:>4} | {row['served_by']} | {traffic} | {row['decision']}")
     print("(a version ending in -sim is the rule-based agent playing an API model: its accuracy is measured, its "
           "latency and cost are the model's published figures)")
+    for row in weeks:
+        memory = row.get("arbiter")
+        if memory:
+            print(f"arbiter after week {row['week']}: resident {memory['resident_mb']} MB (peak {memory['peak_mb']} "
+                  f"MB); on its shared base: {', '.join(memory['versions']) or 'no model'} (adapters "
+                  f"{memory['adapter_mb']} MB, caches {memory['cache_mb']} MB); loaded: "
+                  f"{', '.join(memory['policies']) or '-'}")
     for change in pool.routing_history()[-4:]:
         print(f"routing {change.changed_at:%H:%M:%S} by {change.actor or '-'}: {change.new_weights} ({change.reason})")
     if health:

@@ -1,10 +1,11 @@
-"""The demo's summary says why a check failed, from the check's own findings."""
+"""The demo's summary says why a check failed, from the check's own findings, and how much memory the arbiter
+took serving the week's versions."""
 
 from __future__ import annotations
 
 import dagster as dg
 
-from pipelines.demo import _flagged_examples
+from pipelines.demo import _flagged_examples, arbiter_memory
 
 
 def test_failed_check_examples_are_printed_for_triggered_findings_only():
@@ -20,3 +21,37 @@ def test_failed_check_examples_are_printed_for_triggered_findings_only():
     lines = _flagged_examples(metadata)
     assert len(lines) == 2 and all(line.startswith("unsupported_answer: ") for line in lines)
     assert "Who approved it?" in lines[0] and "'Sherry'" in lines[0]
+
+
+def test_the_arbiter_memory_line_reads_healthz():
+    """A real HTTP server answering /healthz as the arbiter does (the arbiter itself is tested in
+    tests/arbiter/test_shared_serving.py)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    mb = 1024 * 1024
+
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"status": "ok", "serving": {
+                "versions": ["challenger", "champion"], "policies_loaded": ["api-sim:o3", "mlflow:challenger"],
+                "resident_bytes": 900 * mb, "peak_resident_bytes": 1200 * mb, "adapter_bytes": 37 * mb,
+                "cache_bytes": 12.5 * mb}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        memory = arbiter_memory(f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+    assert memory == {"versions": ["challenger", "champion"], "policies": ["api-sim:o3", "mlflow:challenger"],
+                      "resident_mb": 900, "peak_mb": 1200, "adapter_mb": 37.0, "cache_mb": 12.5}
+    assert arbiter_memory("http://127.0.0.1:9") is None  # nothing listening: no figure, no crash
