@@ -14,12 +14,12 @@ import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from functools import lru_cache
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_rl.environments.sessions import tool_parameters
 from agent_rl.inbox.store import MAX_RESULTS, InboxStore
 from agent_rl.records import Email
 from agent_rl.utc import as_utc
@@ -360,15 +360,6 @@ def _copy_json(value: Any) -> Any:
     return value
 
 
-@lru_cache(maxsize=64)
-def _parameters(tools_type: type, name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(all parameter names, required ones) of a tool method: inspect.signature costs more than the tool itself."""
-    parameters = inspect.signature(getattr(tools_type, name)).parameters
-    names = tuple(p for p in parameters if p != "self")
-    required = tuple(p for p in names if parameters[p].default is inspect.Parameter.empty)
-    return names, required
-
-
 def call_tool(tools: InboxTools, name: str, arguments: Any) -> str:
     """Run one tool call by name with the model's arguments; unknown argument names are an error result."""
     if name not in TOOL_NAMES:
@@ -381,7 +372,7 @@ def call_tool(tools: InboxTools, name: str, arguments: Any) -> str:
         names = tuple(parameters)
         required = tuple(p for p in names if parameters[p].default is inspect.Parameter.empty)
     else:
-        names, required = _parameters(type(tools), name)
+        names, required = tool_parameters(type(tools), name)
     unknown = sorted(str(key) for key in arguments if key not in names)
     if unknown:
         return tools._fail(name, f"unknown argument(s) {', '.join(unknown)[:80]}; expected {', '.join(names)}")

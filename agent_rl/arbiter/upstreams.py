@@ -64,10 +64,14 @@ def load_openai_upstream(raw: str) -> OpenAIUpstream:
     try:
         config = OpenAIUpstreamConfig.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}"
-                             for e in exc.errors(include_input=False, include_url=False))
-        raise PolicyLoadError(f"openai upstream spec: {problems}") from None
+        raise PolicyLoadError(f"openai upstream spec: {spec_problems(exc)}") from None
     return OpenAIUpstream(config)
+
+
+def spec_problems(exc: Any) -> str:
+    """A spec's validation errors as `field: message; ...`, without echoing the input (it may hold a secret)."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}"
+                     for e in exc.errors(include_input=False, include_url=False))
 
 
 class OpenAIUpstream(Policy):

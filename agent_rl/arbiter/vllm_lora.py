@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat
 
-from agent_rl.arbiter.upstreams import ENV_NAME_PATTERN, OpenAIUpstream, OpenAIUpstreamConfig
+from agent_rl.arbiter.upstreams import ENV_NAME_PATTERN, OpenAIUpstream, OpenAIUpstreamConfig, spec_problems
 
 LORA_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 
@@ -130,9 +130,7 @@ def load_vllm_adapter(raw: str) -> VllmAdapterUpstream:
     try:
         config = VllmAdapterConfig.model_validate_json(raw)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}"
-                             for e in exc.errors(include_input=False, include_url=False))
-        raise PolicyLoadError(f"vllm-lora spec: {problems}") from None
+        raise PolicyLoadError(f"vllm-lora spec: {spec_problems(exc)}") from None
     return VllmAdapterUpstream(config)
 
 

@@ -23,7 +23,7 @@ def _error(message: str) -> str:
 
 
 @lru_cache(maxsize=256)
-def _parameters(session_type: type, name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def tool_parameters(session_type: type, name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(all parameter names, required ones) of a tool method (inspect.signature is slow: cached per class)."""
     parameters = inspect.signature(getattr(session_type, name)).parameters
     names = tuple(p for p, v in parameters.items() if p != "self" and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD))
@@ -43,7 +43,7 @@ def call_session_tool(environment: Environment, session: Any, name: str, argumen
         return _error(f"unknown tool {shown!r}; use one of {', '.join(tools)}")
     if not isinstance(arguments, dict):
         return _error("arguments must be a JSON object")
-    names, required = _parameters(type(session), name)
+    names, required = tool_parameters(type(session), name)
     unknown = sorted(str(key) for key in arguments if key not in names)
     if unknown:
         return _error(f"unknown argument(s) {', '.join(unknown)[:80]}; expected {', '.join(names)}")
