@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from email.utils import parseaddr
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -145,19 +144,9 @@ class EmailEnvironment(Environment):
         return Judgement(outcome, result.total, result.components)
 
     def privacy(self) -> PrivacySpec:
-        return PrivacySpec(id_fields=("scenario_id", "citations"), known_people=self._inbox_people)
-
-    def _inbox_people(self, inbox: str) -> list[tuple[str, str]]:
-        """(display name, address) of everyone in an inbox's headers: the anonymizer's directory."""
-        if self.store is None:
-            return []
-        people = []
-        for email in self.store.iter_emails(inbox):
-            for value in (email.sender, *email.to, *email.cc, *email.bcc):
-                name, address = parseaddr(value)
-                if address:
-                    people.append((name, address))
-        return people
+        # Who is a person comes from every inbox's headers: curation's anonymizer builds that directory itself
+        # (curation/anonymize.py build_directory), so no second reader of the headers here.
+        return PrivacySpec(id_fields=("scenario_id", "citations"))
 
     def teacher(self) -> Any:
         from agent_rl.agent.heuristic import HeuristicPolicy
