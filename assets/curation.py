@@ -11,14 +11,20 @@ import dagster as dg
 from agent_rl import settings
 from agent_rl.curation.balance import balance_episodes
 from agent_rl.curation.datasets import grpo_rows, load_jsonl, save_jsonl, sft_rows
+from agent_rl.curation.plugin_privacy import anonymize_plugin_partition
 from agent_rl.curation.privacy import anonymize_partition
-from agent_rl.curation.validate import ValidationConfig, gate_results, validate_episodes
+from agent_rl.environments import worlds
+from agent_rl.environments.core import Task
+from agent_rl.records import Split
+from agent_rl.train.plugin_rollouts import task_rows
+from agent_rl.curation.validate import ValidationConfig, config_for, gate_results, validate_episodes
 from agent_rl.inbox.store import open_inbox_store
 from agent_rl.scenarios.demo import load_default_scenarios
 from assets.environment import inbox, scenarios
 from assets.partitions import weekly
 from assets.pool import export_path, pool_episodes
 from resources.curation import CurationResource
+from resources.environment import EnvironmentResource
 from resources.stores import InboxStoreResource, PoolResource
 
 
@@ -36,10 +42,13 @@ def _table(rows: list[dict], columns: list[str]) -> dg.MetadataValue:
 
 @dg.asset(group_name="curation", partitions_def=weekly, deps=[pool_episodes],
           description="Episodes that pass the Great Expectations suite; the rest go to quarantine with reasons.")
-def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource):
+def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, environment: EnvironmentResource):
     partition = context.partition_key
     rows = load_jsonl(export_path(partition))
-    result = validate_episodes(rows, ValidationConfig.from_rubric())
+    # The email assistant keeps its rubric's expectations; a plug-in is checked against what it declares, and an
+    # episode of another environment is quarantined either way (the run trains one policy on one environment).
+    config = ValidationConfig.from_rubric() if environment.is_email else config_for([environment.load()])
+    result = validate_episodes(rows, config)
     if result.quarantined:
         pool.open().quarantine(result.quarantined, partition=partition)
     out = stage_dir("validated_episodes", partition)
@@ -91,9 +100,13 @@ def category_diversity(context: dg.AssetCheckExecutionContext, curation: Curatio
                      description="The inbox and scenarios under the same pseudonyms, for GRPO rollouts and evaluation."),
     ],
 )
-def anonymization(context: dg.AssetExecutionContext, inbox_store: InboxStoreResource, curation: CurationResource):
+def anonymization(context: dg.AssetExecutionContext, inbox_store: InboxStoreResource, curation: CurationResource,
+                  environment: EnvironmentResource):
     partition = context.partition_key
     episodes = load_jsonl(stage_dir("validated_episodes", partition) / "episodes.jsonl")
+    if not environment.is_email:
+        yield from _anonymize_plugin(partition, episodes, environment, curation)
+        return
     items = load_default_scenarios()
     store = inbox_store.open()
     inboxes = sorted({e["context"] for e in episodes} | {s.inbox_id for s in items})
@@ -124,6 +137,40 @@ def anonymization(context: dg.AssetExecutionContext, inbox_store: InboxStoreReso
         "emails": len(result.emails), "scenarios": len(result.scenarios), "inboxes": len(inboxes),
         "store": str(env_dir / "inbox.db"), "scenarios_hash": scenarios_hash,
     })
+
+
+def _anonymize_plugin(partition: str, episodes: list[dict], environment: EnvironmentResource,
+                      curation: CurationResource):
+    """A plug-in's episodes, tasks and world under one set of pseudonyms (curation/plugin_privacy.py)."""
+    env = environment.load()
+    tasks = env.tasks(Split.TRAIN) + env.tasks(Split.TEST)
+    result = anonymize_plugin_partition(env, episodes, tasks, canaries=curation.canaries)
+    out = stage_dir("anonymized_episodes", partition)
+    episodes_hash = save_jsonl(result.episodes, out / "episodes.jsonl")
+    (out / "privacy.json").write_text(json.dumps(
+        {**result.report, "leak_examples": [str(leak) for leak in result.leaks[:20]]}, default=str))
+    env_dir = stage_dir("anonymized_environment", partition)
+    tasks_hash = save_jsonl([t.model_dump(mode="json") for t in result.tasks], env_dir / "tasks.jsonl")
+    worlds.save(result.environment, env_dir / "environment.pkl")
+    summary = {k: v for k, v in result.report.items() if isinstance(v, (int, float))}
+    yield dg.MaterializeResult(asset_key="anonymized_episodes", metadata={
+        "episodes": len(result.episodes), "content_hash": episodes_hash, **summary,
+        "entities_by_type": dg.MetadataValue.json(result.report.get("entities", {})),
+    })
+    yield dg.MaterializeResult(asset_key="anonymized_environment", metadata={
+        "environment": env.name, "tasks": len(result.tasks), "tasks_hash": tasks_hash,
+        "saved_environment": str(env_dir / "environment.pkl"),
+    })
+
+
+def anonymized_tasks(partition: str) -> list[Task]:
+    """The plug-in's tasks as curation anonymized them for this partition."""
+    return [Task.model_validate(row) for row in load_jsonl(stage_dir("anonymized_environment", partition) / "tasks.jsonl")]
+
+
+def anonymized_plugin(partition: str):
+    """The plug-in with its anonymized world, as curation saved it for this partition."""
+    return worlds.load_saved(stage_dir("anonymized_environment", partition) / "environment.pkl")
 
 
 @dg.asset_check(asset="anonymized_episodes", blocking=True,
@@ -160,10 +207,11 @@ def balanced_episodes(context: dg.AssetExecutionContext, curation: CurationResou
 
 @dg.asset(group_name="curation", partitions_def=weekly, deps=[balanced_episodes],
           description="Successful episodes (quality ≥ min_quality) as TRL conversational rows with tool calls.")
-def sft_dataset(context: dg.AssetExecutionContext, curation: CurationResource):
+def sft_dataset(context: dg.AssetExecutionContext, curation: CurationResource, environment: EnvironmentResource):
     partition = context.partition_key
     episodes = load_jsonl(stage_dir("balanced_episodes", partition) / "episodes.jsonl")
-    rows = sft_rows(episodes, min_quality=curation.min_quality, max_idk_share=curation.max_idk_share)
+    tools = None if environment.is_email else environment.load().tool_schemas()
+    rows = sft_rows(episodes, min_quality=curation.min_quality, max_idk_share=curation.max_idk_share, tools=tools)
     if not rows:
         raise dg.Failure(f"no episode of partition {partition} reaches quality {curation.min_quality}: nothing to learn from")
     digest = save_jsonl(rows, stage_dir("sft_dataset", partition) / "train.jsonl")
@@ -173,10 +221,14 @@ def sft_dataset(context: dg.AssetExecutionContext, curation: CurationResource):
 
 @dg.asset(group_name="curation", partitions_def=weekly, deps=["anonymized_environment", "anonymized_episodes"],
           description="Training scenarios (anonymized) as GRPO prompts with what the reward needs.")
-def grpo_dataset(context: dg.AssetExecutionContext):
+def grpo_dataset(context: dg.AssetExecutionContext, environment: EnvironmentResource):
     partition = context.partition_key
-    items = load_jsonl(stage_dir("anonymized_environment", partition) / "scenarios.jsonl")
-    rows = grpo_rows(items, split="train")
+    if environment.is_email:
+        items = load_jsonl(stage_dir("anonymized_environment", partition) / "scenarios.jsonl")
+        rows = grpo_rows(items, split="train")
+    else:
+        train = [t for t in anonymized_tasks(partition) if t.split == Split.TRAIN]
+        rows = task_rows(anonymized_plugin(partition), train)
     digest = save_jsonl(rows, stage_dir("grpo_dataset", partition) / "train.jsonl")
     return dg.MaterializeResult(metadata={
         "rows": len(rows), "content_hash": digest,

@@ -9,6 +9,8 @@ from pydantic import Field
 
 from agent_rl.inbox.demo_corpus import build_demo_corpus
 from agent_rl.scenarios.demo import write_demo_scenarios
+from agent_rl.records import Split
+from resources.environment import EnvironmentResource
 from resources.stores import InboxStoreResource
 
 
@@ -25,7 +27,11 @@ class CorpusConfig(dg.Config):
 
 
 @dg.asset(group_name="environment", description="Email inboxes the agent searches (demo corpus or ingested).")
-def inbox(context: dg.AssetExecutionContext, config: CorpusConfig, inbox_store: InboxStoreResource):
+def inbox(context: dg.AssetExecutionContext, config: CorpusConfig, inbox_store: InboxStoreResource,
+          environment: EnvironmentResource):
+    if not environment.is_email:
+        return dg.MaterializeResult(metadata={"environment": environment.name,
+                                              "inboxes": 0, "note": f"the {environment.name} environment has no inbox"})
     store = inbox_store.open()
     if config.ingest_path:
         from agent_rl.inbox.ingest import ingest
@@ -49,7 +55,10 @@ def inbox(context: dg.AssetExecutionContext, config: CorpusConfig, inbox_store: 
 
 @dg.asset(group_name="environment", deps=[inbox],
           description="Questions with golden answers and source emails, split train/test by fact.")
-def scenarios(context: dg.AssetExecutionContext, config: CorpusConfig, inbox_store: InboxStoreResource):
+def scenarios(context: dg.AssetExecutionContext, config: CorpusConfig, inbox_store: InboxStoreResource,
+              environment: EnvironmentResource):
+    if not environment.is_email:
+        return _plugin_tasks(environment)
     if config.ingest_path:
         items, path, digest, extra = _llm_scenarios(config, inbox_store)
     else:
@@ -94,3 +103,18 @@ def _llm_scenarios(config: CorpusConfig, inbox_store: InboxStoreResource):
                  "dropped": {": ".join(map(str, k)) if isinstance(k, tuple) else str(k): n
                              for k, n in report.dropped.items()}})}
     return items, path, hashlib.sha256(path.read_bytes()).hexdigest(), extra
+
+
+def _plugin_tasks(environment: EnvironmentResource) -> dg.MaterializeResult:
+    """A plug-in brings its own tasks: what they are, per category and split (curation reads them from it)."""
+    env = environment.load()
+    tasks = {split: env.tasks(split) for split in (Split.TRAIN, Split.TEST)}
+    counts = Counter((t.category, split.value) for split, items in tasks.items() for t in items)
+    table = "| category | train | test |\n|---|---|---|\n" + "\n".join(
+        f"| {c} | {counts[(c, 'train')]} | {counts[(c, 'test')]} |" for c in env.categories)
+    return dg.MaterializeResult(metadata={
+        "environment": env.name, "scenarios": sum(len(v) for v in tasks.values()),
+        "train": len(tasks[Split.TRAIN]), "test": len(tasks[Split.TEST]),
+        "tools": dg.MetadataValue.json(list(env.tool_names())),
+        "per_category": dg.MetadataValue.md(table),  # no sample prompts: a plug-in's tasks may hold personal data
+    })

@@ -10,10 +10,11 @@ import dagster as dg
 
 from agent_rl.agent.models import resolve_model
 from agent_rl.curation.datasets import load_jsonl
-from agent_rl.reward.hacking import HackingConfig, measure_reward_hacking
+from agent_rl.reward.hacking import GENERIC_KINDS, KINDS, HackingConfig, measure_reward_hacking
 from assets.curation import grpo_dataset, sft_dataset, stage_dir
 from assets.partitions import weekly
 from resources.compute import TrainingCompute
+from resources.environment import EnvironmentResource
 from resources.registry import MlflowResource
 from resources.training import TrainingResource
 
@@ -75,13 +76,17 @@ def sft_adapter(context: dg.AssetExecutionContext, compute: TrainingCompute, tra
 @dg.asset(group_name="training", partitions_def=weekly, deps=[sft_adapter, grpo_dataset, "anonymized_environment"],
           description="GRPO on top of the SFT adapter with multi-turn tool rollouts and the rubric as rewards.")
 def grpo_adapter(context: dg.AssetExecutionContext, compute: TrainingCompute, training: TrainingResource,
-                 mlflow: MlflowResource):
+                 mlflow: MlflowResource, environment: EnvironmentResource):
     partition = context.partition_key
+    env_dir = stage_dir("anonymized_environment", partition)
+    # The email assistant rolls out in the anonymized inbox; a plug-in in its anonymized world, as curation saved it.
+    where = ({"inbox_store_url": f"sqlite:///{env_dir / 'inbox.db'}"} if environment.is_email
+             else {"environment_file": str(env_dir / "environment.pkl")})
     config = {
         "model_path": str(resolve_model(training.base_model)),
         "sft_adapter": str(adapter_dir("sft_adapter", partition)),
         "grpo_rows_jsonl": str(stage_dir("grpo_dataset", partition) / "train.jsonl"),
-        "inbox_store_url": f"sqlite:///{stage_dir('anonymized_environment', partition) / 'inbox.db'}",
+        **where,
         "out_dir": str(stage_dir("grpo_adapter", partition)),
         "settings": training.grpo().model_dump(mode="json"),
         "tracking": _tracking(context, mlflow),
@@ -101,7 +106,10 @@ def grpo_hacking(partition: str) -> tuple[list, str | None]:
     path = rollouts_path(partition)
     if not path.exists():
         return [], f"no rollouts recorded at {path}"
-    findings = measure_reward_hacking(load_jsonl(path), HackingConfig())
+    rollouts = load_jsonl(path)
+    # A plug-in's rollouts are measured by the detectors that need no email tools (reward/hacking.py).
+    email = all(str(r.get("environment") or "email") == "email" for r in rollouts)
+    findings = measure_reward_hacking(rollouts, HackingConfig(), KINDS if email else GENERIC_KINDS)
     (stage_dir("grpo_adapter", partition) / "hacking.json").write_text(
         json.dumps([f.as_dict() for f in findings], default=str))
     triggered = [f for f in findings if f.triggered]

@@ -12,7 +12,7 @@ import dagster as dg
 from agent_rl import registry
 from agent_rl.ab.controller import BASE_VERSION, incumbent_of
 from agent_rl.curation.datasets import load_jsonl
-from agent_rl.evaluate.harness import evaluate_policy, forgetting_probe, torch_threads
+from agent_rl.evaluate.harness import evaluate_policy, evaluate_tasks, forgetting_probe, torch_threads
 from agent_rl.evaluate.metrics import EvalMetrics
 from agent_rl.evaluate.report import (
     category_markdown,
@@ -25,9 +25,10 @@ from agent_rl.evaluate.report import (
 from agent_rl.inbox.store import open_inbox_store
 from agent_rl.policy_specs import load_policy, load_stacked
 from agent_rl.records import Scenario
-from assets.curation import stage_dir
+from assets.curation import anonymized_plugin, anonymized_tasks, stage_dir
 from assets.partitions import weekly
 from assets.training import grpo_adapter, grpo_hacking, sft_adapters, trained_adapters
+from resources.environment import EnvironmentResource
 from resources.evaluation import EvaluationResource
 from resources.registry import MlflowResource
 from resources.stores import PoolResource
@@ -61,11 +62,23 @@ def _simulation_label(policy) -> dict | None:
           description="SFT alone, SFT + GRPO and the production incumbent on the same held-out tasks; the better "
                       "trained model is the candidate; forgetting probe against the base model.")
 def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationResource,
-                      training: TrainingResource, mlflow: MlflowResource, pool: PoolResource):
+                      training: TrainingResource, mlflow: MlflowResource, pool: PoolResource,
+                      environment: EnvironmentResource):
     partition = context.partition_key
     env = stage_dir("anonymized_environment", partition)
-    scenarios = [Scenario.model_validate(row) for row in load_jsonl(env / "scenarios.jsonl")]
-    store = open_inbox_store(f"sqlite:///{env / 'inbox.db'}")
+    store, probe_items = None, None
+    if environment.is_email:
+        scenarios = [Scenario.model_validate(row) for row in load_jsonl(env / "scenarios.jsonl")]
+        store = open_inbox_store(f"sqlite:///{env / 'inbox.db'}")
+
+        def evaluate(policy, name):
+            return evaluate_policy(policy, scenarios, store, evaluation.eval_config(), version=name).metrics
+    else:  # a plug-in: its anonymized held-out tasks in its anonymized world, as GRPO saw them
+        plugin, tasks = anonymized_plugin(partition), anonymized_tasks(partition)
+        probe_items = plugin.probe() or None
+
+        def evaluate(policy, name):
+            return evaluate_tasks(policy, plugin, tasks, evaluation.eval_config(), version=name).metrics
     incumbent_version, incumbent_spec = production_incumbent(pool, training.base_model)
     _, hacked = grpo_hacking(partition)
     loaders = {
@@ -84,18 +97,19 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
                                                   else ""))
         with torch_threads(evaluation.torch_threads):
             policy = load()
-            results[name] = evaluate_policy(policy, scenarios, store, evaluation.eval_config(), version=name).metrics
+            results[name] = evaluate(policy, name)
             if name == "incumbent":
                 simulation = _simulation_label(policy)
             # A rule-based or simulated incumbent has no general knowledge to lose: no probe.
             is_model = hasattr(policy, "model")
-            probes[name] = forgetting_probe(policy) if is_model else None
+            probes[name] = forgetting_probe(policy, items=probe_items) if is_model else None
             del policy
     with torch_threads(evaluation.torch_threads):
         base = load_policy(training.base_model)
-        probes["base"] = forgetting_probe(base)
+        probes["base"] = forgetting_probe(base, items=probe_items)
         del base
-    store.close()
+    if store is not None:
+        store.close()
     choice = choose_candidate(results["sft"], results.get("grpo"), disqualified=hacked)
     context.log.info(choice.reason)
     candidate, candidate_probe = results[choice.name], probes[choice.name]
@@ -176,7 +190,8 @@ def reward_hacking_passed(context: dg.AssetCheckExecutionContext):
 @dg.asset(group_name="validation", partitions_def=weekly, deps=[evaluation_report],
           description="The validated candidate (SFT alone or SFT + GRPO, as chosen) in the MLflow registry, "
                       "alias `challenger`.")
-def registered_model(context: dg.AssetExecutionContext, training: TrainingResource, mlflow: MlflowResource):
+def registered_model(context: dg.AssetExecutionContext, training: TrainingResource, mlflow: MlflowResource,
+                     environment: EnvironmentResource):
     partition = context.partition_key
     report = json.loads(report_path(partition).read_text())
     candidate = report["metrics"]["candidate"]
@@ -193,7 +208,7 @@ def registered_model(context: dg.AssetExecutionContext, training: TrainingResour
         metrics={k: v for k, v in candidate.items() if isinstance(v, (int, float))},
         tags={"dagster_run_id": context.run_id, "partition": partition, **hashes,
               "trained_with": "sft+grpo" if chosen == "grpo" else "sft",
-              "incumbent_at_validation": report["incumbent"]["version"]},
+              "incumbent_at_validation": report["incumbent"]["version"], "environment": environment.name},
         alias="challenger", name=mlflow.model_name, tracking_uri=mlflow.uri(),
     )
     return dg.MaterializeResult(metadata={

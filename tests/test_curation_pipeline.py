@@ -17,6 +17,7 @@ from agent_rl.pool.repository import PoolRepository
 from agent_rl.scenarios.demo import build_demo_environment
 from assets import curation, environment, pool
 from assets.partitions import weekly
+from resources.environment import EnvironmentResource
 from resources.curation import CurationResource
 from resources.stores import InboxStoreResource, PoolResource
 
@@ -44,7 +45,8 @@ def _run(curation_resource: CurationResource):
     config = {"ops": {"inbox": {"config": SMALL}, "scenarios": {"config": SMALL}}}
     result = dg.materialize(
         CURATION_ASSETS + CHECKS, partition_key=partition, run_config=config, raise_on_error=False,
-        resources={"inbox_store": InboxStoreResource(), "pool": PoolResource(), "curation": curation_resource},
+        resources={"inbox_store": InboxStoreResource(), "pool": PoolResource(), "curation": curation_resource,
+                   "environment": EnvironmentResource()},
     )
     return result, partition
 

@@ -76,7 +76,23 @@ def _load_api_simulation(name: str) -> Policy:
         raise PolicyLoadError(str(exc)) from exc
 
 
+def _load_teacher(environment: str) -> Policy:
+    """`teacher:support`: the rule-based teacher a plug-in environment offers (its production stand-in)."""
+    from agent_rl.environments.core import EnvironmentError
+    from agent_rl.environments.registry import load_environment
+
+    try:
+        teacher = load_environment(environment).teacher()
+    except EnvironmentError as exc:
+        raise PolicyLoadError(str(exc)) from exc
+    if teacher is None:
+        raise PolicyLoadError(f"environment {environment!r} offers no teacher policy")
+    teacher.version = f"teacher:{environment}"
+    return teacher
+
+
 register_policy_loader("heuristic", _load_heuristic)
+register_policy_loader("teacher", _load_teacher)
 register_policy_loader("api-sim", _load_api_simulation)
 register_policy_loader("local", _load_local)
 

@@ -105,7 +105,12 @@ STOP_WORDS = _stop_words()
 def usable_name_part(token: str) -> bool:
     """Whether a word may stand alone as a name: "Sherry" yes; "Will", "Mr", "J" no (too ambiguous)."""
     lower = token.lower()
+    if _CONTRACTION.match(lower):  # "I'd", "I'm": a sentence's subject, never a name
+        return False
     return len(lower) >= 2 and lower not in STOP_WORDS and lower.rstrip(".") not in TITLES and token[0].isalpha()
+
+
+_CONTRACTION = re.compile(r"^i['’](?:d|m|ll|ve)$")
 
 
 class AnonymizerConfig(BaseModel):
@@ -126,6 +131,8 @@ class AnonymizerConfig(BaseModel):
     keep_keys: tuple[str, ...] = Field(KEEP_KEYS, description="JSON keys whose values stay as they are")
     id_keys: tuple[str, ...] = Field(ID_KEYS, description="JSON keys whose values are ids: names in them pseudonymized")
     key: SecretStr | None = Field(None, description="pseudonym key; default from AGENT_RL_PSEUDONYM_KEY")
+    public_terms: tuple[str, ...] = Field((), description="names that are never a person's (an environment's "
+                                          "product or place names): a detected name made only of their words stays")
 
 
 # -- the header directory ----------------------------------------------------------------------
@@ -326,6 +333,7 @@ class Anonymizer:
         self.config = config or AnonymizerConfig()
         self.directory = directory or Directory()
         key = pseudonym_key(self.config.key.get_secret_value() if self.config.key else None)
+        self._public_words = {w.lower() for term in self.config.public_terms for w in term.split()}
         self._learned_first: set[str] = set()
         self._learned_last: set[str] = set()
         self.surrogates = Surrogates(
@@ -450,6 +458,10 @@ class Anonymizer:
             transform(item, collect)
         self._detect(texts)
         return [transform(item, self._render) for item in items]
+
+    def anonymize_json(self, value: Any) -> Any:
+        """Every string in a JSON-like value (task metadata, ...) anonymized; keep_keys and id_keys as in episodes."""
+        return self._walk(value, self.anonymize_text)
 
     def _walk(self, value: Any, fn: Callable[[str], str], key: str | None = None) -> Any:
         if key in self.config.keep_keys:
@@ -672,7 +684,7 @@ class Anonymizer:
                 words.pop(0)
             while words and not self._name_word(words[-1], vetted):
                 words.pop()
-            if not words:
+            if not words or all(w.rstrip(".").lower() in self._public_words for w in words):
                 continue
             name = " ".join(words)
             start = found.find(words[0], run.start())

@@ -1,7 +1,7 @@
 """TRL-ready datasets: SFT conversations from good episodes, GRPO prompts from training scenarios, JSONL with hashes.
 
-Quality (for SFT selection) is 0 unless the episode's outcome is correct; for a correct episode it
-is the share of the correct tier's extra credit it earned (right sources, citation precision, turn
+Quality (for SFT selection) is 0 unless the episode's outcome is correct; a correct episode of any other
+environment (its own judge or a gateway verdict said so) has quality 1; for a correct email episode it is the share of the correct tier's extra credit it earned (right sources, citation precision, turn
 efficiency): (reward - correct base) / (rubric maximum - correct base), clamped to [0, 1]. So
 quality >= 0.8 means a correct answer with the right citations and few turns, the behaviour we want
 the warm-up to imitate.
@@ -35,6 +35,8 @@ def quality(episode: Mapping[str, Any], weights: Any = None) -> float:
     reward = episode.get("reward")
     if str(episode.get("outcome")) != "correct" or not isinstance(reward, (int, float)):
         return 0.0
+    if str(episode.get("environment") or "email") != "email":
+        return 1.0  # a plug-in's judge (or a gateway verdict) said correct; the email rubric's scale does not apply
     _, highest = reward_bounds(weights)
     span = highest - weights.correct
     if span <= 0:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -82,11 +82,14 @@ class PrivacySpec:
     (pseudonymized the same way wherever they occur, so citations still match). Free text (messages,
     answers, prompts) is always anonymized. `known_people(context)` gives names and addresses the environment
     knows to be personal in a context (an inbox's senders, a store's customers), so they are replaced even
-    where a recognizer would miss them.
+    where a recognizer would miss them. `public_terms` are names that are never a person's.
     """
 
     id_fields: tuple[str, ...] = ()
-    known_people: Any = None  # Callable[[str], Iterable[tuple[str, str]]]: (display name, address) pairs
+    known_people: Callable[[str], Iterable[tuple[str, str]]] | None = None  # (display name, address) pairs
+    # Names in the world that belong to no person (products, places): a name detector must leave them, or an
+    # anonymized task would ask for a product the world does not have.
+    public_terms: tuple[str, ...] = ()
 
 
 class EnvironmentError(RuntimeError):  # noqa: A001 - the loop's own error for a broken plug-in
@@ -105,6 +108,8 @@ class Environment(abc.ABC):
     # Categories where refusing ("I don't know", "I can't do that") is the right move; judges may use it.
     refusal_categories: ClassVar[tuple[str, ...]] = ()
     system_prompt: ClassVar[str] = ""
+    # Lowest and highest reward the judge gives: curation quarantines episodes outside it as corrupt.
+    reward_range: ClassVar[tuple[float, float]] = (-2.0, 1.5)
 
     @abc.abstractmethod
     def tasks(self, split: Split) -> list[Task]:
@@ -140,6 +145,12 @@ class Environment(abc.ABC):
 
     def privacy(self) -> PrivacySpec:
         return PrivacySpec()
+
+    def anonymized(self, transform: Callable[[str], str]) -> Environment:
+        """A copy of the environment whose world (a customer database, ...) has every personal value passed
+        through `transform`, curation's pseudonymizer: the same function rewrites the episodes and tasks, so an
+        anonymized task still plays to the same outcome. Default: the world holds no personal data."""
+        return self
 
     def teacher(self) -> Policy | None:
         """A policy that plays the tasks well (seeding a pool before any model is trained), if there is one."""

@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, Field, PositiveInt
 
@@ -88,6 +89,26 @@ def evaluate_policy(
     return EvalResult(version, compute_metrics(episodes, {s.id: s for s in chosen}), episodes)
 
 
+def evaluate_tasks(policy: Policy, environment: Any, tasks: list[Any], config: EvalConfig | None = None,
+                   version: str | None = None) -> EvalResult:
+    """`evaluate_policy` for a plug-in environment: the same seeded sample of its held-out tasks, played by the
+    one runner, judged by the environment, measured with its tools."""
+    from agent_rl.agent.runner import Play, play_episodes
+
+    config = config or EvalConfig()
+    pool = sorted((t for t in tasks if t.split == config.split), key=lambda t: t.id)
+    if config.max_scenarios is not None and len(pool) > config.max_scenarios:
+        pool = random.Random(config.seed).sample(pool, config.max_scenarios)
+    if not pool:
+        raise ValueError(f"environment {environment.name!r} has no tasks in split {config.split.value!r} to evaluate on")
+    runner = RunnerConfig(max_turns=config.max_turns, batch_size=config.batch_size,
+                          prompt_price_per_m=config.prompt_price_per_m,
+                          completion_price_per_m=config.completion_price_per_m)
+    version = version or str(getattr(policy, "version", "unknown"))
+    episodes = play_episodes(policy, environment, [Play(t, policy_version=version) for t in pool], runner)
+    return EvalResult(version, compute_metrics(episodes, tool_names=environment.tool_names()), episodes)
+
+
 # General questions with checkable answers: a drop here means training made the model forget. Forty-eight
 # of them, because the gate allows a 10-point drop: with the first twelve, two questions flipping by
 # chance (17 points) failed a candidate. Never used in training (train/retain.py rehearses other prompts).
@@ -143,14 +164,17 @@ FORGETTING_PROBE: tuple[tuple[str, str], ...] = (
 )
 
 
-def forgetting_probe(policy: Policy, max_new_tokens: int = 24) -> float:
-    """Share of the general questions answered right, asked without tools in one batch."""
-    conversations = [[{"role": "user", "content": question}] for question, _ in FORGETTING_PROBE]
+def forgetting_probe(policy: Policy, max_new_tokens: int = 24, items: list[Any] | None = None) -> float:
+    """Share of the general questions answered right, asked without tools in one batch. `items` (an environment's
+    ProbeItems: right when the reply contains one of `expected`) replace the built-in questions."""
+    if items:
+        probe = [(item.question, "|".join(re.escape(e.lower()) for e in item.expected)) for item in items]
+    else:
+        probe = list(FORGETTING_PROBE)
+    conversations = [[{"role": "user", "content": question}] for question, _ in probe]
     try:
         turns = policy.act(conversations, tools=[], max_new_tokens=max_new_tokens)
     except Exception:  # a policy that cannot chat without tools scores nothing rather than failing the report
         return 0.0
-    right = sum(
-        1 for turn, (_, pattern) in zip(turns, FORGETTING_PROBE) if re.search(pattern, (turn.content or "").lower())
-    )
-    return round(right / len(FORGETTING_PROBE), 4)
+    right = sum(1 for turn, (_, pattern) in zip(turns, probe) if re.search(pattern, (turn.content or "").lower()))
+    return round(right / len(probe), 4)

@@ -274,12 +274,21 @@ def _finding(kind: str, flagged: list[dict[str, Any]], total: int, threshold: fl
 _DETECTORS = (_same_answer, _unsupported, _spam, _padded, _format_exploit)
 
 
-def measure_reward_hacking(rollouts: list[dict[str, Any]], config: HackingConfig | None = None) -> list[Finding]:
-    """Every detector's measurement (triggered or not), in the order of KINDS."""
+# The detectors that need no email tools: a plug-in environment's rollouts are measured by these only (what an
+# answer is "supported" by, or which citations were read, is the email assistant's notion).
+GENERIC_KINDS = ("same_answer", "tool_call_spam", "format_exploit")
+
+
+def measure_reward_hacking(rollouts: list[dict[str, Any]], config: HackingConfig | None = None,
+                           kinds: tuple[str, ...] = KINDS) -> list[Finding]:
+    """Every chosen detector's measurement (triggered or not), in the order of KINDS."""
     config = config or HackingConfig()
     if not isinstance(rollouts, list) or not all(isinstance(r, dict) for r in rollouts):
         raise TypeError("rollouts must be a list of episode-like dicts (question, final_answer, sources, messages)")
-    findings = [detector(rollouts, config) for detector in _DETECTORS]
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        raise ValueError(f"unknown reward-hacking detector(s) {', '.join(unknown)}; known: {', '.join(KINDS)}")
+    findings = [detector(rollouts, config) for kind, detector in zip(KINDS, _DETECTORS, strict=True) if kind in kinds]
     for finding in findings:
         if finding.total < config.min_episodes:
             finding.rate = 0.0  # too few to call it a pattern

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from agent_rl.agent.tools import TOOL_NAMES
-from agent_rl.reward.rubric import score
 from agent_rl.train.config import GRPOSettings, common_trainer_args
-from agent_rl.train.environment import ANSWER_ACK, InboxEnvironment, observe
+from agent_rl.train.environment import ANSWER_ACK, InboxEnvironment
+from agent_rl.train.plugin_rollouts import rollout_class
 from agent_rl.train.prompt_filter import FilterReport, filter_prompts
-from agent_rl.train.rewards import REWARD_GROUPS, ExtraReward, check_extra_rewards, grouped, make_reward_funcs
+from agent_rl.train.rewards import REWARD_GROUPS, ExtraReward, check_extra_rewards, make_reward_funcs, rollout_scores
 from agent_rl.train.static_prefix import StaticPrefix
 from agent_rl.train.sft import (
     ADAPTER_DIR,
@@ -92,7 +92,7 @@ def _trainer_class():
         """GRPOTrainer plus rollout bookkeeping; generation, tool loop, masking and loss are TRL's."""
 
         def __init__(self, *args, group_weights: list[float], rubric, rollouts_kept: int = 256,
-                     cached_rollouts: bool = True, max_turn_tokens: int | None = None,
+                     tool_order: Sequence[str] = TOOL_NAMES, cached_rollouts: bool = True, max_turn_tokens: int | None = None,
                      extra_rewards: list[ExtraReward] | None = None, extra_prompts_per_step: int = 0, **kwargs):
             super().__init__(*args, **kwargs)
             if extra_prompts_per_step and self.accelerator.num_processes > 1:
@@ -116,13 +116,16 @@ def _trainer_class():
             self._rollout_weights_step = -1
             self._skip_positions = None  # tool-result positions of the micro-batch being scored
             self._ack_suffix: list[int] | None = None  # ids of the answer's acknowledgement + next turn header
-            # TRL lists environment methods alphabetically; serving (and SFT) show the tools in TOOL_NAMES order.
-            # Same schemas, same order => the GRPO prompt is token-identical to the one the model sees in production.
+            # TRL lists environment methods alphabetically; serving (and SFT) show the tools in the environment's
+            # order. Same schemas, same order => the GRPO prompt is token-identical to the one seen in production.
+            order = list(tool_order)
+
+            def position(tool) -> int:
+                return order.index(tool.__name__) if tool.__name__ in order else len(order)
+
             for name, tools in self._env_tools.items():
-                self._env_tools[name] = sorted(tools, key=lambda t: TOOL_NAMES.index(t.__name__)
-                                               if t.__name__ in TOOL_NAMES else len(TOOL_NAMES))
-            self.tools = sorted(self.tools, key=lambda t: TOOL_NAMES.index(t.__name__)
-                                if t.__name__ in TOOL_NAMES else len(TOOL_NAMES))
+                self._env_tools[name] = sorted(tools, key=position)
+            self.tools = sorted(self.tools, key=position)
             self.group_weights = group_weights
             self.rubric = rubric
             self.rollouts: deque[dict[str, Any]] = deque(maxlen=rollouts_kept)
@@ -314,11 +317,9 @@ def _trainer_class():
             totals = []
             turns = []
             for index, (env, completion) in enumerate(zip(self.environments, completions, strict=True)):
-                obs = observe(env, completion)
-                reward = score(obs.rubric, self.rubric)
-                groups = grouped(reward)
+                obs = env._observe(completion)
+                groups, components = rollout_scores(env, completion, self.rubric)
                 total = sum(w * groups[g] for w, g in zip(self.group_weights, REWARD_GROUPS))
-                components = dict(reward.components)
                 for name, (weight, values) in extras.items():
                     if values[index] == values[index]:  # not NaN
                         components[f"extra.{name}"] = values[index]
@@ -455,6 +456,7 @@ def _rollout_record(env: InboxEnvironment, obs, total: float, components: dict[s
         "trained": True,  # False: an extra group left out of the loss (extra_prompts_per_step)
         "group": group,
         "scenario_id": env.row.get("scenario_id"),
+        "environment": env.row.get("environment") or "email",
         "question": obs.question,
         "golden_answer": env.row.get("answer"),
         "final_answer": obs.trace.final_answer,
@@ -525,17 +527,22 @@ def train_grpo(
     model_path: str | Path,
     sft_adapter: str | Path | None,
     grpo_rows_jsonl: str | Path,
-    inbox_store_url: str,
+    inbox_store_url: str | None,
     out_dir: str | Path,
     settings: GRPOSettings | None = None,
     tracker: Tracker | None = None,
     solve_rates: dict[str, float] | None = None,
     callbacks: list | None = None,
     extra_rewards: list[ExtraReward] | None = None,
+    environment: Any = None,
 ) -> GRPOResult:
-    """GRPO on the rows of `grpo_rows_jsonl` against the inbox store; the adapter lands in out_dir/adapter and the
-    rollouts in out_dir/rollouts.jsonl (input of the reward-hacking detectors). `extra_rewards` add reward
-    functions of your own to the rubric's, each with its weight."""
+    """GRPO on the rows of `grpo_rows_jsonl`; the adapter lands in out_dir/adapter and the rollouts in
+    out_dir/rollouts.jsonl (input of the reward-hacking detectors). `extra_rewards` add reward functions of your
+    own to the rubric's, each with its weight.
+
+    The email assistant rolls out against the inbox store at `inbox_store_url` and is scored by its rubric. Any
+    other plug-in (`environment`: an Environment instance or a spec `load_environment` accepts) rolls out in its
+    own sessions (rows from `plugin_rollouts.task_rows`) and is scored by its own judge."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is marked experimental
     from datasets import Dataset
     from transformers import AutoTokenizer
@@ -546,20 +553,27 @@ def train_grpo(
     extras = check_extra_rewards(extra_rewards or [])
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    plugin = _plugin_environment(environment)
     rows = read_jsonl(grpo_rows_jsonl)
+    needed = ("prompt", "task", "category") if plugin else ("prompt", "inbox", "answer", "category")
     for index, row in enumerate(rows):
-        missing = [k for k in ("prompt", "inbox", "answer", "category") if k not in row]
+        missing = [k for k in needed if k not in row]
         if missing:
             raise ValueError(f"GRPO row {index} ({row.get('scenario_id', '?')}): missing field(s) {', '.join(missing)}")
     if not rows:
         raise ValueError(f"{grpo_rows_jsonl} holds no GRPO rows")
+    if plugin and settings.prompt_filter.mode == "sampled":
+        raise ValueError(f"prompt filter mode 'sampled' plays the email environment only; environment "
+                         f"{plugin.name!r} needs mode 'none' or 'solve_rates'")
+    if plugin is None and not inbox_store_url:
+        raise ValueError("GRPO on the email environment needs inbox_store_url")
 
-    store = open_inbox_store(inbox_store_url)
+    store = open_inbox_store(inbox_store_url) if plugin is None else None
     max_turns = settings.max_turns  # tool rounds + the answer's closing turn
     rows_hash = file_sha256(grpo_rows_jsonl)  # read once: the resume fingerprint and MLflow's dataset hash
     resume = resumable_checkpoint(out_dir, inputs_fingerprint(
         rows_hash, str(model_path), Path(sft_adapter) if sft_adapter else "no SFT adapter",
-        inbox_store_url,
+        inbox_store_url or f"environment {plugin.name}",
         settings.model_dump_json(exclude=RUN_LENGTH_FIELDS), json.dumps(solve_rates or {}, sort_keys=True)))
     if resume:
         # The filter already ran for this out_dir: reuse its choice so the resumed data order is the same.
@@ -579,8 +593,8 @@ def train_grpo(
     while len(kept) < prompts_per_step:  # TRL needs a full generation batch of distinct slots
         kept = kept + kept[: prompts_per_step - len(kept)]
     # Plain columns only (strings, lists of strings): the datasets schema stays exact, no nulls creep in.
-    dataset = Dataset.from_list([{**row, "source_ids": [str(s) for s in row.get("source_ids") or []],
-                                  "query_date": str(row.get("query_date") or "")} for row in kept])
+    dataset = Dataset.from_list([row if plugin else {**row, "source_ids": [str(s) for s in row.get("source_ids") or []],
+                                                     "query_date": str(row.get("query_date") or "")} for row in kept])
 
     tokenizer_dir = sft_adapter if sft_adapter and (Path(sft_adapter) / "tokenizer_config.json").exists() else model_path
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), padding_side="left")
@@ -591,7 +605,9 @@ def train_grpo(
     if tracker is not None:
         stage = tracker.start_stage(
             "grpo",
-            params={"model_path": str(model_path), "sft_adapter": str(sft_adapter), "inbox_store": _redact(inbox_store_url),
+            params={"model_path": str(model_path), "sft_adapter": str(sft_adapter),
+                    "environment": plugin.name if plugin else "email",
+                    "inbox_store": _redact(inbox_store_url) if inbox_store_url else None,
                     "settings": settings.model_dump(mode="json"), "rows": len(rows), "prompts_kept": len(kept),
                     "prompt_filter": report.as_dict(),
                     "extra_rewards": {x.name: x.weight for x in extras}},
@@ -606,7 +622,9 @@ def train_grpo(
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
-        environment_factory=lambda: InboxEnvironment(store, max_turns=max_turns),
+        environment_factory=(rollout_class(plugin, max_turns) if plugin
+                             else lambda: InboxEnvironment(store, max_turns=max_turns)),
+        tool_order=plugin.tool_names() if plugin else TOOL_NAMES,
         callbacks=[callback, *(callbacks or [])],
         group_weights=settings.reward_weights.as_list(group_names),
         rubric=settings.rubric,
@@ -619,14 +637,17 @@ def train_grpo(
     if settings.static_prefix and kept:
         from agent_rl.agent.tools import tool_schemas
 
-        trainer.static_prefix = StaticPrefix.of_system_message(tokenizer, kept[0]["prompt"][0], tool_schemas())
+        if kept[0]["prompt"][0].get("role") == "system":
+            schemas = plugin.tool_schemas() if plugin else tool_schemas()
+            trainer.static_prefix = StaticPrefix.of_system_message(tokenizer, kept[0]["prompt"][0], schemas)
     started = time.perf_counter()
     try:
         trainer.train(resume_from_checkpoint=resume)
     except BaseException:
         if stage is not None:
             stage.finish("FAILED")
-        store.close()
+        if store is not None:
+            store.close()
         raise
     seconds = time.perf_counter() - started
 
@@ -686,8 +707,20 @@ def train_grpo(
         stage.log_json(result.summary(), "grpo_summary.json")
         stage.set_tags({"adapter_dir": adapter_dir})
         stage.finish()
-    store.close()
+    if store is not None:
+        store.close()
     return result
+
+
+def _plugin_environment(environment: Any):
+    """The plug-in GRPO rolls out in, or None for the email assistant (its own rubric path)."""
+    if environment is None:
+        return None
+    if isinstance(environment, str):
+        from agent_rl.environments.registry import load_environment
+
+        environment = load_environment(environment)
+    return None if environment.name == "email" else environment
 
 
 def _redact(url: str) -> str:

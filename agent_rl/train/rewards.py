@@ -48,6 +48,19 @@ def rollout_reward(environment: InboxEnvironment, completion: list[dict[str, Any
     return score(observe(environment, completion).rubric, weights)
 
 
+def rollout_scores(environment: Any, completion: list[dict[str, Any]],
+                   weights: RubricWeights) -> tuple[dict[str, float], dict[str, float]]:
+    """(reward per group, components) of a finished rollout: the email rubric for the inbox environment, the
+    plug-in's own judge for any other (train/plugin_rollouts.py)."""
+    from agent_rl.train.plugin_rollouts import PluginRollout, rollout_groups
+
+    if isinstance(environment, PluginRollout):
+        groups, components = rollout_groups(environment._observe(completion))
+        return {**dict.fromkeys(REWARD_GROUPS, 0.0), **groups}, components
+    reward = rollout_reward(environment, completion, weights)
+    return grouped(reward), dict(reward.components)
+
+
 def make_reward_funcs(weights: RubricWeights | None = None) -> list[Callable[..., list[float]]]:
     """One TRL reward function per group, named `reward_<group>` (TRL logs `rewards/<name>/mean`)."""
     weights = weights or RubricWeights()
@@ -58,7 +71,7 @@ def make_reward_funcs(weights: RubricWeights | None = None) -> list[Callable[...
             if environments is None:
                 raise ValueError("reward functions need TRL's environment instances (use environment_factory)")
             return [
-                grouped(rollout_reward(env, completion, weights))[group]
+                rollout_scores(env, completion, weights)[0][group]
                 for env, completion in zip(environments, completions, strict=True)
             ]
 

@@ -9,6 +9,7 @@ a file, e.g. `[training] profile = "gpu"`, selected by configuration. One value 
 """
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from pydantic import ValidationError
 
 from resources.compute import TrainingCompute
 from resources.curation import CurationResource
+from resources.environment import EnvironmentResource
 from resources.evaluation import EvaluationResource
 from resources.registry import MlflowResource
 from resources.rollout import RolloutResource
@@ -27,7 +29,9 @@ from resources.training import TrainingResource
 PROFILE_DIR = Path(__file__).resolve().parent
 PROFILES = ("default", "demo", "fast")
 ALL_CORES = "all-cores"
+ENV_VARIABLE = "AGENT_RL_ENV"  # the environment plug-in, where the profile does not name one
 RESOURCES: dict[str, type[ConfigurableResource]] = {
+    "environment": EnvironmentResource,
     "inbox_store": InboxStoreResource,
     "pool": PoolResource,
     "curation": CurationResource,
@@ -80,6 +84,11 @@ def resources_for(profile: str | None = None) -> dict:
     resources = {}
     for name, resource in RESOURCES.items():
         fields = {key: _on_this_machine(value) for key, value in values.get(name, {}).items()}
+        if name == "environment" and os.environ.get(ENV_VARIABLE):
+            fields.setdefault("name", os.environ[ENV_VARIABLE])
+        if name == "mlflow" and os.environ.get(ENV_VARIABLE, "email") != "email":
+            # One registered model per environment: an email model must never be promoted for support traffic.
+            fields.setdefault("model_name", "agent-rl-" + re.sub(r"[^A-Za-z0-9_-]+", "-", os.environ[ENV_VARIABLE]))
         try:
             resources[name] = resource(**fields)
         except ValidationError as exc:

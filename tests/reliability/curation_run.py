@@ -12,6 +12,7 @@ from agent_rl.records import Episode
 from agent_rl.scenarios.demo import build_demo_environment
 from assets import curation, environment, pool
 from assets.partitions import weekly
+from resources.environment import EnvironmentResource
 from resources.curation import CurationResource
 from resources.stores import InboxStoreResource, PoolResource
 
@@ -38,6 +39,7 @@ def materialize_curation(resource: CurationResource, instance: dg.DagsterInstanc
     config = {"ops": {"inbox": {"config": SMALL}, "scenarios": {"config": SMALL}}}
     result = dg.materialize(
         CURATION_ASSETS + CHECKS, partition_key=partition, run_config=config, raise_on_error=False, instance=instance,
-        resources={"inbox_store": InboxStoreResource(), "pool": PoolResource(), "curation": resource},
+        resources={"inbox_store": InboxStoreResource(), "pool": PoolResource(), "curation": resource,
+                   "environment": EnvironmentResource()},
     )
     return result, partition

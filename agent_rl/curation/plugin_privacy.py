@@ -1,0 +1,168 @@
+"""The privacy pass for a plug-in environment: the same Anonymizer and independent auditor as the email
+assistant's (privacy.py), fed by what the environment declares (`Environment.privacy()`), applied to the week's
+episodes, the environment's tasks and its world (`Environment.anonymized`).
+
+One Anonymizer for all three keeps pseudonyms consistent: a customer's surrogate name and email in an
+anonymized episode are the ones in the anonymized database, so a task replays to the same outcome. The auditor
+learns what is personal from the raw episodes, tasks and world on its own, plus the people the environment
+declares and this pass's planted canaries; any original value in any record written fails the gate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, Directory, episode_texts
+from agent_rl.curation.leak_check import CANARY_INBOX, Finding, LeakAuditor, plant_canaries
+from agent_rl.curation.surrogates import pseudonym_key
+from agent_rl.environments.core import Environment, Task
+
+EPISODES_FILE = "anonymized_episodes/episodes.jsonl"
+TASKS_FILE = "anonymized_environment/tasks.jsonl"
+WORLD_FILE = "anonymized_environment/environment.pkl"
+CANARY_FILE = "planted canary"
+MAX_DEPTH = 12
+
+
+@dataclass
+class PluginPrivacyResult:
+    episodes: list[dict[str, Any]]
+    tasks: list[Task]
+    environment: Environment
+    report: dict[str, Any]
+    leaks: list[Finding] = field(default_factory=list)
+
+
+def world_values(value: Any, depth: int = 0) -> Any:
+    """An environment's world as plain JSON-like data (dataclasses, mappings, sequences, object attributes), for
+    the auditor to learn from and to scan; callables and private attributes are left out."""
+    if depth > MAX_DEPTH:
+        return None
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: world_values(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): world_values(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [world_values(v, depth + 1) for v in value]
+    if hasattr(value, "__dict__") and not callable(value):
+        return {k: world_values(v, depth + 1) for k, v in vars(value).items() if not k.startswith("_")}
+    return None
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def has_personal_world(environment: Environment) -> bool:
+    """Whether the environment declares personal data in its tasks and world (people it knows, or its own
+    `anonymized`)."""
+    return (environment.privacy().known_people is not None
+            or getattr(type(environment), "anonymized", None) is not Environment.anonymized)
+
+
+def directory_of(environment: Environment, contexts: Iterable[str]) -> tuple[Directory, list[tuple[str, str]]]:
+    """The people the environment declares in these contexts, as the Anonymizer's directory."""
+    directory, people = Directory(), []
+    known = environment.privacy().known_people
+    if known is not None:
+        for context in sorted(set(contexts)):
+            for name, address in known(context):
+                people.append((str(name), str(address)))
+                directory.add_address(str(name), str(address))
+                directory.add_name(str(name))
+    return directory, people
+
+
+def anonymize_plugin_partition(
+    environment: Environment,
+    episodes: list[dict[str, Any]],
+    tasks: list[Task],
+    canaries: list[str] | None = None,
+    config: AnonymizerConfig | None = None,
+    plant: bool = True,
+) -> PluginPrivacyResult:
+    """Anonymized episodes, tasks and world of a plug-in, with the independent leak scan over all of them."""
+    config = config or AnonymizerConfig()
+    public = tuple(environment.privacy().public_terms)
+    if public:
+        config = config.model_copy(update={"public_terms": tuple(dict.fromkeys(config.public_terms + public))})
+    contexts = [str(e.get("context") or "") for e in episodes] + [t.context for t in tasks]
+    directory, people = directory_of(environment, contexts)
+    anonymizer = Anonymizer(config, directory)
+    key = pseudonym_key(config.key.get_secret_value() if config.key else None)
+    planted = plant_canaries(_seed(key, episodes, tasks)) if plant else None
+    work_episodes = list(episodes) + ([planted.episode] if planted else [])
+
+    anon_episodes = anonymizer.anonymize_episodes(work_episodes)
+    # Tasks and world are the environment's own: rewritten (and audited) when it declares personal data in them.
+    # One that declares none keeps them as they are (pseudonymizing a timetable's station names would break it);
+    # its episodes are anonymized all the same, since users type what they like.
+    personal_world = has_personal_world(environment)
+    anon_tasks = [task.model_copy(update={
+        "prompt": anonymizer.anonymize_text(task.prompt),
+        "reference": anonymizer.anonymize_text(task.reference) if task.reference else task.reference,
+        "metadata": anonymizer.anonymize_json(dict(task.metadata)),
+    }) for task in tasks] if personal_world else list(tasks)
+    anon_environment = environment.anonymized(anonymizer.anonymize_text) if personal_world else environment
+
+    auditor = LeakAuditor(hmac.new(key, b"leak-check salt", hashlib.sha256).digest(), synthetic=[CANARY_INBOX])
+    if planted:
+        auditor.learn_headers([planted.email])  # its message id is an id, not an address
+    world_texts = [*(t for task in tasks for t in (task.prompt, task.reference or "", *_strings(task.metadata))),
+                   *_strings(world_values(environment))] if personal_world else []
+    for text in [*(t for e in work_episodes for t in episode_texts(e)), *world_texts]:
+        auditor.learn_text(text)
+    auditor.add_literals([*(v for pair in people for v in pair if v), *(canaries or []),
+                          *(planted.values if planted else ())])
+
+    leaks: list[Finding] = []
+    kept: list[dict[str, Any]] = []
+    for i, episode in enumerate(anon_episodes):
+        canary = planted is not None and i == len(anon_episodes) - 1
+        leaks += auditor.scan(CANARY_FILE if canary else EPISODES_FILE, f"line {i + 1}", episode)
+        if not canary:
+            kept.append(episode)
+    if personal_world:
+        for i, task in enumerate(anon_tasks):
+            leaks += auditor.scan(TASKS_FILE, f"line {i + 1}", task.model_dump(mode="json"))
+        if anon_environment is environment:
+            # It declares personal data but kept its world as it was: one finding for the whole world.
+            leaks.append(Finding(WORLD_FILE, "world", "", "raw_world", "anonymized() returned the raw world", "-"))
+        else:
+            leaks += auditor.scan(WORLD_FILE, "world", world_values(anon_environment))
+    report = {**anonymizer.privacy_report(), "environment": environment.name, "directory_entries": len(people),
+              "world": "anonymized" if personal_world else "declared free of personal data, kept",
+              "canaries": len(canaries or []), "planted_canaries": len(planted.values) if planted else 0,
+              "records_scanned": len(anon_episodes) + len(anon_tasks) + 1,
+              "leaks": len(leaks), "leaks_by_kind": _count(f.kind for f in leaks)}
+    return PluginPrivacyResult(kept, anon_tasks, anon_environment, report, leaks)
+
+
+def _seed(key: bytes, episodes: list[dict[str, Any]], tasks: list[Task]) -> str:
+    digest = hmac.new(key, b"canary", hashlib.sha256)
+    for episode in episodes:
+        digest.update(str(episode.get("episode_id", "")).encode())
+    for task in tasks:
+        digest.update(task.id.encode())
+    return digest.hexdigest()
+
+
+def _count(kinds: Iterable[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for kind in kinds:
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts

@@ -1,0 +1,184 @@
+"""GRPO rollouts in any plug-in environment: TRL's `environment_factory` wants one object per rollout whose public
+methods are the tools and whose `reset(**row)` binds it to a dataset row. `rollout_class(env)` builds that class
+from the environment's session type: each tool delegates to a fresh session `env.open(task)` per row (so writes
+never leak between rollouts), and the finished rollout is judged by the environment's own judge, the same one the
+episode runner uses. The email assistant keeps its richer rubric path (train/environment.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent_rl.agent.tool_calls import call_name
+from agent_rl.environments.core import Environment, FinalAnswer, Judgement, Task, Trajectory
+from agent_rl.environments.sessions import judge_episode
+from agent_rl.records import Outcome
+from agent_rl.reward.rubric import FormatErrorKind
+
+
+def task_rows(environment: Environment, tasks: list[Task]) -> list[dict[str, Any]]:
+    """GRPO rows for plug-in tasks: the opening messages as the prompt, the task itself for the judge, and the
+    columns the trainer's bookkeeping reads (scenario_id, category, answer)."""
+    return [{
+        "prompt": environment.opening_messages(task),
+        "scenario_id": task.id,
+        "environment": environment.name,
+        "category": str(task.category or ""),
+        "answer": str(task.reference or ""),
+        "task": task.model_dump_json(),
+    } for task in tasks]
+
+
+@dataclass
+class PluginTrace:
+    """What the hacking detectors and rollout records read of a plug-in rollout (the email trace's shape)."""
+
+    final_answer: str | None = None
+    sources: list[str] = field(default_factory=list)
+    reads: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def answered(self) -> bool:
+        return self.final_answer is not None
+
+
+@dataclass
+class PluginObservation:
+    """A judged plug-in rollout, with the fields the trainer and rollout records use."""
+
+    question: str
+    outcome: Outcome
+    format_error: FormatErrorKind | None
+    turns: int
+    judgement: Judgement
+    trace: PluginTrace
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: int = 0
+    tool_failures: int = 0
+    budget_cut: bool = False
+
+
+class PluginRollout:
+    """Base of the generated rollout classes; the subclass adds one delegating method per tool."""
+
+    _environment: Environment
+    _max_turns: int
+
+    def __init__(self) -> None:
+        self._row: dict[str, Any] = {}
+        self._task: Task | None = None
+        self._session: Any = None
+        self._calls = 0
+        self._answered_at: int | None = None  # tool calls made when the session first recorded its final answer
+        self._errors: list[str] = []
+        self._observation: PluginObservation | None = None
+
+    def reset(self, **row: Any) -> None:
+        """Bind to one row: a fresh session of the row's task (the prompt already holds the request)."""
+        if "task" not in row:
+            raise ValueError(f"GRPO row {row.get('scenario_id', '?')!r} lacks field 'task' (plug-in rows carry it)")
+        task = Task.model_validate_json(row["task"]) if isinstance(row["task"], str) else Task.model_validate(row["task"])
+        self._row, self._task = row, task
+        self._session = self._environment.open(task)
+        self._calls, self._answered_at, self._errors, self._observation = 0, None, [], None
+        return None
+
+    @property
+    def row(self) -> dict[str, Any]:
+        return self._row
+
+    def _after_call(self, name: str, result: Any) -> None:
+        self._calls += 1
+        text = result if isinstance(result, str) else ""
+        if text.startswith('{"error"'):
+            self._errors.append(name)
+        if self._answered_at is None and self._environment.final_answer(self._session) is not None:
+            self._answered_at = self._calls
+
+    def _observe(self, completion: list[dict[str, Any]]) -> PluginObservation:
+        """Judge the finished rollout once (every reward function asks for the same one)."""
+        if self._observation is None:
+            self._observation = self._judge_rollout(completion)
+        return self._observation
+
+    def _judge_rollout(self, completion: list[dict[str, Any]]) -> PluginObservation:
+        # The runner's rules: the first plain-text turn or unknown tool ends the episode as a format error; turns
+        # after the final answer (TRL generates once more) do not count.
+        names = set(self._environment.tool_names())
+        turns, calls, format_error = 0, 0, None
+        for message in completion:
+            if message.get("role") != "assistant":
+                continue
+            if self._answered_at is not None and calls >= self._answered_at:
+                break
+            turns += 1
+            tool_calls = message.get("tool_calls") or []
+            if not tool_calls:
+                content = str(message.get("content") or "")
+                format_error = FormatErrorKind.UNPARSABLE if "<tool_call>" in content else FormatErrorKind.NO_TOOL_CALL
+                break
+            if any(call_name(call) not in names for call in tool_calls):
+                format_error = FormatErrorKind.UNKNOWN_TOOL
+                break
+            calls += len(tool_calls)
+        answer: FinalAnswer | None = self._environment.final_answer(self._session)
+        trajectory = Trajectory(messages=list(self._row.get("prompt") or []) + list(completion), turns=turns,
+                                max_turns=self._max_turns, format_error=format_error.value if format_error else None,
+                                answer=answer)
+        judgement = judge_episode(self._environment, self._task, self._session, trajectory)
+        if judgement.reward is None:
+            judgement = Judgement(judgement.outcome, 0.0, judgement.components)
+        budget_cut = (judgement.outcome == Outcome.RAN_OUT and turns < self._max_turns and bool(completion)
+                      and completion[-1].get("role") == "assistant" and bool(completion[-1].get("tool_calls")))
+        return PluginObservation(
+            question=self._task.prompt if self._task else "",
+            outcome=Outcome(judgement.outcome),
+            format_error=format_error,
+            turns=turns,
+            judgement=judgement,
+            trace=PluginTrace(final_answer=answer.text if answer else None,
+                              sources=list(answer.citations) if answer else [], errors=list(self._errors)),
+            messages=json.loads(json.dumps(trajectory.messages, default=str)),
+            tool_calls=calls,
+            tool_failures=len(self._errors),
+            budget_cut=budget_cut,
+        )
+
+
+def _delegate(name: str, original: Any) -> Any:
+    @functools.wraps(original)  # keeps the signature, type hints and docstring TRL turns into the tool schema
+    def tool(self: PluginRollout, *args: Any, **kwargs: Any) -> Any:
+        if self._session is None:
+            raise RuntimeError("rollout used before reset()")
+        result = getattr(self._session, name)(*args, **kwargs)
+        self._after_call(name, result)
+        return result
+
+    return tool
+
+
+_CLASSES: dict[tuple[int, int], type] = {}
+
+
+def rollout_class(environment: Environment, max_turns: int) -> type[PluginRollout]:
+    """A PluginRollout subclass whose public methods are `environment`'s tools, in the environment's order."""
+    key = (id(environment), max_turns)
+    if key not in _CLASSES:
+        session_type = environment.session_type()
+        methods: dict[str, Any] = {name: _delegate(name, getattr(session_type, name))
+                                   for name in environment.tool_names()}
+        methods.update(_environment=environment, _max_turns=max_turns)
+        _CLASSES[key] = type(f"{session_type.__name__}Rollout", (PluginRollout,), methods)
+    return _CLASSES[key]
+
+
+def rollout_groups(observation: PluginObservation) -> tuple[dict[str, float], dict[str, float]]:
+    """(reward per trainer group, the judge's components): a plug-in's reward is one number, the judge's total,
+    so it goes to the outcome group whole (its weight scales it); format errors go to the format group."""
+    total = float(observation.judgement.reward or 0.0)
+    group = "format" if observation.format_error is not None else "outcome"
+    return {group: total}, dict(observation.judgement.components)

@@ -1,0 +1,30 @@
+"""Which agent the loop trains: one environment plug-in for the whole job (assets, checks, sensors)."""
+
+from dagster import ConfigurableResource
+from pydantic import Field, field_validator
+
+from agent_rl.environments.core import Environment
+from agent_rl.environments.registry import load_environment
+
+EMAIL = "email"
+
+
+class EnvironmentResource(ConfigurableResource):
+    """The environment by name ('email', 'support'), import path ('my_pkg.env:MyEnvironment') or installed
+    plug-in; AGENT_RL_ENV sets it when the profile does not (`make demo ENV=support`)."""
+
+    name: str = Field(default=EMAIL, description="built-in name, import path 'package.module:Class', or the name "
+                      "of a plug-in installed under the agent_rl.environments entry point")
+
+    @field_validator("name")
+    @classmethod
+    def _loads(cls, value: str) -> str:
+        load_environment(value)  # a misspelt or broken environment fails when the resource is built, named
+        return value.strip()
+
+    @property
+    def is_email(self) -> bool:
+        return self.name == EMAIL
+
+    def load(self) -> Environment:
+        return load_environment(self.name)
