@@ -49,12 +49,14 @@ test-fast: $(STAMP)
 
 # `make demo WEEKS=3`: three weeks of the loop back to back, each served by what the week before promoted.
 WEEKS ?= 1
+# `make demo ENV=support`: the customer-support agent instead of the email assistant (or a plug-in import path).
+ENV ?= email
 
 demo: $(STAMP)
-	$(BIN)/python -m pipelines.demo --weeks $(WEEKS)
+	$(BIN)/python -m pipelines.demo --weeks $(WEEKS) --env $(ENV)
 
 demo-fast: $(STAMP)
-	$(BIN)/python -m pipelines.demo --fast --weeks $(WEEKS)
+	$(BIN)/python -m pipelines.demo --fast --weeks $(WEEKS) --env $(ENV)
 
 # Dagster and MLflow side by side on loopback, on the storage and with the profile the demo used (its sensors
 # then judge the demo's A/B test by the demo's thresholds).

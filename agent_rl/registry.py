@@ -10,6 +10,8 @@ artifacts are `model/adapters/00, 01, ...` (applied in order: SFT, then GRPO) an
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -18,7 +20,16 @@ from typing import Any
 
 from agent_rl import settings
 
-MODEL_NAME = "agent-rl-email"
+
+
+def model_name_for(environment: str) -> str:
+    """The registered model of an environment's agent: one per environment, so an email model can never be
+    promoted for support traffic (`agent-rl-email`, `agent-rl-support`, ...)."""
+    return "agent-rl-" + re.sub(r"[^A-Za-z0-9_-]+", "-", environment.strip() or "email")
+
+
+# The environment this process serves (AGENT_RL_ENV, as the demo, `make ui` and the arbiter set it).
+MODEL_NAME = model_name_for(os.environ.get("AGENT_RL_ENV") or "email")
 MODEL_MANIFEST = "agent_rl_model.json"
 ALIASES = ("champion", "challenger", "previous_champion")
 

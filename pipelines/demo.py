@@ -180,11 +180,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-share", type=float, default=None,
                         help="share of first-week traffic served by the prompted base model beside production "
                              "(default: 0.1 fast, 0 full: a 135M model on CPU answers ~1 request in 5 s)")
+    parser.add_argument("--env", default=os.environ.get("AGENT_RL_ENV") or "email",
+                        help="the agent to improve: email (default), support, or a plug-in 'package.module:Class'")
     args = parser.parse_args(argv)
     if args.weeks < 1:
         parser.error(f"--weeks must be at least 1, got {args.weeks}")
+    from agent_rl.environments.core import EnvironmentError
+    from agent_rl.environments.registry import load_environment
+
+    try:
+        plugin = None if args.env == "email" else load_environment(args.env)
+    except EnvironmentError as exc:
+        parser.error(str(exc))
     profile = "fast" if args.fast else "demo"
     os.environ["AGENT_RL_PROFILE"] = profile
+    os.environ["AGENT_RL_ENV"] = args.env  # the resources (EnvironmentResource, model name) and the arbiter read it
     os.environ.setdefault("DAGSTER_HOME", str(Path(".dagster").resolve()))
     os.environ.setdefault("AGENT_RL_HOME", str(Path(".data").resolve()))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -196,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     (home / "profile").write_text(profile + "\n")
     log_file = home / "logs" / f"demo-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    print(f"agent-rl demo ({profile} profile, {args.weeks} week{'s' * (args.weeks > 1)}); "
+    print(f"agent-rl demo ({profile} profile, environment {args.env}, {args.weeks} week{'s' * (args.weeks > 1)}); "
           f"full Dagster log: {log_file}", flush=True)
     started = time.perf_counter()
 
@@ -216,7 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     max_steps = {"sft_adapter": resources["training"].sft().max_steps,
                  "grpo_adapter": resources["training"].grpo().max_steps}
     seed_requests = args.seed_requests or (resources["curation"].min_points + 400)
-    production_spec = args.production or ("heuristic" if args.fast else "api-sim:o3")
+    if plugin is None:
+        production_spec = args.production or ("heuristic" if args.fast else "api-sim:o3")
+    else:
+        production_spec = args.production or SIMULATED_PRODUCTION.get(plugin.name, (f"teacher:{args.env}", ""))[0]
     production = production_version(production_spec)
 
     with step(f"prepare the policy model ({base_model})"):
@@ -225,10 +238,16 @@ def main(argv: list[str] | None = None) -> int:
     with step("environment: inbox and scenarios (Dagster job environment_job)"):
         result = run_job(defs, "environment_job", instance, log_file, max_steps)
         assert result.success, f"environment_job failed (see {log_file})"
-        scenarios = load_default_scenarios()
-        train = [s for s in scenarios if s.split.value == "train"]
-        test = [s for s in scenarios if s.split.value == "test"]
-        print(f"{len(scenarios)} scenarios: {len(train)} train, {len(test)} test")
+        if plugin is None:
+            scenarios = load_default_scenarios()
+            train = [s for s in scenarios if s.split.value == "train"]
+            test = [s for s in scenarios if s.split.value == "test"]
+        else:  # a plug-in's tasks: the arbiter judges replays of them against their expected outcome
+            from agent_rl.records import Split
+
+            train, test = plugin.tasks(Split.TRAIN), plugin.tasks(Split.TEST)
+        print(f"{len(train) + len(test)} {'scenarios' if plugin is None else plugin.name + ' tasks'}: "
+              f"{len(train)} train, {len(test)} test")
 
     token = secrets.token_urlsafe(16)
     pool = PoolRepository(settings.pool_url())
@@ -241,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         specs = {production: production_spec, "base": base_model}
         if production_spec.startswith("api-sim:"):
             print(f"production agent: {production} = {describe_simulation(production_spec)}")
+        elif plugin is not None and SIMULATED_PRODUCTION.get(plugin.name, ("", ""))[0] == production_spec:
+            print(f"production agent: {production} = {SIMULATED_PRODUCTION[plugin.name][1]}")
         put_routing(url, token, weights, {v: specs[v] for v in weights})
         print(f"arbiter at {url} while the demo runs: POST /v1/ask, and the OpenAI-compatible gateway at "
               f"{url}/v1/chat/completions (point an openai client's base_url at {url}/v1 with the demo's API key, "
@@ -313,11 +334,25 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+# What stands for production before training in a plug-in's demo: its teacher failing the share of requests a named
+# model fails on a public benchmark (a simulation, said so wherever it is shown; the accuracy is measured).
+SIMULATED_PRODUCTION: dict[str, tuple[str, str]] = {
+    "support": ('teacher:{"environment": "support", "success_rate": 0.612}',
+                "gpt-4o on tau-bench retail: SIMULATED by the support teacher failing 38.8% of requests (it answers "
+                "without acting), after gpt-4o's published pass^1 of 61.2% (Yao et al. 2024, tau-bench, "
+                "arXiv:2406.12045); accuracy measured"),
+}
+
+
 def production_version(spec: str) -> str:
     """The routing name of the production agent's spec: `api-sim:o3` -> `o3-sim`, `heuristic` -> `teacher`."""
     if spec.startswith("api-sim:"):
         return f"{spec.split(':', 1)[1]}-sim"
     if spec.startswith("heuristic"):
+        return "teacher"
+    if spec == SIMULATED_PRODUCTION["support"][0]:
+        return "gpt-4o-sim"
+    if spec.startswith("teacher"):
         return "teacher"
     return "production"
 

@@ -31,6 +31,7 @@ def serve_command(
     pool_url: Annotated[Optional[str], typer.Option("--pool-url", help="Benchmark pool; default AGENT_RL_POOL_URL or AGENT_RL_HOME/pool.db")] = None,
     inbox_url: Annotated[Optional[str], typer.Option("--inbox-url", help="Inbox store; default AGENT_RL_INBOX_URL or AGENT_RL_HOME/inbox.db")] = None,
     scenarios: Annotated[Optional[Path], typer.Option(help="Scenarios JSONL for judging requests that name a scenario_id")] = None,
+    env: Annotated[str, typer.Option("--env", envvar="AGENT_RL_ENV", help="Environment /v1/ask serves: email, support, or a plug-in import path 'package.module:Class'")] = "email",
     default_routing: Annotated[Optional[str], typer.Option("--default-routing", help='Weights while the routing table is empty, JSON, e.g. \'{"heuristic": 1}\'')] = None,
     batch_window_ms: Annotated[float, typer.Option(help="Wait this long to batch requests of one policy")] = 0.0,
     log_level: Annotated[str, typer.Option(help="uvicorn/arbiter log level")] = "info",
@@ -51,7 +52,7 @@ def serve_command(
     from agent_rl.arbiter.keys import KeyConfigError, KeyRing
     from agent_rl.arbiter.server import default_workers, serve
 
-    options: dict = {"pool_url": pool_url, "inbox_url": inbox_url, "scenarios_path": scenarios,
+    options: dict = {"pool_url": pool_url, "inbox_url": inbox_url, "scenarios_path": scenarios, "environment": env,
                      "batch_window_ms": batch_window_ms, "api_keys_file": api_keys,
                      "gateway_idle_s": gateway_idle_s, "gateway_rate_per_s": gateway_rate_per_s,
                      "gateway_rate_burst": max(1, int(2 * gateway_rate_per_s))}

@@ -30,6 +30,9 @@ class ArbiterConfig(BaseModel):
         default_factory=lambda: {"heuristic": 1.0},
         description="weights used while the pool's routing table is empty (version names double as specs)",
     )
+    environment: str = Field(
+        "email", description="the environment /v1/ask serves: 'email' (inboxes and scenarios) or a plug-in by name "
+                             "or import path, whose tasks are the replayable references and whose contexts callers name")
     scenarios_path: Path | None = Field(
         None, description="JSONL of Scenario records; requests naming a scenario_id are judged against it"
     )
@@ -53,6 +56,18 @@ class ArbiterConfig(BaseModel):
     vllm: VllmServing | None = Field(
         None, description="serve registered versions as adapters loaded on this vLLM server (GPU) instead of on "
                           "the arbiter's own shared base")
+
+    @field_validator("environment")
+    @classmethod
+    def _known_environment(cls, spec: str) -> str:
+        from agent_rl.environments.core import EnvironmentError
+        from agent_rl.environments.registry import resolve
+
+        try:
+            resolve(spec)
+        except EnvironmentError as exc:
+            raise ValueError(str(exc)) from None
+        return spec.strip()
 
     @field_validator("default_routing")
     @classmethod

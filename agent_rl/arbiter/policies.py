@@ -7,11 +7,13 @@ checkpoint directory. `register_policy_loader` adds prefixes without touching th
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -76,15 +78,28 @@ def _load_api_simulation(name: str) -> Policy:
         raise PolicyLoadError(str(exc)) from exc
 
 
-def _load_teacher(environment: str) -> Policy:
-    """`teacher:support`: the rule-based teacher a plug-in environment offers (its production stand-in)."""
+def _load_teacher(rest: str) -> Policy:
+    """`teacher:support`: the rule-based teacher a plug-in environment offers; `teacher:{"environment": "support",
+    "success_rate": 0.61}` passes options to it (a simulated imperfect production agent)."""
     from agent_rl.environments.core import EnvironmentError
     from agent_rl.environments.registry import load_environment
 
+    options: dict[str, Any] = {}
+    environment = rest
+    if rest.lstrip().startswith("{"):
+        try:
+            options = json.loads(rest)
+        except json.JSONDecodeError as exc:
+            raise PolicyLoadError(f"teacher spec is not valid JSON: {exc}") from None
+        if not isinstance(options, dict) or not isinstance(options.get("environment"), str):
+            raise PolicyLoadError('teacher spec needs "environment", e.g. teacher:{"environment": "support"}')
+        environment = options.pop("environment")
     try:
-        teacher = load_environment(environment).teacher()
+        teacher = load_environment(environment).teacher(**options)
     except EnvironmentError as exc:
         raise PolicyLoadError(str(exc)) from exc
+    except (TypeError, ValueError) as exc:
+        raise PolicyLoadError(f"environment {environment!r}: its teacher does not take {sorted(options)}: {exc}") from exc
     if teacher is None:
         raise PolicyLoadError(f"environment {environment!r} offers no teacher policy")
     teacher.version = f"teacher:{environment}"

@@ -92,8 +92,9 @@ async def replay(
 
         async def send(i: int, scenario: Scenario) -> None:
             body = {
-                "inbox": scenario.inbox_id,
-                "question": scenario.question,
+                # A scenario of the email assistant, or a plug-in's task (its context and prompt).
+                "inbox": getattr(scenario, "context", None) or scenario.inbox_id,
+                "question": getattr(scenario, "prompt", None) or scenario.question,
                 "scenario_id": scenario.id,
                 # A distinct key per request spreads requests over the split like independent users.
                 "request_key": f"{key_prefix}-{i}",

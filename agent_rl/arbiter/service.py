@@ -10,6 +10,7 @@ import asyncio
 import logging
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_rl import settings
-from agent_rl.agent.runner import EpisodeTask, run_episodes
+from agent_rl.agent.runner import EpisodeTask, Play, play_episodes, run_episodes
 from agent_rl.agent.shared_base import AdapterPolicy, MixedVersionPolicy, resident_bytes, serving_stats
 from agent_rl.agent.tools import tool_schemas
 from agent_rl.arbiter.batching import EpisodeBatcher
@@ -30,7 +31,9 @@ from agent_rl.arbiter.routing import Router
 from agent_rl.inbox.store import InboxStore, open_inbox_store
 from agent_rl.pool import PoolRepository, Routing
 from agent_rl.pool.repository import normalize_weights
-from agent_rl.records import Episode, Scenario
+from agent_rl.environments.core import Task
+from agent_rl.environments.registry import load_environment
+from agent_rl.records import Episode, Scenario, Split
 from agent_rl.reward.judge import DeterministicJudge, Verdict
 from agent_rl.scenarios import load_scenarios
 
@@ -112,8 +115,17 @@ class ArbiterService:
         self.router = Router(self.pool, config.default_routing, ttl_s=config.routing_ttl_s)
         # Registered versions and base models share one loaded base per model (agent/shared_base.py).
         self.policies = PolicyCache(lambda spec: load_served(spec, vllm=config.vllm))
-        scenarios_path = config.scenarios_path or default_scenarios_path()
-        self.scenarios = read_scenarios(scenarios_path) if scenarios_path.exists() or config.scenarios_path else {}
+        # A plug-in environment instead of the email assistant: its tasks are the replayable references and its
+        # contexts (a store, ...) what callers ask about (environments/).
+        self.environment = None if config.environment == "email" else load_environment(config.environment)
+        self.tasks: dict[str, Task] = {}
+        self.scenarios: dict[str, Scenario] = {}
+        if self.environment is not None:
+            self.tasks = {t.id: t for split in Split for t in self.environment.tasks(split)}
+        else:
+            scenarios_path = config.scenarios_path or default_scenarios_path()
+            if scenarios_path.exists() or config.scenarios_path:
+                self.scenarios = read_scenarios(scenarios_path)
         self.judge = MemoJudge(DeterministicJudge())
         self.executor = ThreadPoolExecutor(config.episode_workers, thread_name_prefix="episode")
         self.batcher = EpisodeBatcher(
@@ -136,7 +148,8 @@ class ArbiterService:
 
     def _warm_up(self) -> None:
         """Load the routed policies and the tool schemas now, so the first requests don't pay for imports."""
-        tool_schemas()  # builds schemas through transformers: seconds on first use
+        # Builds schemas through transformers: seconds on first use.
+        self.environment.tool_schemas() if self.environment is not None else tool_schemas()
         for version in self.router.current().versions:
             spec = self.router.current().specs.get(version, version)
             try:
@@ -157,7 +170,10 @@ class ArbiterService:
         return store
 
     def _refresh_inboxes(self) -> None:
-        self._inboxes = frozenset(self._store().inboxes())
+        if self.environment is not None:  # a plug-in's contexts are those of its tasks
+            self._inboxes = frozenset(t.context for t in self.tasks.values())
+        else:
+            self._inboxes = frozenset(self._store().inboxes())
         self._inboxes_at = time.monotonic()
 
     def _run_batch(self, specs: list[str], tasks: list[EpisodeTask]) -> tuple[list[Episode], float]:
@@ -180,21 +196,26 @@ class ArbiterService:
             self.episodes_written += len(episodes)
         return episodes, played
 
-    def _play(self, specs: list[str], tasks: list[EpisodeTask]) -> list[Episode]:
+    def _run(self, policy: Any, tasks: list[Any]) -> list[Episode]:
+        """One runner call: email questions on the inbox store, or a plug-in's plays in its environment."""
+        if self.environment is not None:
+            return play_episodes(policy, self.environment, tasks, self.config.runner)
+        return run_episodes(policy, tasks, self._store(), self.config.runner, self.judge)
+
+    def _play(self, specs: list[str], tasks: list[Any]) -> list[Episode]:
         """One runner call; tasks of several versions on one shared base decode together (mixed batch)."""
         distinct = list(dict.fromkeys(specs))
         if len(distinct) == 1:
-            return run_episodes(self.policies.get(distinct[0]), tasks, self._store(), self.config.runner, self.judge)
+            return self._run(self.policies.get(distinct[0]), tasks)
         policies = {task.policy_version or spec: self.policies.get(spec) for spec, task in zip(specs, tasks)}
         if all(isinstance(p, AdapterPolicy) for p in policies.values()) and \
                 len({id(p.base) for p in policies.values()}) == 1:  # type: ignore[attr-defined]
             mixed = MixedVersionPolicy(policies)  # type: ignore[arg-type]
-            return run_episodes(mixed, tasks, self._store(), self.config.runner, self.judge)
+            return self._run(mixed, tasks)
         episodes: list[Episode | None] = [None] * len(tasks)  # a base was reloaded meanwhile: one call per spec
         for spec in distinct:
             indices = [i for i, s in enumerate(specs) if s == spec]
-            played = run_episodes(self.policies.get(spec), [tasks[i] for i in indices], self._store(),
-                                  self.config.runner, self.judge)
+            played = self._run(self.policies.get(spec), [tasks[i] for i in indices])
             for i, episode in zip(indices, played):
                 episodes[i] = episode
         return episodes  # type: ignore[return-value]
@@ -227,7 +248,7 @@ class ArbiterService:
         if inbox not in self._inboxes:
             raise UnknownInbox(inbox)
 
-    def reference(self, key: ApiKey, inbox: str, question: str, scenario_id: str | None) -> Scenario | None:
+    def reference(self, key: ApiKey, inbox: str, question: str, scenario_id: str | None) -> Scenario | Task | None:
         """The scenario to judge the episode against, or None: then it is live traffic without a reference.
 
         A judged episode becomes a training label, so a scenario is honoured only for keys allowed to
@@ -237,6 +258,13 @@ class ArbiterService:
         """
         if scenario_id is None or not key.replay:
             return None
+        if self.environment is not None:
+            task = self.tasks.get(scenario_id)
+            if task is None or not key.may_use(task.context):
+                raise UnknownScenario(scenario_id)
+            if task.context != inbox:
+                raise ScenarioMismatch(scenario_id)
+            return task if question == task.prompt else None
         scenario = self.scenarios.get(scenario_id)
         if scenario is None or not key.may_use(scenario.inbox_id):
             raise UnknownScenario(scenario_id)
@@ -256,7 +284,13 @@ class ArbiterService:
         version, spec = self.router.choose(request_key)
         if not self.policies.is_loaded(spec):
             await self._blocking(self.policies.get, spec)  # load once, off the loop; errors name the spec
-        task = EpisodeTask(inbox=inbox, question=question, scenario=scenario, policy_version=version, tenant=key.tenant)
+        if self.environment is not None:
+            reference = scenario or Task(id=f"live-{uuid.uuid4().hex[:12]}", environment=self.environment.name,
+                                         context=inbox, prompt=question)
+            task: Any = Play(reference, policy_version=version, tenant=key.tenant)
+        else:
+            task = EpisodeTask(inbox=inbox, question=question, scenario=scenario, policy_version=version,
+                               tenant=key.tenant)
         episode, seconds = await self.batcher.submit(spec, task, lane=self.lane_of(spec))
         return Served(episode=episode, episode_seconds=seconds)
 

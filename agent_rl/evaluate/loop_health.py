@@ -43,11 +43,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-# The same names as agent_rl/train/tracking.py and agent_rl/registry.py (not imported: tracking pulls in
-# transformers, which a monitoring job has no use for; a test keeps them equal).
+from agent_rl.registry import MODEL_NAME
+
+# The same names as agent_rl/train/tracking.py (not imported: tracking pulls in transformers, which a monitoring
+# job has no use for; a test keeps them equal).
 TRAINING_EXPERIMENT = "agent-rl-training"
 PARENT_TAG = "dagster_run_id"
-MODEL_NAME = "agent-rl-email"
 VALIDATION_CHECKS = ("beats_champion", "no_forgetting", "reward_hacking_passed")
 TRAINING_STEPS = ("sft_adapter", "grpo_adapter")
 TARGETS = {"training_convergence_rate": 0.90, "deployment_success_rate": 0.95}

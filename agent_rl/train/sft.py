@@ -14,6 +14,7 @@ import json
 import logging
 import shutil
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from agent_rl.train.static_prefix import StaticPrefix
 from agent_rl.train.tracking import MetricsCallback, Tracker, file_sha256
 
 log = logging.getLogger(__name__)
+MAX_DROPS_SHOWN = 5
 
 ADAPTER_DIR = "adapter"
 MANIFEST = "agent_rl_adapter.json"  # base model + adapter stack; what loaders read
@@ -420,8 +422,12 @@ def train_sft(
         raise ValueError(f"model {model_path} has no chat template; tool calls cannot be rendered")
     rows = read_jsonl(rows_jsonl)
     data = tokenize_rows(tokenizer, rows, settings.max_length)
-    for dropped in data.dropped:
+    for dropped in data.dropped[:MAX_DROPS_SHOWN]:
         log.warning("SFT row %d dropped: %s", dropped.index, dropped.reason)
+    if len(data.dropped) > MAX_DROPS_SHOWN:  # one line per row buried the run's log under hundreds of them
+        reasons = Counter(d.reason.split(":")[0] for d in data.dropped[MAX_DROPS_SHOWN:])
+        log.warning("SFT: %d more rows dropped (%s) of %d", len(data.dropped) - MAX_DROPS_SHOWN,
+                    ", ".join(f"{n} {r}" for r, n in reasons.most_common()), len(rows))
     if not data.input_ids:
         raise ValueError(f"no usable SFT rows in {rows_jsonl}: {len(rows)} read, all dropped "
                          f"({'; '.join(sorted({d.reason.split(':')[0] for d in data.dropped}))})")

@@ -9,13 +9,14 @@ a file, e.g. `[training] profile = "gpu"`, selected by configuration. One value 
 """
 
 import os
-import re
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from dagster import ConfigurableResource
 from pydantic import ValidationError
+
+from agent_rl.registry import model_name_for
 
 from resources.compute import TrainingCompute
 from resources.curation import CurationResource
@@ -86,9 +87,9 @@ def resources_for(profile: str | None = None) -> dict:
         fields = {key: _on_this_machine(value) for key, value in values.get(name, {}).items()}
         if name == "environment" and os.environ.get(ENV_VARIABLE):
             fields.setdefault("name", os.environ[ENV_VARIABLE])
-        if name == "mlflow" and os.environ.get(ENV_VARIABLE, "email") != "email":
+        if name == "mlflow" and os.environ.get(ENV_VARIABLE):
             # One registered model per environment: an email model must never be promoted for support traffic.
-            fields.setdefault("model_name", "agent-rl-" + re.sub(r"[^A-Za-z0-9_-]+", "-", os.environ[ENV_VARIABLE]))
+            fields.setdefault("model_name", model_name_for(os.environ[ENV_VARIABLE]))
         try:
             resources[name] = resource(**fields)
         except ValidationError as exc:

@@ -7,6 +7,7 @@ or order cannot be found. A wrong write is the worst outcome short of a broken f
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable
@@ -177,8 +178,9 @@ class SupportEnvironment(Environment):
 
     # -- teacher and probe -----------------------------------------------------------------------
 
-    def teacher(self) -> SupportTeacher:
-        return SupportTeacher(date.fromisoformat(self.database.today))
+    def teacher(self, success_rate: float = 1.0, seed: int = 0) -> SupportTeacher:
+        """The rule-based teacher; below a `success_rate` of 1 it stands in for an imperfect production agent."""
+        return SupportTeacher(date.fromisoformat(self.database.today), success_rate=success_rate, seed=seed)
 
     def probe(self) -> list[ProbeItem]:
         return [ProbeItem(q, a) for q, a in (
@@ -202,8 +204,19 @@ class SupportTeacher(Policy):
     version = "support-teacher-v1"
     reads_conversations_only = True
 
-    def __init__(self, today: date) -> None:
+    def __init__(self, today: date, success_rate: float = 1.0, seed: int = 0) -> None:
+        if not 0 <= success_rate <= 1:
+            raise ValueError(f"success_rate must be in [0, 1], got {success_rate}")
         self.today = today
+        self.success_rate, self.seed = success_rate, seed
+
+    def _fumbles(self, prompt: str) -> bool:
+        """Whether this conversation is one the simulated agent gets wrong: a fixed share of requests, chosen by a
+        keyed hash of the customer's message, so a replay fails the same way."""
+        if self.success_rate >= 1:
+            return False
+        digest = hashlib.sha256(f"{self.seed}:{prompt}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64 >= self.success_rate
 
     def act(self, conversations: list[list[dict[str, Any]]], tools: list[dict[str, Any]],
             max_new_tokens: int = 256) -> list[PolicyTurn]:
@@ -234,6 +247,8 @@ class SupportTeacher(Policy):
         if "error" in lookup:
             return _reply(f"I'm sorry, I could not find an account with those details, so I cannot help with "
                           f"order {order_id} yet. Please check your email, or your name and zip code.")
+        if self._fumbles(prompt):  # it found the customer, then answers without doing or checking anything
+            return _reply("Thanks for reaching out! I have noted your request and a colleague will follow up.")
         if not order_id:
             return _reply("Which order is it about? Please give me the order id, like W1234567.")
         order_json = next((r for n, _, r in history if n == "get_order"), None)
