@@ -21,7 +21,7 @@ EXPECTED = {
     },
     "fast": {
         "curation": {"min_points": 300},
-        "training": {"base_model": "tiny", "sft_overrides": {"max_steps": 4, "save_steps": 2},
+        "training": {"base_model": "tiny", "sft_overrides": {"max_steps": 4, "save_steps": 2, "max_length": 4096},
                      "grpo_overrides": {"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 4,
                                         "gradient_accumulation_steps": 1, "max_completion_length": 256,
                                         "prompt_filter": {"mode": "none"}}},
