@@ -149,7 +149,10 @@ class ArbiterService:
     def _warm_up(self) -> None:
         """Load the routed policies and the tool schemas now, so the first requests don't pay for imports."""
         # Builds schemas through transformers: seconds on first use.
-        self.environment.tool_schemas() if self.environment is not None else tool_schemas()
+        if self.environment is not None:
+            self.environment.tool_schemas()
+        else:
+            tool_schemas()
         for version in self.router.current().versions:
             spec = self.router.current().specs.get(version, version)
             try:

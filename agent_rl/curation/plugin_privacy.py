@@ -11,21 +11,18 @@ declares and this pass's planted canaries; any original value in any record writ
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import hmac
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, Directory, episode_texts
-from agent_rl.curation.leak_check import CANARY_INBOX, Finding, LeakAuditor, plant_canaries
+from agent_rl.curation.leak_check import Finding, plant_canaries
+from agent_rl.curation.privacy import EPISODES_FILE, canary_seed, count_kinds, leak_auditor, scan_records
 from agent_rl.curation.surrogates import pseudonym_key
 from agent_rl.environments.core import Environment, Task
 
-EPISODES_FILE = "anonymized_episodes/episodes.jsonl"
 TASKS_FILE = "anonymized_environment/tasks.jsonl"
 WORLD_FILE = "anonymized_environment/environment.pkl"
-CANARY_FILE = "planted canary"
 MAX_DEPTH = 12
 
 
@@ -104,7 +101,7 @@ def anonymize_plugin_partition(
     directory, people = directory_of(environment, contexts)
     anonymizer = Anonymizer(config, directory)
     key = pseudonym_key(config.key.get_secret_value() if config.key else None)
-    planted = plant_canaries(_seed(key, episodes, tasks)) if plant else None
+    planted = plant_canaries(canary_seed(key, episodes, (task.id for task in tasks))) if plant else None
     work_episodes = list(episodes) + ([planted.episode] if planted else [])
 
     anon_episodes = anonymizer.anonymize_episodes(work_episodes)
@@ -119,7 +116,7 @@ def anonymize_plugin_partition(
     }) for task in tasks] if personal_world else list(tasks)
     anon_environment = environment.anonymized(anonymizer.anonymize_text) if personal_world else environment
 
-    auditor = LeakAuditor(hmac.new(key, b"leak-check salt", hashlib.sha256).digest(), synthetic=[CANARY_INBOX])
+    auditor = leak_auditor(key)
     if planted:
         auditor.learn_headers([planted.email])  # its message id is an id, not an address
     world_texts = [*(t for task in tasks for t in (task.prompt, task.reference or "", *_strings(task.metadata))),
@@ -129,13 +126,7 @@ def anonymize_plugin_partition(
     auditor.add_literals([*(v for pair in people for v in pair if v), *(canaries or []),
                           *(planted.values if planted else ())])
 
-    leaks: list[Finding] = []
-    kept: list[dict[str, Any]] = []
-    for i, episode in enumerate(anon_episodes):
-        canary = planted is not None and i == len(anon_episodes) - 1
-        leaks += auditor.scan(CANARY_FILE if canary else EPISODES_FILE, f"line {i + 1}", episode)
-        if not canary:
-            kept.append(episode)
+    kept, leaks = scan_records(auditor, anon_episodes, EPISODES_FILE, "line", planted is not None)
     if personal_world:
         for i, task in enumerate(anon_tasks):
             leaks += auditor.scan(TASKS_FILE, f"line {i + 1}", task.model_dump(mode="json"))
@@ -148,21 +139,5 @@ def anonymize_plugin_partition(
               "world": "anonymized" if personal_world else "declared free of personal data, kept",
               "canaries": len(canaries or []), "planted_canaries": len(planted.values) if planted else 0,
               "records_scanned": len(anon_episodes) + len(anon_tasks) + 1,
-              "leaks": len(leaks), "leaks_by_kind": _count(f.kind for f in leaks)}
+              "leaks": len(leaks), "leaks_by_kind": count_kinds(f.kind for f in leaks)}
     return PluginPrivacyResult(kept, anon_tasks, anon_environment, report, leaks)
-
-
-def _seed(key: bytes, episodes: list[dict[str, Any]], tasks: list[Task]) -> str:
-    digest = hmac.new(key, b"canary", hashlib.sha256)
-    for episode in episodes:
-        digest.update(str(episode.get("episode_id", "")).encode())
-    for task in tasks:
-        digest.update(task.id.encode())
-    return digest.hexdigest()
-
-
-def _count(kinds: Iterable[str]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for kind in kinds:
-        counts[kind] = counts.get(kind, 0) + 1
-    return counts

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,14 +64,14 @@ def anonymize_partition(
     directory = build_directory(header_emails)
     anonymizer = Anonymizer(config, directory)
     key = pseudonym_key(config.key.get_secret_value() if config.key else None)
-    planted = plant_canaries(_seed(key, episodes, emails)) if plant else None
+    planted = plant_canaries(canary_seed(key, episodes, (e.message_id for e in emails))) if plant else None
     work_emails = list(emails) + ([Email.model_validate(planted.email)] if planted else [])
     work_episodes = list(episodes) + ([planted.episode] if planted else [])
 
     anon_emails, anon_scenarios = anonymizer.anonymize_environment(work_emails, scenarios)
     anon_episodes = anonymizer.anonymize_episodes(work_episodes)
 
-    auditor = LeakAuditor(hmac.new(key, b"leak-check salt", hashlib.sha256).digest(), synthetic=[CANARY_INBOX])
+    auditor = leak_auditor(key)
     auditor.learn_headers([*header_emails, *work_emails])
     for email in work_emails:
         for text in email_texts(email):
@@ -84,18 +84,10 @@ def anonymize_partition(
             auditor.learn_text(text)
     auditor.add_literals([*(canaries or []), *(planted.values if planted else ())])
 
-    leaks: list[Finding] = []
-    kept_episodes, kept_emails = [], []
-    for i, episode in enumerate(anon_episodes):
-        canary = planted is not None and i == len(anon_episodes) - 1
-        leaks += auditor.scan(CANARY_FILE if canary else EPISODES_FILE, f"line {i + 1}", episode)
-        if not canary:
-            kept_episodes.append(episode)
-    for i, email in enumerate(anon_emails):
-        canary = planted is not None and i == len(anon_emails) - 1
-        leaks += auditor.scan(CANARY_FILE if canary else EMAILS_FILE, f"row {i + 1}", email.model_dump(mode="json"))
-        if not canary:
-            kept_emails.append(email)
+    kept_episodes, leaks = scan_records(auditor, anon_episodes, EPISODES_FILE, "line", planted is not None)
+    kept_emails, email_leaks = scan_records(auditor, anon_emails, EMAILS_FILE, "row", planted is not None,
+                                            lambda email: email.model_dump(mode="json"))
+    leaks += email_leaks
     for i, scenario in enumerate(anon_scenarios):
         leaks += auditor.scan(SCENARIOS_FILE, f"line {i + 1}", scenario.model_dump(mode="json"))
 
@@ -103,21 +95,41 @@ def anonymize_partition(
               "canaries": len(canaries or []), "planted_canaries": len(planted.values) if planted else 0,
               "originals_known_to_check": len(auditor.parts) + len(auditor.addresses) + len(auditor.phones),
               "records_scanned": len(anon_episodes) + len(anon_emails) + len(anon_scenarios),
-              "leaks": len(leaks), "leaks_by_kind": _count(f.kind for f in leaks)}
+              "leaks": len(leaks), "leaks_by_kind": count_kinds(f.kind for f in leaks)}
     return PrivacyResult(kept_episodes, kept_emails, anon_scenarios, report, leaks)
 
 
-def _seed(key: bytes, episodes: list[dict[str, Any]], emails: list[Email]) -> str:
-    """The canaries depend on the key and the input, so a rerun plants the same ones (idempotent output)."""
+def leak_auditor(key: bytes) -> LeakAuditor:
+    """The independent auditor of one privacy pass, salted from the pseudonym key."""
+    return LeakAuditor(hmac.new(key, b"leak-check salt", hashlib.sha256).digest(), synthetic=[CANARY_INBOX])
+
+
+def canary_seed(key: bytes, episodes: list[dict[str, Any]], other_ids: Iterable[str]) -> str:
+    """The canaries depend on the key and the input (episode ids, then the ids of the world's records), so a
+    rerun plants the same ones (idempotent output)."""
     digest = hmac.new(key, b"canary", hashlib.sha256)
     for episode in episodes:
         digest.update(str(episode.get("episode_id", "")).encode())
-    for email in emails:
-        digest.update(email.message_id.encode("utf-8", "surrogatepass"))
+    for value in other_ids:
+        digest.update(value.encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
 
 
-def _count(kinds: Iterable[str]) -> dict[str, int]:
+def scan_records(auditor: LeakAuditor, records: list[Any], file: str, label: str, planted_last: bool,
+                 dump: Callable[[Any], Any] = lambda record: record) -> tuple[list[Any], list[Finding]]:
+    """(records to write, leaks found) of anonymized records whose last one is this pass's canary when
+    `planted_last`: every record is scanned, the canary is scanned under its own name and not written."""
+    kept: list[Any] = []
+    leaks: list[Finding] = []
+    for i, record in enumerate(records):
+        canary = planted_last and i == len(records) - 1
+        leaks += auditor.scan(CANARY_FILE if canary else file, f"{label} {i + 1}", dump(record))
+        if not canary:
+            kept.append(record)
+    return kept, leaks
+
+
+def count_kinds(kinds: Iterable[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for kind in kinds:
         out[kind] = out.get(kind, 0) + 1

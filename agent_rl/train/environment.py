@@ -8,6 +8,7 @@ model, and hands the instances to the reward functions, which read `observe()`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -102,26 +103,8 @@ class InboxEnvironment(InboxTools):
         return self._observation
 
     def _judge_rollout(self, completion: list[dict[str, Any]]) -> RolloutObservation:
-        # Same rules as the episode runner: the first plain-text turn or unknown tool ends the episode as a
-        # format error; turns after an accepted answer (TRL generates once more) do not count.
-        turns, tool_calls, format_error, answered = 0, 0, None, False
-        for index, message in enumerate(completion):
-            if message.get("role") != "assistant":
-                continue
-            if answered:
-                break
-            turns += 1
-            calls = message.get("tool_calls") or []
-            if not calls:
-                content = str(message.get("content") or "")
-                # TRL's parser falls back to plain text when a tool call is malformed.
-                format_error = FormatErrorKind.UNPARSABLE if "<tool_call>" in content else FormatErrorKind.NO_TOOL_CALL
-                break
-            if any(call_name(call) not in TOOL_NAMES for call in calls):
-                format_error = FormatErrorKind.UNKNOWN_TOOL
-                break
-            tool_calls += len(calls)
-            answered = _accepted_answer(completion, index)
+        turns, tool_calls, format_error = scan_turns(
+            completion, TOOL_NAMES, lambda index, _calls: _accepted_answer(completion, index))
         task = self._task()
         if format_error is not None:
             outcome = Outcome.FORMAT_ERROR
@@ -144,7 +127,7 @@ class InboxEnvironment(InboxTools):
             tool_failures=len(self.trace.errors),
             # Calls left unanswered before the last turn: the token budget, not the turn budget, ended it.
             budget_cut=(outcome == Outcome.RAN_OUT and turns < self._max_turns
-                        and _calls_left_unanswered(completion)),
+                        and calls_left_unanswered(completion)),
         )
 
     def _task(self) -> Task:
@@ -153,6 +136,32 @@ class InboxEnvironment(InboxTools):
         return Task(id=str(row.get("scenario_id") or ""), environment="email", context=self._inbox,
                     prompt=self.question, reference=str(row["answer"]), category=str(row.get("category") or ""),
                     metadata={"source_ids": [str(s) for s in (row.get("source_ids") or [])]})
+
+
+def scan_turns(completion: list[dict[str, Any]], tool_names: Collection[str],
+               answered: Callable[[int, int], bool]) -> tuple[int, int, FormatErrorKind | None]:
+    """(turns, tool calls, format error) of a rollout by the episode runner's rules: the first plain-text turn or
+    unknown tool ends it as a format error; turns after the answer was recorded (TRL generates once more) do not
+    count. `answered(index, calls)`: whether the answer was recorded by the assistant turn at `index`, with
+    `calls` tool calls made so far."""
+    names = set(tool_names)
+    turns = calls = 0
+    for index, message in enumerate(completion):
+        if message.get("role") != "assistant":
+            continue
+        turns += 1
+        made = message.get("tool_calls") or []
+        if not made:
+            content = str(message.get("content") or "")
+            # TRL's parser falls back to plain text when a tool call is malformed.
+            kind = FormatErrorKind.UNPARSABLE if "<tool_call>" in content else FormatErrorKind.NO_TOOL_CALL
+            return turns, calls, kind
+        if any(call_name(call) not in names for call in made):
+            return turns, calls, FormatErrorKind.UNKNOWN_TOOL
+        calls += len(made)
+        if answered(index, calls):
+            break
+    return turns, calls, None
 
 
 def _accepted_answer(completion: list[dict[str, Any]], index: int) -> bool:
@@ -165,7 +174,7 @@ def _accepted_answer(completion: list[dict[str, Any]], index: int) -> bool:
     return False
 
 
-def _calls_left_unanswered(completion: list[dict[str, Any]]) -> bool:
+def calls_left_unanswered(completion: list[dict[str, Any]]) -> bool:
     """Whether the rollout ends on tool calls without their results: TRL drops results that would overflow
     max_completion_length and stops the rollout there, a cut the policy did not choose (so does the turn budget,
     after its last round)."""

@@ -12,11 +12,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_rl.agent.tool_calls import call_name
 from agent_rl.environments.core import Environment, FinalAnswer, Judgement, Task, Trajectory
 from agent_rl.environments.sessions import judge_episode
 from agent_rl.records import Outcome
 from agent_rl.reward.rubric import FormatErrorKind
+from agent_rl.train.environment import calls_left_unanswered, scan_turns
 
 
 def task_rows(environment: Environment, tasks: list[Task]) -> list[dict[str, Any]]:
@@ -106,25 +106,10 @@ class PluginRollout:
         return self._observation
 
     def _judge_rollout(self, completion: list[dict[str, Any]]) -> PluginObservation:
-        # The runner's rules: the first plain-text turn or unknown tool ends the episode as a format error; turns
-        # after the final answer (TRL generates once more) do not count.
-        names = set(self._environment.tool_names())
-        turns, calls, format_error = 0, 0, None
-        for message in completion:
-            if message.get("role") != "assistant":
-                continue
-            if self._answered_at is not None and calls >= self._answered_at:
-                break
-            turns += 1
-            tool_calls = message.get("tool_calls") or []
-            if not tool_calls:
-                content = str(message.get("content") or "")
-                format_error = FormatErrorKind.UNPARSABLE if "<tool_call>" in content else FormatErrorKind.NO_TOOL_CALL
-                break
-            if any(call_name(call) not in names for call in tool_calls):
-                format_error = FormatErrorKind.UNKNOWN_TOOL
-                break
-            calls += len(tool_calls)
+        answered_at = self._answered_at
+        turns, calls, format_error = scan_turns(
+            completion, self._environment.tool_names(),
+            lambda _index, calls: answered_at is not None and calls >= answered_at)
         answer: FinalAnswer | None = self._environment.final_answer(self._session)
         trajectory = Trajectory(messages=list(self._row.get("prompt") or []) + list(completion), turns=turns,
                                 max_turns=self._max_turns, format_error=format_error.value if format_error else None,
@@ -132,8 +117,8 @@ class PluginRollout:
         judgement = judge_episode(self._environment, self._task, self._session, trajectory)
         if judgement.reward is None:
             judgement = Judgement(judgement.outcome, 0.0, judgement.components)
-        budget_cut = (judgement.outcome == Outcome.RAN_OUT and turns < self._max_turns and bool(completion)
-                      and completion[-1].get("role") == "assistant" and bool(completion[-1].get("tool_calls")))
+        budget_cut = (judgement.outcome == Outcome.RAN_OUT and turns < self._max_turns
+                      and calls_left_unanswered(completion))
         return PluginObservation(
             question=self._task.prompt if self._task else "",
             outcome=Outcome(judgement.outcome),
@@ -161,19 +146,12 @@ def _delegate(name: str, original: Any) -> Any:
     return tool
 
 
-_CLASSES: dict[tuple[int, int], type] = {}
-
-
 def rollout_class(environment: Environment, max_turns: int) -> type[PluginRollout]:
     """A PluginRollout subclass whose public methods are `environment`'s tools, in the environment's order."""
-    key = (id(environment), max_turns)
-    if key not in _CLASSES:
-        session_type = environment.session_type()
-        methods: dict[str, Any] = {name: _delegate(name, getattr(session_type, name))
-                                   for name in environment.tool_names()}
-        methods.update(_environment=environment, _max_turns=max_turns)
-        _CLASSES[key] = type(f"{session_type.__name__}Rollout", (PluginRollout,), methods)
-    return _CLASSES[key]
+    session_type = environment.session_type()
+    methods: dict[str, Any] = {name: _delegate(name, getattr(session_type, name)) for name in environment.tool_names()}
+    methods.update(_environment=environment, _max_turns=max_turns)
+    return type(f"{session_type.__name__}Rollout", (PluginRollout,), methods)
 
 
 def rollout_groups(observation: PluginObservation) -> tuple[dict[str, float], dict[str, float]]:

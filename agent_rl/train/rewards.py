@@ -19,6 +19,7 @@ from typing import Any
 
 from agent_rl.reward.rubric import Reward, RubricWeights, score
 from agent_rl.train.environment import InboxEnvironment, RolloutObservation, observe
+from agent_rl.train.plugin_rollouts import PluginRollout, rollout_groups
 
 REWARD_GROUPS: dict[str, tuple[str, ...]] = {
     "outcome": ("correct", "wrong", "idk", "ran_out"),
@@ -52,8 +53,6 @@ def rollout_scores(environment: Any, completion: list[dict[str, Any]],
                    weights: RubricWeights) -> tuple[dict[str, float], dict[str, float]]:
     """(reward per group, components) of a finished rollout: the email rubric for the inbox environment, the
     plug-in's own judge for any other (train/plugin_rollouts.py)."""
-    from agent_rl.train.plugin_rollouts import PluginRollout, rollout_groups
-
     if isinstance(environment, PluginRollout):
         groups, components = rollout_groups(environment._observe(completion))
         return {**dict.fromkeys(REWARD_GROUPS, 0.0), **groups}, components

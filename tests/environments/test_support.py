@@ -19,7 +19,7 @@ from agent_rl.environments import Task, Trajectory
 from agent_rl.environments.core import check_environment
 from agent_rl.environments.registry import load_environment, resolve
 from agent_rl.environments.support import SupportEnvironment, SupportSession, diff, generate_database
-from agent_rl.environments.support.store import Database
+from agent_rl.environments.support.store import Database, map_strings
 from agent_rl.records import Outcome, Split
 
 SPEC = "agent_rl.environments.support:SupportEnvironment"
@@ -413,21 +413,14 @@ def test_pseudonymized_episode_replays_to_the_same_outcome(env, teacher_test_epi
     anonymous, text = env.pseudonymized("a secret key")
     anonymous_tasks = {t.id: t for t in anonymous.tasks(Split.TEST)}
 
-    def walk(value: Any) -> Any:
-        if isinstance(value, str):
-            return text(value)
-        if isinstance(value, dict):
-            return {k: walk(v) for k, v in value.items()}
-        return [walk(v) for v in value] if isinstance(value, list) else value
-
     recorded = {}
     for task, episode in zip(tasks, episodes):
-        messages = walk(episode.messages)
+        messages = map_strings(episode.messages, text)
         recorded[anonymous_tasks[task.id].prompt] = [m for m in messages if m["role"] == "assistant"]
     replayed = play_episodes(Replay(recorded), anonymous, [Play(anonymous_tasks[t.id]) for t in tasks])
     for original, again in zip(episodes, replayed):
         assert again.outcome == original.outcome and again.reward == original.reward
-        assert again.messages == walk(original.messages)  # tool results change exactly as the text does
+        assert again.messages == map_strings(original.messages, text)  # tool results change exactly as the text does
         assert again.final_answer == text(original.final_answer)
 
 

@@ -35,6 +35,7 @@ from agent_rl.environments.support.store import (
     Pseudonymizer,
     diff,
     generate_database,
+    map_strings,
 )
 from agent_rl.environments.support.tasks import CATEGORIES, NAME, REFUSAL_CATEGORIES, generate_tasks
 from agent_rl.records import Outcome, Split
@@ -157,15 +158,7 @@ class SupportEnvironment(Environment):
             customer["address"]["street"] = transform(customer["address"]["street"])
         for order in data["orders"].values():
             order["shipping_address"]["street"] = transform(order["shipping_address"]["street"])
-
-        def walk(value: Any) -> Any:
-            if isinstance(value, str):
-                return transform(value)
-            if isinstance(value, dict):
-                return {k: walk(v) for k, v in value.items()}
-            return [walk(v) for v in value] if isinstance(value, list) else value
-
-        tasks = [t.model_copy(update={"prompt": transform(t.prompt), "metadata": walk(dict(t.metadata)),
+        tasks = [t.model_copy(update={"prompt": transform(t.prompt), "metadata": map_strings(dict(t.metadata), transform),
                                       "reference": None if t.reference is None else transform(t.reference)})
                  for t in self._tasks]
         return SupportEnvironment(database=Database.from_dict(data), tasks=tasks)

@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import random
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date, timedelta
 from string import ascii_lowercase
@@ -240,6 +241,17 @@ def generate_database(seed: int = 0, customers: int = 48, orders: int = 150) -> 
     return Database(f"store-{seed}", today.isoformat(), people, products, dict(sorted(all_orders.items())))
 
 
+def map_strings(value: Any, fn: Callable[[str], str]) -> Any:
+    """A JSON-like value with `fn` applied to every string in it (keys stay; tuples become lists)."""
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, dict):
+        return {k: map_strings(v, fn) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [map_strings(v, fn) for v in value]
+    return value
+
+
 class Pseudonymizer:
     """Consistent surrogates for the store's personal data, chosen by a keyed hash (HMAC-SHA256) of a secret.
 
@@ -329,13 +341,7 @@ class Pseudonymizer:
 
     def value(self, value: Any) -> Any:
         """A JSON-like value with `text` applied to every string in it (keys stay)."""
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, dict):
-            return {k: self.value(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self.value(v) for v in value]
-        return value
+        return map_strings(value, self.text)
 
     def database(self, db: Database) -> Database:
         return Database.from_dict(self.value(db.to_dict()))
