@@ -11,6 +11,7 @@ import dagster as dg
 from agent_rl import settings
 from agent_rl.curation.balance import balance_episodes
 from agent_rl.curation.datasets import grpo_rows, load_jsonl, save_jsonl, sft_rows
+from agent_rl.curation.live import GRPO_SKIPPED, judge_by_feedback, live_validation_config, split_live
 from agent_rl.curation.plugin_privacy import anonymize_plugin_partition
 from agent_rl.curation.privacy import anonymize_partition
 from agent_rl.environments import worlds
@@ -45,9 +46,14 @@ def _table(rows: list[dict], columns: list[str]) -> dg.MetadataValue:
 def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, environment: EnvironmentResource):
     partition = context.partition_key
     rows = load_jsonl(export_path(partition))
-    # The email assistant keeps its rubric's expectations; a plug-in is checked against what it declares, and an
-    # episode of another environment is quarantined either way (the run trains one policy on one environment).
-    config = ValidationConfig.from_rubric() if environment.is_email else config_for([environment.load()])
+    # The email assistant keeps its rubric's expectations; a plug-in is checked against what it declares; the
+    # gateway's live episodes against what their clients declared, judged by their users' feedback. An episode of
+    # another environment is quarantined either way (the run trains one policy on one environment).
+    if environment.is_live:
+        rows = [judge_by_feedback(row) for row in rows]
+        config = live_validation_config(rows)
+    else:
+        config = ValidationConfig.from_rubric() if environment.is_email else config_for([environment.load()])
     result = validate_episodes(rows, config)
     if result.quarantined:
         pool.open().quarantine(result.quarantined, partition=partition)
@@ -104,6 +110,9 @@ def anonymization(context: dg.AssetExecutionContext, inbox_store: InboxStoreReso
                   environment: EnvironmentResource):
     partition = context.partition_key
     episodes = load_jsonl(stage_dir("validated_episodes", partition) / "episodes.jsonl")
+    if environment.is_live:
+        yield from _anonymize_live(partition, episodes, curation)
+        return
     if not environment.is_email:
         yield from _anonymize_plugin(partition, episodes, environment, curation)
         return
@@ -163,6 +172,32 @@ def _anonymize_plugin(partition: str, episodes: list[dict], environment: Environ
     })
 
 
+def _anonymize_live(partition: str, episodes: list[dict], curation: CurationResource):
+    """The gateway's live episodes: no tasks and no world, the same Anonymizer and auditor over the episodes; the
+    rated-good episodes held out for validation are written apart (curation/live.py)."""
+    result = anonymize_plugin_partition(None, episodes, [], canaries=curation.canaries)
+    out = stage_dir("anonymized_episodes", partition)
+    episodes_hash = save_jsonl(result.episodes, out / "episodes.jsonl")
+    (out / "privacy.json").write_text(json.dumps(
+        {**result.report, "leak_examples": [str(leak) for leak in result.leaks[:20]]}, default=str))
+    _, held_out = split_live(result.episodes)
+    held_out_hash = save_jsonl(held_out, stage_dir("anonymized_environment", partition) / "held_out.jsonl")
+    summary = {k: v for k, v in result.report.items() if isinstance(v, (int, float))}
+    yield dg.MaterializeResult(asset_key="anonymized_episodes", metadata={
+        "episodes": len(result.episodes), "content_hash": episodes_hash, **summary,
+        "entities_by_type": dg.MetadataValue.json(result.report.get("entities", {})),
+    })
+    yield dg.MaterializeResult(asset_key="anonymized_environment", metadata={
+        "environment": "gateway", "held_out_episodes": len(held_out), "held_out_hash": held_out_hash,
+        "note": "no world: the client runs the tools; validation replays these rated-good episodes",
+    })
+
+
+def held_out_live(partition: str) -> list[dict]:
+    """The anonymized gateway episodes rated good that this partition keeps for validation."""
+    return load_jsonl(stage_dir("anonymized_environment", partition) / "held_out.jsonl")
+
+
 def anonymized_tasks(partition: str) -> list[Task]:
     """The plug-in's tasks as curation anonymized them for this partition."""
     return [Task.model_validate(row) for row in load_jsonl(stage_dir("anonymized_environment", partition) / "tasks.jsonl")]
@@ -210,7 +245,12 @@ def balanced_episodes(context: dg.AssetExecutionContext, curation: CurationResou
 def sft_dataset(context: dg.AssetExecutionContext, curation: CurationResource, environment: EnvironmentResource):
     partition = context.partition_key
     episodes = load_jsonl(stage_dir("balanced_episodes", partition) / "episodes.jsonl")
-    tools = None if environment.is_email else environment.load().tool_schemas()
+    if environment.is_live:
+        # Held-out episodes are for validation only; each row trains with the tools its client declared.
+        episodes, _ = split_live(episodes)
+        tools = []
+    else:
+        tools = None if environment.is_email else environment.load().tool_schemas()
     rows = sft_rows(episodes, min_quality=curation.min_quality, max_idk_share=curation.max_idk_share, tools=tools)
     if not rows:
         raise dg.Failure(f"no episode of partition {partition} reaches quality {curation.min_quality}: nothing to learn from")
@@ -223,6 +263,10 @@ def sft_dataset(context: dg.AssetExecutionContext, curation: CurationResource, e
           description="Training scenarios (anonymized) as GRPO prompts with what the reward needs.")
 def grpo_dataset(context: dg.AssetExecutionContext, environment: EnvironmentResource):
     partition = context.partition_key
+    if environment.is_live:
+        context.log.warning(GRPO_SKIPPED)
+        digest = save_jsonl([], stage_dir("grpo_dataset", partition) / "train.jsonl")
+        return dg.MaterializeResult(metadata={"rows": 0, "content_hash": digest, "skipped": GRPO_SKIPPED})
     if environment.is_email:
         items = load_jsonl(stage_dir("anonymized_environment", partition) / "scenarios.jsonl")
         rows = grpo_rows(items, split="train")

@@ -107,6 +107,10 @@ def _llm_scenarios(config: CorpusConfig, inbox_store: InboxStoreResource):
 
 def _plugin_tasks(environment: EnvironmentResource) -> dg.MaterializeResult:
     """A plug-in brings its own tasks: what they are, per category and split (curation reads them from it)."""
+    if environment.is_live:
+        return dg.MaterializeResult(metadata={
+            "environment": environment.name, "scenarios": 0,
+            "note": "gateway episodes bring no tasks: validation replays held-out episodes users rated good"})
     env = environment.load()
     tasks = {split: env.tasks(split) for split in (Split.TRAIN, Split.TEST)}
     counts = Counter((t.category, split.value) for split, items in tasks.items() for t in items)

@@ -10,6 +10,7 @@ import dagster as dg
 
 from agent_rl.agent.models import resolve_model
 from agent_rl.curation.datasets import load_jsonl
+from agent_rl.curation.live import GRPO_SKIPPED
 from agent_rl.reward.hacking import GENERIC_KINDS, KINDS, HackingConfig, measure_reward_hacking
 from assets.curation import grpo_dataset, sft_dataset, stage_dir
 from assets.partitions import weekly
@@ -78,6 +79,13 @@ def sft_adapter(context: dg.AssetExecutionContext, compute: TrainingCompute, tra
 def grpo_adapter(context: dg.AssetExecutionContext, compute: TrainingCompute, training: TrainingResource,
                  mlflow: MlflowResource, environment: EnvironmentResource):
     partition = context.partition_key
+    skipped = skipped_path(partition)
+    if environment.is_live:  # nothing to roll out in: SFT alone is the candidate (validation reads the marker)
+        context.log.warning(GRPO_SKIPPED)
+        skipped.parent.mkdir(parents=True, exist_ok=True)
+        skipped.write_text(json.dumps({"reason": GRPO_SKIPPED}))
+        return dg.MaterializeResult(metadata={"skipped": GRPO_SKIPPED})
+    skipped.unlink(missing_ok=True)
     env_dir = stage_dir("anonymized_environment", partition)
     # The email assistant rolls out in the anonymized inbox; a plug-in in its anonymized world, as curation saved it.
     where = ({"inbox_store_url": f"sqlite:///{env_dir / 'inbox.db'}"} if environment.is_email
@@ -99,10 +107,22 @@ def rollouts_path(partition: str):
     return stage_dir("grpo_adapter", partition) / "rollouts.jsonl"
 
 
+def skipped_path(partition: str):
+    return stage_dir("grpo_adapter", partition) / "skipped.json"
+
+
+def grpo_skipped(partition: str) -> str | None:
+    """Why GRPO did not run for this partition (None: it ran)."""
+    path = skipped_path(partition)
+    return json.loads(path.read_text())["reason"] if path.exists() else None
+
+
 def grpo_hacking(partition: str) -> tuple[list, str | None]:
     """The reward-hacking findings of a partition's GRPO rollouts, and what triggered (None: nothing did).
     Written to hacking.json beside the adapter; validation reads the same function, so whichever runs first
     both see one verdict."""
+    if grpo_skipped(partition):
+        return [], None  # no rollouts to judge: validation weighs SFT alone
     path = rollouts_path(partition)
     if not path.exists():
         return [], f"no rollouts recorded at {path}"
@@ -125,6 +145,9 @@ def grpo_hacking(partition: str) -> tuple[list, str | None]:
                             "answers, tool-call spam, padded sources, format exploits); a failure disqualifies "
                             "SFT + GRPO at validation.")
 def no_reward_hacking(context: dg.AssetCheckExecutionContext):
+    skipped = grpo_skipped(context.partition_key)
+    if skipped:
+        return dg.AssetCheckResult(passed=True, description=skipped)
     findings, verdict = grpo_hacking(context.partition_key)
     return dg.AssetCheckResult(
         passed=verdict is None,

@@ -25,9 +25,10 @@ from agent_rl.evaluate.report import (
 from agent_rl.inbox.store import open_inbox_store
 from agent_rl.policy_specs import load_policy, load_stacked
 from agent_rl.records import Scenario
-from assets.curation import anonymized_plugin, anonymized_tasks, stage_dir
+from agent_rl.evaluate.replay import evaluate_replay
+from assets.curation import anonymized_plugin, anonymized_tasks, held_out_live, stage_dir
 from assets.partitions import weekly
-from assets.training import grpo_adapter, grpo_hacking, sft_adapters, trained_adapters
+from assets.training import grpo_adapter, grpo_hacking, grpo_skipped, sft_adapters, trained_adapters
 from resources.environment import EnvironmentResource
 from resources.evaluation import EvaluationResource
 from resources.registry import MlflowResource
@@ -67,7 +68,15 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
     partition = context.partition_key
     env = stage_dir("anonymized_environment", partition)
     store, probe_items = None, None
-    if environment.is_email:
+    measure = "held-out tasks played to the end and judged"
+    if environment.is_live:  # the gateway's tools run in the client: replay the held-out steps users rated good
+        held_out = held_out_live(partition)
+        measure = (f"replay of {len(held_out)} held-out gateway episodes users rated good: accuracy is the share of "
+                   "their steps where the model takes the approved action")
+
+        def evaluate(policy, name):
+            return evaluate_replay(policy, held_out, evaluation.eval_config())
+    elif environment.is_email:
         scenarios = [Scenario.model_validate(row) for row in load_jsonl(env / "scenarios.jsonl")]
         store = open_inbox_store(f"sqlite:///{env / 'inbox.db'}")
 
@@ -81,6 +90,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
             return evaluate_tasks(policy, plugin, tasks, evaluation.eval_config(), version=name).metrics
     incumbent_version, incumbent_spec = production_incumbent(pool, training.base_model)
     _, hacked = grpo_hacking(partition)
+    skipped = grpo_skipped(partition)
     loaders = {
         "sft": lambda: load_stacked(training.base_model, sft_adapters(partition), version="sft"),
         "grpo": lambda: load_stacked(training.base_model, trained_adapters(partition), version="grpo"),
@@ -89,6 +99,9 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
     if hacked:  # disqualified: evaluating it would decide nothing
         context.log.warning(f"SFT + GRPO disqualified, not evaluated: {hacked}")
         del loaders["grpo"]
+    if skipped:
+        context.log.warning(skipped)
+        loaders.pop("grpo", None)
     results: dict[str, EvalMetrics] = {}
     probes: dict[str, float | None] = {}
     simulation = None
@@ -110,7 +123,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
         del base
     if store is not None:
         store.close()
-    choice = choose_candidate(results["sft"], results.get("grpo"), disqualified=hacked)
+    choice = choose_candidate(results["sft"], results.get("grpo"), disqualified=hacked, skipped=skipped)
     context.log.info(choice.reason)
     candidate, candidate_probe = results[choice.name], probes[choice.name]
     improvement = improvement_gate(candidate, results["incumbent"], evaluation.gates(),
@@ -118,7 +131,9 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
     forgetting = forgetting_gate(candidate_probe or 0.0, probes["base"] or 0.0, evaluation.gates())
     report = {
         "incumbent": {"version": incumbent_version, "spec": incumbent_spec, "simulation": simulation},
-        "choice": {"candidate": choice.name, "reason": choice.reason, "grpo_disqualified": hacked},
+        "choice": {"candidate": choice.name, "reason": choice.reason, "grpo_disqualified": hacked,
+                   "grpo_skipped": skipped},
+        "measure": measure,
         "metrics": {"candidate": candidate.model_dump(), **{n: m.model_dump() for n, m in results.items()}},
         "forgetting_probe": probes,
         "gates": {"improvement": improvement.__dict__, "forgetting": forgetting.__dict__},
@@ -137,6 +152,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
         "incumbent_simulation": dg.MetadataValue.json(simulation) if simulation else "no (measured)",
         "candidate": choice.name,
         "choice": choice.reason,
+        "measure": measure,
         "candidate_accuracy": candidate.accuracy,
         "incumbent_accuracy": results["incumbent"].accuracy,
         "candidate_hallucination_rate": candidate.hallucination_rate,

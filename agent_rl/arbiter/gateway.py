@@ -19,8 +19,9 @@ response header and in the body (`agent_rl.episode_id`, also on the final stream
 Request `metadata` (OpenAI's field, string values) may declare `context` (the environment the agent works
 in, stored as the episode's context; default "gateway"; the key must cover it), `environment` (the plug-in
 whose tasks these are, stored as the episode's environment; default "gateway": an agent that is no plug-in,
-whose declared tools are stored with the episode for SFT), `task` (stored as the
-episode's question; default the first user message) and `final_tool` (a tool name: a reply calling it ends
+whose declared tools are stored with the episode for SFT), `category` (the task category, stored as the
+episode's; curation balances and gates on it), `task` (stored as the episode's question; default the first user
+message) and `final_tool` (a tool name: a reply calling it ends
 the episode).
 
 An episode is written to the pool when it ends: `POST /v1/episodes/{id}/end`, a final-tool call, feedback on
@@ -190,6 +191,8 @@ class ChatRequest(BaseModel):
             raise ValueError("context must not be blank")
         if value and "environment" in value and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", value["environment"]):
             raise ValueError("environment must be an environment name (letters, digits, '_', '.' or '-')")
+        if value and "category" in value and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", value["category"]):
+            raise ValueError("category must be a category name (letters, digits, '_', '.' or '-')")
         return value
 
     @model_validator(mode="after")
@@ -353,6 +356,7 @@ class LiveEpisode:
     session: str | None
     final_tool: str | None = None
     environment: str = DEFAULT_ENVIRONMENT
+    category: str | None = None  # the caller's task category (curation balances and gates on it)
     tools: list[dict[str, Any]] | None = None  # as the client declared them on its latest call
     created_at: Any = field(default_factory=utcnow)
     messages: list[dict[str, Any]] = field(default_factory=list)
@@ -374,7 +378,7 @@ class LiveEpisode:
                     answer = call["function"]["arguments"]
         return Episode(
             episode_id=self.episode_id, created_at=self.created_at, tenant=self.tenant, environment=self.environment,
-            context=self.context, tools=self.tools,
+            context=self.context, tools=self.tools, task_category=self.category,
             question=self.task, policy_version=self.version, messages=self.messages, final_answer=answer,
             outcome=Outcome.UNJUDGED, reward=None, turns=self.calls, prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens, latency_ms=round(self.latency_ms, 3),
@@ -489,7 +493,8 @@ class Gateway:
             (_text_of(m.content) for m in request.messages if m.role == "user"), "")
         episode = LiveEpisode(episode_id=str(uuid.uuid4()), tenant=key.tenant, context=context, task=task,
                               version=version, spec=spec, session=session,
-                              environment=metadata.get("environment", DEFAULT_ENVIRONMENT))
+                              environment=metadata.get("environment", DEFAULT_ENVIRONMENT),
+                              category=metadata.get("category") or None)
         if len(self.live) >= self.max_live:
             self._evict()
         self.live[episode.episode_id] = episode

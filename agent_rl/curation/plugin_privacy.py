@@ -30,7 +30,7 @@ MAX_DEPTH = 12
 class PluginPrivacyResult:
     episodes: list[dict[str, Any]]
     tasks: list[Task]
-    environment: Environment
+    environment: Environment | None
     report: dict[str, Any]
     leaks: list[Finding] = field(default_factory=list)
 
@@ -85,20 +85,22 @@ def directory_of(environment: Environment, contexts: Iterable[str]) -> tuple[Dir
 
 
 def anonymize_plugin_partition(
-    environment: Environment,
+    environment: Environment | None,
     episodes: list[dict[str, Any]],
     tasks: list[Task],
     canaries: list[str] | None = None,
     config: AnonymizerConfig | None = None,
     plant: bool = True,
 ) -> PluginPrivacyResult:
-    """Anonymized episodes, tasks and world of a plug-in, with the independent leak scan over all of them."""
+    """Anonymized episodes, tasks and world of a plug-in, with the independent leak scan over all of them.
+
+    `environment` None: episodes of no plug-in (the gateway's live traffic), with no tasks and no world."""
     config = config or AnonymizerConfig()
-    public = tuple(environment.privacy().public_terms)
+    public = tuple(environment.privacy().public_terms) if environment is not None else ()
     if public:
         config = config.model_copy(update={"public_terms": tuple(dict.fromkeys(config.public_terms + public))})
     contexts = [str(e.get("context") or "") for e in episodes] + [t.context for t in tasks]
-    directory, people = directory_of(environment, contexts)
+    directory, people = directory_of(environment, contexts) if environment is not None else (Directory(), [])
     anonymizer = Anonymizer(config, directory)
     key = pseudonym_key(config.key.get_secret_value() if config.key else None)
     planted = plant_canaries(canary_seed(key, episodes, (task.id for task in tasks))) if plant else None
@@ -108,7 +110,7 @@ def anonymize_plugin_partition(
     # Tasks and world are the environment's own: rewritten (and audited) when it declares personal data in them.
     # One that declares none keeps them as they are (pseudonymizing a timetable's station names would break it);
     # its episodes are anonymized all the same, since users type what they like.
-    personal_world = has_personal_world(environment)
+    personal_world = environment is not None and has_personal_world(environment)
     anon_tasks = [task.model_copy(update={
         "prompt": anonymizer.anonymize_text(task.prompt),
         "reference": anonymizer.anonymize_text(task.reference) if task.reference else task.reference,
@@ -135,8 +137,10 @@ def anonymize_plugin_partition(
             leaks.append(Finding(WORLD_FILE, "world", "", "raw_world", "anonymized() returned the raw world", "-"))
         else:
             leaks += auditor.scan(WORLD_FILE, "world", world_values(anon_environment))
-    report = {**anonymizer.privacy_report(), "environment": environment.name, "directory_entries": len(people),
-              "world": "anonymized" if personal_world else "declared free of personal data, kept",
+    name = environment.name if environment is not None else "gateway"
+    report = {**anonymizer.privacy_report(), "environment": name, "directory_entries": len(people),
+              "world": ("anonymized" if personal_world else "none" if environment is None
+                        else "declared free of personal data, kept"),
               "canaries": len(canaries or []), "planted_canaries": len(planted.values) if planted else 0,
               "records_scanned": len(anon_episodes) + len(anon_tasks) + 1,
               "leaks": len(leaks), "leaks_by_kind": count_kinds(f.kind for f in leaks)}

@@ -47,8 +47,12 @@ class ValidationConfig(BaseModel):
     outcomes: tuple[str, ...] = Field(tuple(o.value for o in Outcome), description="known outcomes")
     tools: tuple[str, ...] = Field(TOOL_NAMES, description="tools an assistant may call")
     environments: tuple[str, ...] = Field(("email",), description="environments whose episodes are expected")
+    final_tools: tuple[str, ...] = Field(("return_final_answer",),
+                                         description="tools whose call may end a conversation unanswered")
     require_category: bool = Field(True, description="rows without task_category are quarantined (balancing needs it)")
     require_reward: bool = Field(True, description="rows without a reward are quarantined (training needs it)")
+    require_answer_when_correct: bool = Field(True, description="a correct row without a final answer is corrupt "
+                                              "(off for live traffic: users may approve an action, not a reply)")
     reward_min: float = Field(-2.0, description="lowest reward the rubric can give")
     reward_max: float = Field(1.5, description="highest reward the rubric can give")
     min_turns: int = Field(0, ge=0)
@@ -209,8 +213,8 @@ def conversation_errors(messages: Any, config: ValidationConfig) -> list[str]:
 
     Valid: system/user opening (a user message before any assistant turn), assistant tool calls
     to known tools with object arguments, each call answered by a tool result (matched by id when
-    ids are given, else by order) before the next assistant turn; return_final_answer may end the
-    conversation unanswered.
+    ids are given, else by order) before the next assistant turn; a final tool (return_final_answer) may end
+    the conversation unanswered.
     """
     if not isinstance(messages, list):
         return ["messages is not a list"]
@@ -274,7 +278,7 @@ def conversation_errors(messages: Any, config: ValidationConfig) -> list[str]:
             if name and pending[index][1] and name != pending[index][1]:
                 errors.append(f"{where}: tool result named {str(name)[:40]!r} answers a {pending[index][1]!r} call")
             pending.pop(index)
-    unanswered = [name for _, name in pending if name != "return_final_answer"]
+    unanswered = [name for _, name in pending if name not in config.final_tools]
     if unanswered:
         errors.append(f"conversation ends with unanswered tool call(s): {', '.join(unanswered)}")
     return errors
@@ -413,8 +417,6 @@ def _expectations(config: ValidationConfig) -> list[tuple[Any, str]]:
         (E.ExpectColumnValuesToBeBetween(column="question_chars", min_value=1, max_value=config.max_question_chars),
          "question_length"),
         (E.ExpectColumnValuesToBeBetween(column="answer_chars", max_value=config.max_answer_chars), "answer_length"),
-        (E.ExpectColumnValuesToBeBetween(column="answer_chars", min_value=1, row_condition='outcome=="correct"',
-                                         condition_parser="pandas"), "empty_correct_answer"),
         (E.ExpectColumnValuesToBeBetween(column="message_count", min_value=config.min_messages,
                                          max_value=config.max_messages), "message_count"),
         (E.ExpectColumnValuesToBeBetween(column="longest_message_chars", max_value=config.max_message_chars),
@@ -426,6 +428,9 @@ def _expectations(config: ValidationConfig) -> list[tuple[Any, str]]:
         # Reasons for this one come from the Python conversation check (one per problem).
         (E.ExpectColumnValuesToBeBetween(column="conversation_errors", max_value=0), "conversation"),
     ]
+    if config.require_answer_when_correct:
+        out.append((E.ExpectColumnValuesToBeBetween(column="answer_chars", min_value=1, row_condition='outcome=="correct"',
+                                                    condition_parser="pandas"), "empty_correct_answer"))
     return out
 
 

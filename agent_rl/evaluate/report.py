@@ -53,11 +53,15 @@ class CandidateChoice:
     reason: str
 
 
-def choose_candidate(sft: EvalMetrics, grpo: EvalMetrics | None, disqualified: str | None = None) -> CandidateChoice:
+def choose_candidate(sft: EvalMetrics, grpo: EvalMetrics | None, disqualified: str | None = None,
+                     skipped: str | None = None) -> CandidateChoice:
     """SFT + GRPO ships only when it is not worse than SFT alone on the same held-out tasks: accuracy (the primary
     metric) at least SFT's and the failures users feel (wrong + format errors + ran out) at most SFT's. Otherwise
     SFT alone ships, so GRPO can never make the registered model worse than the warmup it started from. GRPO
-    that was `disqualified` (its rollouts hacked the reward) is not a candidate at all."""
+    that was `disqualified` (its rollouts hacked the reward) is not a candidate at all; GRPO that was `skipped`
+    (nothing to roll out in) neither."""
+    if skipped:
+        return CandidateChoice("sft", f"SFT alone ships: {skipped}")
     if disqualified or grpo is None:
         why = disqualified or "no SFT+GRPO adapter"
         return CandidateChoice("sft", f"SFT alone ships: SFT+GRPO is disqualified ({why}) and was not evaluated")

@@ -579,3 +579,14 @@ def test_a_malformed_environment_name_is_refused_and_writes_nothing(sqlite_url):
             client.chat.completions.create(model="x", messages=[{"role": "user", "content": "What is 1 + 1?"}],
                                            metadata={"environment": "no spaces/please"})
     assert all_episodes(sqlite_url) == {}
+
+
+def test_the_declared_category_is_stored_and_a_malformed_one_refused(sqlite_url):
+    with gateway(sqlite_url, {"calc": 1.0}, {"calc": "calc-bot"}) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN_A, max_retries=0)
+        with pytest.raises(openai.BadRequestError, match="category must be a category name"):
+            client.chat.completions.create(model="x", messages=[{"role": "user", "content": "What is 1 + 1?"}],
+                                           metadata={"category": "two words"})
+        _, episode = run_agent(client, "What is 2 + 2?", metadata={"category": "add", "final_tool": "answer"})
+        stored = wait_for_episodes(sqlite_url, 1)
+    assert list(stored) == [episode] and stored[episode].task_category == "add"

@@ -1,0 +1,117 @@
+"""Live episodes from the gateway: traffic of an agent that is no plug-in of ours, judged only by its users.
+
+The gateway stores such an episode `unjudged` with no reward (environment "gateway"). Curation turns the
+feedback users sent on it (`POST /v1/feedback`) into its outcome here, and nothing else: a thumbs-up (or a
+positive reward) makes it correct, a thumbs-down (or a reward <= 0) wrong, and an episode nobody rated stays
+unjudged, so it is clean data that never becomes an SFT positive. A fixed share of the rated-good episodes,
+chosen by a hash of the episode id, is held out: SFT never sees it and validation replays it
+(evaluate/replay.py). GRPO needs tools it can run itself; a gateway agent's tools run in the client, so the
+loop skips GRPO for these episodes and registers the SFT model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from agent_rl.ab.outcomes import feedback_verdict
+from agent_rl.records import Outcome
+
+LIVE_ENVIRONMENT = "gateway"
+UNCATEGORIZED = "uncategorized"
+# Rewards a user may send as feedback ({"reward": x} or a bare number); outside it the episode is quarantined.
+REWARD_RANGE = (-1.0, 1.0)
+DEFAULT_HELD_OUT_SHARE = 0.2
+GRPO_SKIPPED = ("GRPO skipped: the episodes come from the gateway (environment 'gateway'), whose tools run in the "
+                "client, so there is no environment for GRPO to roll out in; the SFT model is the candidate")
+
+
+def is_live(environment: str | None) -> bool:
+    return (environment or "").strip() == LIVE_ENVIRONMENT
+
+
+def feedback_reward(feedback: Any) -> float | None:
+    """The reward a user's feedback gives: the number sent (`0.5`, `{"reward": 0.5}`), else 1.0 for a positive
+    verdict and -1.0 for a negative one; None for no feedback or a free comment."""
+    if feedback is None:
+        return None
+    value: Any = feedback
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = json.loads(text) if text[:1] in "{-0123456789." else text
+        except (json.JSONDecodeError, ValueError):
+            value = text
+    if isinstance(value, Mapping) and "reward" in value:
+        value = value["reward"]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)  # a non-finite or out-of-range number is quarantined by validation, named
+    verdict = feedback_verdict(value if not isinstance(value, str) else feedback)
+    if verdict is None:
+        return None
+    return 1.0 if verdict else -1.0
+
+
+def judge_by_feedback(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A gateway episode with its users' feedback as outcome and reward (other episodes are returned as they are).
+
+    The category defaults to 'uncategorized' so balancing and the diversity gate see every episode."""
+    out = dict(row)
+    if not is_live(out.get("environment")):
+        return out
+    out["task_category"] = out.get("task_category") or UNCATEGORIZED
+    if str(out.get("outcome") or Outcome.UNJUDGED.value) != Outcome.UNJUDGED.value:
+        return out  # a verdict was already given (by a judge the caller declared)
+    reward = feedback_reward(out.get("feedback"))
+    if reward is None:
+        return out
+    out["reward"] = reward
+    out["outcome"] = (Outcome.CORRECT if math.isfinite(reward) and reward > 0 else Outcome.WRONG).value
+    out["reward_components"] = {"feedback": reward}
+    return out
+
+
+def live_validation_config(rows: Iterable[Mapping[str, Any]], **overrides: Any):
+    """The validation suite's settings for gateway episodes: the categories they carry, the tools their clients
+    declared, feedback rewards in REWARD_RANGE, and no reward required (unrated episodes are clean, not positives)."""
+    from agent_rl.curation.validate import ValidationConfig
+
+    categories: dict[str, None] = {UNCATEGORIZED: None}
+    tools: dict[str, None] = {}
+    for row in rows:
+        if row.get("task_category"):
+            categories[str(row["task_category"])] = None
+        for schema in row.get("tools") or []:
+            name = (schema.get("function") or schema).get("name") if isinstance(schema, Mapping) else None
+            if isinstance(name, str) and name:
+                tools[name] = None
+    # The client ends an episode where it likes (its final tool, an end call): a last call may stay unanswered.
+    settings = {"categories": tuple(categories), "tools": tuple(tools), "final_tools": tuple(tools),
+                "environments": (LIVE_ENVIRONMENT,),
+                "require_reward": False, "require_answer_when_correct": False, "reward_min": REWARD_RANGE[0], "reward_max": REWARD_RANGE[1]}
+    return ValidationConfig(**{**settings, **overrides})
+
+
+def held_out(episode_id: str, share: float = DEFAULT_HELD_OUT_SHARE) -> bool:
+    """Whether a live episode is kept for validation (never trained on): a stable hash of its id, so re-runs and
+    later weeks agree."""
+    if not 0 <= share < 1:
+        raise ValueError(f"held-out share must be in [0, 1), got {share}")
+    digest = hashlib.sha256(f"live-held-out:{episode_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < share
+
+
+def is_rated_good(row: Mapping[str, Any]) -> bool:
+    return str(row.get("outcome")) == Outcome.CORRECT.value
+
+
+def split_live(rows: Iterable[Mapping[str, Any]], share: float = DEFAULT_HELD_OUT_SHARE
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(trainable, held-out) gateway episodes; held-out are the rated-good ones the hash keeps for validation."""
+    train, test = [], []
+    for row in rows:
+        (test if is_rated_good(row) and held_out(str(row.get("episode_id")), share) else train).append(dict(row))
+    return train, test

@@ -1,0 +1,122 @@
+"""Live gateway episodes in curation: users' feedback is their outcome, unrated ones never train, a stable share
+of the rated-good ones is held out, and validation replays those steps (curation/live.py, evaluate/replay.py)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
+from agent_rl.curation.datasets import quality
+from agent_rl.curation.live import (
+    feedback_reward,
+    held_out,
+    judge_by_feedback,
+    live_validation_config,
+    split_live,
+)
+from agent_rl.curation.validate import validate_episodes
+from agent_rl.evaluate.harness import EvalConfig
+from agent_rl.evaluate.replay import evaluate_replay
+from agent_rl.evaluate.report import choose_candidate
+from agent_rl.evaluate.metrics import EvalMetrics
+
+TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Look a thing up.", "parameters": {
+    "type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}}}]
+
+
+def live_episode(i: int, feedback: str | None = "up", category: str | None = "lookup") -> dict:
+    return {
+        "episode_id": f"ep-{i}", "created_at": datetime(2026, 11, 20, tzinfo=timezone.utc).isoformat(),
+        "environment": "gateway", "context": "gateway", "task_category": category, "question": f"find {i}",
+        "policy_version": "prod", "outcome": "unjudged", "reward": None, "feedback": feedback, "tools": TOOLS,
+        "messages": [
+            {"role": "system", "content": "You look things up."},
+            {"role": "user", "content": f"find {i}"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": f'{{"key": "{i}"}}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": f"value {i}"},
+            {"role": "assistant", "content": f"It is value {i}."},
+        ],
+    }
+
+
+@pytest.mark.parametrize("feedback, reward", [
+    ("up", 1.0), ("thumbs_down", -1.0), ("+1", 1.0), ("-1", -1.0), ("0.4", 0.4), ('{"reward": 0.25}', 0.25),
+    ('{"verdict": "correct"}', 1.0), ("great, thanks", None), (None, None), ("", None),
+])
+def test_feedback_gives_a_reward_from_a_verdict_or_a_number(feedback, reward):
+    assert feedback_reward(feedback) == reward
+
+
+def test_users_feedback_is_the_outcome_and_only_rated_good_episodes_train():
+    up, down, unrated = (judge_by_feedback(live_episode(i, f)) for i, f in enumerate(("up", "down", None)))
+    assert (up["outcome"], up["reward"], quality(up)) == ("correct", 1.0, 1.0)
+    assert (down["outcome"], down["reward"], quality(down)) == ("wrong", -1.0, 0.0)
+    assert (unrated["outcome"], unrated["reward"], quality(unrated)) == ("unjudged", None, 0.0)
+    no_category = judge_by_feedback(live_episode(3, category=None))
+    assert no_category["task_category"] == "uncategorized"
+    email = {"environment": "email", "outcome": "unjudged", "feedback": "up"}
+    assert judge_by_feedback(email) == email  # other environments keep their own judging
+
+
+def test_live_episodes_validate_against_their_clients_tools_and_feedback_range():
+    rows = [judge_by_feedback(live_episode(i, f)) for i, f in enumerate(["up", None, "down", "7"])]
+    bad_tool = judge_by_feedback(live_episode(9))
+    bad_tool["messages"][2]["tool_calls"][0]["function"]["name"] = "format_disk"
+    result = validate_episodes(rows + [bad_tool], live_validation_config(rows))
+    assert [r["episode_id"] for r in result.clean] == ["ep-0", "ep-1", "ep-2"]
+    reasons = {row["episode_id"]: " ".join(why) for row, why in result.quarantined}
+    assert "reward" in reasons["ep-3"]  # a reward of 7 is outside the feedback range
+    assert "format_disk" in reasons["ep-9"]
+
+
+def test_a_stable_share_of_rated_good_episodes_is_held_out():
+    ids = [f"episode-{i}" for i in range(2000)]
+    kept = [i for i in ids if held_out(i)]
+    assert 300 <= len(kept) <= 500 and kept == [i for i in ids if held_out(i)]
+    rows = [judge_by_feedback(live_episode(i, "up" if i % 2 else "down")) for i in range(200)]
+    train, test = split_live(rows)
+    assert test and all(r["outcome"] == "correct" for r in test)
+    assert {r["episode_id"] for r in train}.isdisjoint(r["episode_id"] for r in test) and len(train) + len(test) == 200
+    with pytest.raises(ValueError, match="held-out share"):
+        held_out("x", share=1.5)
+
+
+class Lookup(Policy):
+    """Looks up first, then answers in words: the approved episodes' actions."""
+
+    version = "lookup"
+
+    def act(self, conversations, tools, max_new_tokens=256):
+        return [PolicyTurn(content="done") if messages[-1]["role"] == "tool"
+                else PolicyTurn(tool_calls=[ToolCall("lookup", {"key": "x"})]) for messages in conversations]
+
+
+class Talker(Policy):
+    """Always answers in words, never looks anything up."""
+
+    version = "talker"
+
+    def act(self, conversations, tools, max_new_tokens=256):
+        return [PolicyTurn(content="no idea") for _ in conversations]
+
+
+def test_replay_measures_how_often_a_policy_takes_the_approved_action():
+    episodes = [judge_by_feedback(live_episode(i)) for i in range(6)]
+    agrees = evaluate_replay(Lookup(), episodes, EvalConfig(max_scenarios=None, batch_size=4))
+    assert (agrees.n, agrees.accuracy, agrees.failure_rate, agrees.valid_tool_call_rate) == (6, 1.0, 0.0, 1.0)
+    assert agrees.by_category == {"lookup": {"n": 12, "accuracy": 1.0}}
+    talks = evaluate_replay(Talker(), episodes, EvalConfig(max_scenarios=None))
+    assert talks.accuracy == 0.5  # right on the final replies, wrong where it should have looked up
+    with pytest.raises(ValueError, match="rated good"):
+        evaluate_replay(Lookup(), [], EvalConfig())
+
+
+def test_skipped_grpo_leaves_sft_as_the_candidate_and_says_why():
+    sft = EvalMetrics(n=1, accuracy=0.5, source_accuracy=0, hallucination_rate=0, idk_rate=0, format_error_rate=0,
+                      valid_tool_call_rate=1, avg_turns=1, avg_tokens=1, latency_ms_p50=1, latency_ms_p95=1,
+                      cost_per_1k_usd=0)
+    choice = choose_candidate(sft, None, skipped="GRPO skipped: no tools to run")
+    assert choice.name == "sft" and "GRPO skipped: no tools to run" in choice.reason
