@@ -8,7 +8,7 @@ from agent_rl.agent.model_cli import app as model_app
 from agent_rl.arbiter.cli import app as arbiter_app
 from agent_rl.arbiter.cli import traffic_app
 from agent_rl.evaluate.cli import eval_command
-from agent_rl.inbox.cli import app as inbox_app
+from agent_rl.environments.email.inbox.cli import app as inbox_app
 
 app = typer.Typer(help="Continuous RL for tool-using LLM agents.", no_args_is_help=True)
 app.add_typer(model_app, name="model", help="Prepare policy models (offline).")

@@ -19,8 +19,8 @@ from agent_rl.environments.core import Task
 from agent_rl.records import Split
 from agent_rl.train.plugin_rollouts import task_rows
 from agent_rl.curation.validate import ValidationConfig, config_for, gate_results, validate_episodes
-from agent_rl.inbox.store import open_inbox_store
-from agent_rl.scenarios.demo import load_default_scenarios
+from agent_rl.environments.email.inbox.store import open_inbox_store
+from agent_rl.environments.email.scenarios.demo import load_default_scenarios
 from assets.environment import inbox, scenarios
 from assets.partitions import weekly
 from assets.pool import export_path, pool_episodes

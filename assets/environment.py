@@ -7,8 +7,8 @@ from collections import Counter
 import dagster as dg
 from pydantic import Field
 
-from agent_rl.inbox.demo_corpus import build_demo_corpus
-from agent_rl.scenarios.demo import write_demo_scenarios
+from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
+from agent_rl.environments.email.scenarios.demo import write_demo_scenarios
 from agent_rl.records import Split
 from resources.environment import EnvironmentResource
 from resources.stores import InboxStoreResource
@@ -34,7 +34,7 @@ def inbox(context: dg.AssetExecutionContext, config: CorpusConfig, inbox_store: 
                                               "inboxes": 0, "note": f"the {environment.name} environment has no inbox"})
     store = inbox_store.open()
     if config.ingest_path:
-        from agent_rl.inbox.ingest import ingest
+        from agent_rl.environments.email.inbox.ingest import ingest
 
         report = ingest(config.ingest_path, store, progress=False)
         meta = {"seen": report.seen, "inserted": report.inserted, "duplicates": report.duplicates,
@@ -85,10 +85,10 @@ def _llm_scenarios(config: CorpusConfig, inbox_store: InboxStoreResource):
     """ART-E style generation for an ingested corpus: the fact-based generator only knows the demo corpus."""
     if not (config.llm_base_url and config.llm_model):
         raise dg.Failure("an ingested corpus needs an LLM endpoint to write scenarios: set llm_base_url and llm_model")
-    from agent_rl.scenarios.chat import ChatEndpoint
-    from agent_rl.scenarios.demo import scenarios_path
-    from agent_rl.scenarios.generate import save_scenarios
-    from agent_rl.scenarios.llm_generator import LLMGeneratorConfig, generate_llm_scenarios
+    from agent_rl.environments.email.scenarios.chat import ChatEndpoint
+    from agent_rl.environments.email.scenarios.demo import scenarios_path
+    from agent_rl.environments.email.scenarios.generate import save_scenarios
+    from agent_rl.environments.email.scenarios.llm_generator import LLMGeneratorConfig, generate_llm_scenarios
 
     store = inbox_store.open()
     emails = [email for address in store.inboxes() for email in store.iter_emails(address)]

@@ -22,7 +22,7 @@ from agent_rl.evaluate.report import (
     forgetting_gate,
     improvement_gate,
 )
-from agent_rl.inbox.store import open_inbox_store
+from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.policy_specs import load_policy, load_stacked
 from agent_rl.records import Scenario
 from agent_rl.evaluate.replay import evaluate_replay

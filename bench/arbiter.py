@@ -36,10 +36,10 @@ sys.path.insert(0, str(ROOT))
 
 from agent_rl.arbiter.keys import ApiKey  # noqa: E402
 from agent_rl.arbiter.server import default_workers, free_port  # noqa: E402
-from agent_rl.inbox.demo_corpus import build_demo_corpus  # noqa: E402
-from agent_rl.inbox.store import open_inbox_store  # noqa: E402
+from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus  # noqa: E402
+from agent_rl.environments.email.inbox.store import open_inbox_store  # noqa: E402
 from agent_rl.pool import PoolRepository  # noqa: E402
-from agent_rl.scenarios import generate_scenarios, save_scenarios  # noqa: E402
+from agent_rl.environments.email.scenarios import generate_scenarios, save_scenarios  # noqa: E402
 
 PG_ADMIN_URL = os.environ.get("AGENT_RL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 TARGET_RPS = 500.0
@@ -122,7 +122,7 @@ def _server_cpu_s(pid: int) -> float:
 
 def episode_cpu_ms(inbox_url: str, scenarios: list, n: int = 400) -> float:
     """CPU milliseconds to play one heuristic episode in this process (the runner, tools, inbox and judge)."""
-    from agent_rl.agent.heuristic import HeuristicPolicy
+    from agent_rl.environments.email.heuristic import HeuristicPolicy
     from agent_rl.agent.runner import EpisodeTask, run_episodes
 
     store = open_inbox_store(inbox_url)

@@ -31,7 +31,7 @@ def serve(specs: dict[str, str], weights: dict[str, float], requests: int, port:
     import os
     import secrets
 
-    from agent_rl.scenarios.demo import load_default_scenarios, scenarios_path
+    from agent_rl.environments.email.scenarios.demo import load_default_scenarios, scenarios_path
 
     test = [s for s in load_default_scenarios() if s.split.value == "test"]
     token = secrets.token_urlsafe(16)

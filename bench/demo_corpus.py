@@ -14,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_rl.inbox.demo_corpus import build_demo_corpus, generate_demo_corpus  # noqa: E402
-from agent_rl.inbox.store import open_inbox_store  # noqa: E402
-from agent_rl.scenarios import generate_scenarios  # noqa: E402
+from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus, generate_demo_corpus  # noqa: E402
+from agent_rl.environments.email.inbox.store import open_inbox_store  # noqa: E402
+from agent_rl.environments.email.scenarios import generate_scenarios  # noqa: E402
 
 TARGET_S = 3.0
 

@@ -140,15 +140,15 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from agent_rl.agent.heuristic import HeuristicConfig, HeuristicPolicy
+    from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
     from agent_rl.agent.local_policy import LocalPolicy
     from agent_rl.agent.runner import EpisodeTask, run_episodes
     from agent_rl.curation.datasets import grpo_rows, save_jsonl, sft_rows
     from agent_rl.evaluate.harness import EvalConfig, evaluate_policy, forgetting_probe
-    from agent_rl.inbox.store import open_inbox_store
+    from agent_rl.environments.email.inbox.store import open_inbox_store
     from agent_rl.policy_specs import load_stacked
     from agent_rl.records import Split
-    from agent_rl.scenarios.demo import build_demo_environment
+    from agent_rl.environments.email.scenarios.demo import build_demo_environment
     from agent_rl.train.adapters import adapter_stack
     from agent_rl.train.config import GRPOSettings, SFTSettings
     from agent_rl.train.grpo import train_grpo

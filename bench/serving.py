@@ -58,7 +58,7 @@ QUESTIONS = [
 
 
 def conversations(n: int) -> list[list[dict]]:
-    from agent_rl.agent.prompts import initial_messages
+    from agent_rl.environments.email.prompts import initial_messages
 
     return [initial_messages(f"user{i}@enron.example", QUESTIONS[i % len(QUESTIONS)]) for i in range(n)]
 
@@ -96,7 +96,7 @@ def make_adapters(model: str, out: Path, rank: int) -> dict[str, list[str]]:
 
 def serve_traffic(policies: dict, batch: int, tokens: int) -> None:
     """Each version answers `batch` conversations for two turns (caches fill as in serving)."""
-    from agent_rl.agent.tools import tool_schemas
+    from agent_rl.environments.email.tools import tool_schemas
 
     tools = tool_schemas()
     for policy in policies.values():
@@ -151,7 +151,7 @@ def throughput_and_hot_load(model: str, adapters: dict[str, list[str]], batch: i
     import torch
 
     from agent_rl.agent.shared_base import AdapterPolicy, MixedVersionPolicy, ServingSettings, serving_stats
-    from agent_rl.agent.tools import tool_schemas
+    from agent_rl.environments.email.tools import tool_schemas
     from agent_rl.policy_specs import load_stacked
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))

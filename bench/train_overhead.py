@@ -31,9 +31,9 @@ TARGET = 1.10
 
 def build_data(root: Path) -> tuple[str, Path]:
     from agent_rl.curation.datasets import grpo_rows, save_jsonl
-    from agent_rl.inbox.demo_corpus import build_demo_corpus
-    from agent_rl.inbox.store import open_inbox_store
-    from agent_rl.scenarios.generate import generate_scenarios
+    from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
+    from agent_rl.environments.email.inbox.store import open_inbox_store
+    from agent_rl.environments.email.scenarios.generate import generate_scenarios
 
     url = f"sqlite:///{root / 'inbox.db'}"
     store = open_inbox_store(url)
@@ -75,7 +75,7 @@ def run_bare(model: Path, url: str, rows: Path, out: Path, settings) -> float:
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
 
-    from agent_rl.inbox.store import open_inbox_store
+    from agent_rl.environments.email.inbox.store import open_inbox_store
     from agent_rl.train.environment import InboxEnvironment
     from agent_rl.train.grpo import _grpo_config
     from agent_rl.train.rewards import REWARD_GROUPS, make_reward_funcs

@@ -35,10 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from agent_rl.evaluate.harness import EvalConfig, evaluate_policy
-    from agent_rl.inbox.store import open_inbox_store
+    from agent_rl.environments.email.inbox.store import open_inbox_store
     from agent_rl.policy_specs import load_stacked
     from agent_rl.records import Split
-    from agent_rl.scenarios.demo import build_demo_environment
+    from agent_rl.environments.email.scenarios.demo import build_demo_environment
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     work = Path(tempfile.mkdtemp(prefix="bench-turn-cache-"))

@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     from agent_rl import settings
     from agent_rl.agent.models import resolve_model
     from agent_rl.pool.repository import PoolRepository
-    from agent_rl.scenarios.demo import load_default_scenarios
+    from agent_rl.environments.email.scenarios.demo import load_default_scenarios
     from assets.partitions import weekly
     from pipelines.definitions import defs
     from pipelines.sensors import challenger_sensor, end_mlflow_parent_run, rollout_sensor

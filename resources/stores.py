@@ -5,7 +5,7 @@ from dagster import ConfigurableResource
 from pydantic import Field
 
 from agent_rl import settings
-from agent_rl.inbox.store import InboxStore, open_inbox_store
+from agent_rl.environments.email.inbox.store import InboxStore, open_inbox_store
 
 
 class InboxStoreResource(ConfigurableResource):

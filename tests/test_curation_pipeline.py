@@ -8,13 +8,13 @@ import dagster as dg
 import pytest
 
 from agent_rl import settings
-from agent_rl.agent.heuristic import HeuristicConfig, HeuristicPolicy
+from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
 from agent_rl.agent.runner import EpisodeTask, run_episodes
 from agent_rl.curation.anonymize import build_directory, scan_for_leaks
 from agent_rl.curation.datasets import load_jsonl
-from agent_rl.inbox.store import open_inbox_store
+from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.pool.repository import PoolRepository
-from agent_rl.scenarios.demo import build_demo_environment
+from agent_rl.environments.email.scenarios.demo import build_demo_environment
 from assets import curation, environment, pool
 from assets.partitions import weekly
 from resources.environment import EnvironmentResource

@@ -8,7 +8,7 @@ import re
 
 import dagster as dg
 
-from agent_rl.scenarios.demo import load_default_scenarios
+from agent_rl.environments.email.scenarios.demo import load_default_scenarios
 from assets.environment import inbox, scenarios
 from resources.environment import EnvironmentResource
 from resources.stores import InboxStoreResource

@@ -64,7 +64,7 @@ def api_model_profile(name: str) -> ApiModelProfile:
 
 def simulated_api_policy(name: str, seed: int = 0) -> Policy:
     """The rule-based agent with the profile's error rates; `policy.simulation` carries latency and cost."""
-    from agent_rl.agent.heuristic import HeuristicConfig, HeuristicPolicy
+    from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
 
     profile = api_model_profile(name.strip())
     policy = HeuristicPolicy(HeuristicConfig(wrong_rate=profile.wrong_rate, idk_rate=profile.idk_rate, seed=seed,

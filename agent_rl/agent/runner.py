@@ -28,10 +28,10 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from agent_rl.agent.policy import Policy, PolicyTurn, RowRoutedPolicy, ToolCall
 from agent_rl.agent.tool_calls import decode_arguments
-from agent_rl.agent.tools import ToolConfig
+from agent_rl.environments.email.tools import ToolConfig
 from agent_rl.environments.core import Environment, Task, Trajectory
 from agent_rl.environments.sessions import call_session_tool, judge_episode
-from agent_rl.inbox.store import InboxStore
+from agent_rl.environments.email.inbox.store import InboxStore
 from agent_rl.records import Episode, Outcome, Scenario
 from agent_rl.reward.judge import Judge
 from agent_rl.reward.rubric import FormatErrorKind, RubricWeights
@@ -89,7 +89,7 @@ class EpisodeTask:
         return cls(inbox=scenario.inbox_id, question=scenario.question, scenario=scenario, **kwargs)
 
     def play(self) -> Play:
-        from agent_rl.environments.email import live_task, scenario_task
+        from agent_rl.environments.email.environment import live_task, scenario_task
 
         if self.scenario is not None:
             task = scenario_task(self.scenario)
@@ -136,7 +136,7 @@ def play_episodes(policy: Policy, environment: Environment, plays: list[Play],
 
 
 def email_environment(store: InboxStore, config: RunnerConfig, judge: Judge | None = None) -> Environment:
-    from agent_rl.environments.email import EmailEnvironment
+    from agent_rl.environments.email.environment import EmailEnvironment
 
     return EmailEnvironment(store, tools=config.tools, rubric=config.rubric, judge=judge)
 

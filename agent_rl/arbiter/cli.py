@@ -134,7 +134,7 @@ def replay_command(
     from agent_rl.arbiter.replay import replay, select_scenarios
     from agent_rl.arbiter.service import default_scenarios_path
     from agent_rl.records import Split
-    from agent_rl.scenarios import load_scenarios
+    from agent_rl.environments.email.scenarios import load_scenarios
 
     if split is not None and split not in {s.value for s in Split}:
         raise typer.BadParameter(f"{split!r}: choose train or test", param_hint="--split")

@@ -43,7 +43,7 @@ def registered_prefixes() -> list[str]:
 
 
 def _load_heuristic(config: str) -> Policy:
-    from agent_rl.agent.heuristic import HeuristicConfig, HeuristicPolicy
+    from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
 
     if not config.strip():
         return HeuristicPolicy()

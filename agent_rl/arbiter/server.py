@@ -111,7 +111,7 @@ def _freeze_heap() -> None:
 
 
 def _serve_workers(config: ArbiterConfig, host: str, port: int, log_level: str, access_log: bool, workers: int) -> None:
-    from agent_rl.agent.tools import tool_schemas
+    from agent_rl.environments.email.tools import tool_schemas
     from agent_rl.pool import PoolRepository
 
     # Create the pool's tables once here: workers starting together would race on CREATE TABLE.

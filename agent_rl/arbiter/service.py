@@ -21,21 +21,21 @@ from typing import Any
 from agent_rl import settings
 from agent_rl.agent.runner import EpisodeTask, Play, play_episodes, run_episodes
 from agent_rl.agent.shared_base import AdapterPolicy, MixedVersionPolicy, resident_bytes, serving_stats
-from agent_rl.agent.tools import tool_schemas
+from agent_rl.environments.email.tools import tool_schemas
 from agent_rl.arbiter.batching import EpisodeBatcher
 from agent_rl.arbiter.config import ArbiterConfig
 from agent_rl.arbiter.keys import ApiKey, KeyRing
 from agent_rl.arbiter.policies import PolicyCache, PolicyLoadError
 from agent_rl.policy_specs import load_served
 from agent_rl.arbiter.routing import Router
-from agent_rl.inbox.store import InboxStore, open_inbox_store
+from agent_rl.environments.email.inbox.store import InboxStore, open_inbox_store
 from agent_rl.pool import PoolRepository, Routing
 from agent_rl.pool.repository import normalize_weights
 from agent_rl.environments.core import Task
 from agent_rl.environments.registry import load_environment
 from agent_rl.records import Episode, Scenario, Split
 from agent_rl.reward.judge import DeterministicJudge, Verdict
-from agent_rl.scenarios import load_scenarios
+from agent_rl.environments.email.scenarios import load_scenarios
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class OutOfScope(PermissionError):
 
 def default_scenarios_path() -> Path:
     """Where the scenarios asset and `inbox build-demo` write scenarios; read when no file is given."""
-    from agent_rl.scenarios.demo import scenarios_path
+    from agent_rl.environments.email.scenarios.demo import scenarios_path
 
     return scenarios_path()
 

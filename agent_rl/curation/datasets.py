@@ -47,7 +47,7 @@ def quality(episode: Mapping[str, Any], weights: Any = None) -> float:
 def _schemas(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     if tools is not None:
         return tools
-    from agent_rl.agent.tools import tool_schemas
+    from agent_rl.environments.email.tools import tool_schemas
 
     return tool_schemas()
 
@@ -159,7 +159,7 @@ def sft_rows(
 
 def grpo_rows(scenarios: Iterable[Any], split: str | None = Split.TRAIN.value) -> list[dict[str, Any]]:
     """Scenarios of `split` (None = all) as prompts with the columns the environment needs to score them."""
-    from agent_rl.agent.prompts import initial_messages
+    from agent_rl.environments.email.prompts import initial_messages
 
     rows = []
     for scenario in scenarios:

@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_rl.agent.tool_calls import call_function, decode_arguments
-from agent_rl.agent.tools import TOOL_NAMES
+from agent_rl.environments.email.tools import TOOL_NAMES
 from agent_rl.records import Category, Episode, Outcome, current_episode_keys
 
 # Postgres text cannot hold NUL, and tokenizers/UTF-8 writers choke on lone surrogates.

@@ -18,7 +18,7 @@ from agent_rl.environments.core import Environment, EnvironmentError, check_envi
 
 ENTRY_POINT_GROUP = "agent_rl.environments"
 BUILTINS: dict[str, str] = {
-    "email": "agent_rl.environments.email:EmailEnvironment",
+    "email": "agent_rl.environments.email.environment:EmailEnvironment",
     "support": "agent_rl.environments.support:SupportEnvironment",
 }
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")

@@ -25,9 +25,9 @@ def eval_command(
     if env != "email":
         return _eval_environment(env, policy, split, n, seed, as_json)
     from agent_rl.evaluate.harness import EvalConfig, evaluate_policy
-    from agent_rl.inbox.store import open_inbox_store
+    from agent_rl.environments.email.inbox.store import open_inbox_store
     from agent_rl.policy_specs import load_policy
-    from agent_rl.scenarios.demo import load_default_scenarios
+    from agent_rl.environments.email.scenarios.demo import load_default_scenarios
 
     try:
         items = load_default_scenarios(scenarios)

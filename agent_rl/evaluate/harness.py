@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, PositiveInt
 from agent_rl.agent.policy import Policy
 from agent_rl.agent.runner import EpisodeTask, RunnerConfig, run_episodes
 from agent_rl.evaluate.metrics import EvalMetrics, compute_metrics
-from agent_rl.inbox.store import InboxStore
+from agent_rl.environments.email.inbox.store import InboxStore
 from agent_rl.records import Episode, Scenario, Split
 from agent_rl.reward.judge import Judge
 from agent_rl.turn_budget import DEFAULT_MAX_TURNS

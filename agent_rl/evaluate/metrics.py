@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent_rl.agent.tools import TOOL_NAMES
+from agent_rl.environments.email.tools import TOOL_NAMES
 from agent_rl.records import Episode, Outcome, Scenario
 from agent_rl.reward.judge import is_idk
 

@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from agent_rl.agent.tool_calls import MalformedArguments, call_function, call_name, decode_arguments
-from agent_rl.agent.tools import is_no_results
+from agent_rl.environments.email.tools import is_no_results
 from agent_rl.reward.judge import is_idk
 
 KINDS = ("same_answer", "unsupported_answer", "tool_call_spam", "padded_sources", "format_exploit")

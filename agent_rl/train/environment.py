@@ -14,10 +14,10 @@ from datetime import datetime
 from typing import Any
 
 from agent_rl.agent.tool_calls import call_name
-from agent_rl.agent.tools import TOOL_NAMES, EpisodeTrace, InboxTools, ToolConfig
-from agent_rl.inbox.store import InboxStore
+from agent_rl.environments.email.tools import TOOL_NAMES, EpisodeTrace, InboxTools, ToolConfig
+from agent_rl.environments.email.inbox.store import InboxStore
 from agent_rl.environments.core import Task
-from agent_rl.environments.email import judge_outcome, rubric_observation
+from agent_rl.environments.email.environment import judge_outcome, rubric_observation
 from agent_rl.records import Category, Outcome
 from agent_rl.reward.judge import DeterministicJudge, Judge
 from agent_rl.reward.rubric import FormatErrorKind, RubricObservation
@@ -112,7 +112,7 @@ class InboxEnvironment(InboxTools):
             outcome = judge_outcome(task, self.trace.final_answer or "", self._judge)
         else:
             outcome = Outcome.RAN_OUT
-        # The email environment's one judging path (agent_rl/environments/email.py), as the episode runner uses.
+        # The email environment's one judging path (agent_rl/environments/email/environment.py), as the episode runner uses.
         rubric = rubric_observation(task, self.trace, outcome, turns, self._max_turns,
                                     format_error.value if format_error else None)
         return RolloutObservation(

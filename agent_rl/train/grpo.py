@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_rl.agent.tools import TOOL_NAMES
+from agent_rl.environments.email.tools import TOOL_NAMES
 from agent_rl.train.config import GRPOSettings, common_trainer_args
 from agent_rl.train.environment import ANSWER_ACK, InboxEnvironment
 from agent_rl.train.plugin_rollouts import rollout_class
@@ -547,7 +547,7 @@ def train_grpo(
     from datasets import Dataset
     from transformers import AutoTokenizer
 
-    from agent_rl.inbox.store import open_inbox_store
+    from agent_rl.environments.email.inbox.store import open_inbox_store
 
     settings = settings or GRPOSettings()
     extras = check_extra_rewards(extra_rewards or [])
@@ -635,7 +635,7 @@ def train_grpo(
         extra_prompts_per_step=settings.experimental.extra_prompts_per_step,
     )
     if settings.static_prefix and kept:
-        from agent_rl.agent.tools import tool_schemas
+        from agent_rl.environments.email.tools import tool_schemas
 
         if kept[0]["prompt"][0].get("role") == "system":
             schemas = plugin.tool_schemas() if plugin else tool_schemas()

@@ -170,7 +170,7 @@ def canonical_tools(tools: Any) -> list[dict[str, Any]] | None:
         tools = json.loads(tools)
     if not tools:
         return None
-    from agent_rl.agent.tools import tool_schemas
+    from agent_rl.environments.email.tools import tool_schemas
 
     serving = tool_schemas()
     same = json.dumps(tools, sort_keys=True) == json.dumps(serving, sort_keys=True)

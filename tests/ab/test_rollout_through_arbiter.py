@@ -17,9 +17,9 @@ from agent_rl.arbiter.config import ArbiterConfig
 from agent_rl.arbiter.keys import ApiKey
 from agent_rl.arbiter.replay import replay
 from agent_rl.arbiter.server import running_arbiter
-from agent_rl.inbox.store import open_inbox_store
+from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.pool.repository import PoolRepository
-from agent_rl.scenarios.demo import build_demo_environment
+from agent_rl.environments.email.scenarios.demo import build_demo_environment
 
 GOOD = "heuristic:" + json.dumps({"wrong_rate": 0.05, "idk_rate": 0.05, "version": "good"})
 BAD = "heuristic:" + json.dumps({"wrong_rate": 0.45, "idk_rate": 0.15, "version": "bad"})

@@ -8,13 +8,13 @@ from collections import Counter
 import pytest
 
 from agent_rl.agent.api_models import api_model_profile, api_model_profiles
-from agent_rl.agent.heuristic import HeuristicPolicy
+from agent_rl.environments.email.heuristic import HeuristicPolicy
 from agent_rl.agent.runner import EpisodeTask, RunnerConfig, run_episodes
 from agent_rl.arbiter.policies import PolicyLoadError, load_policy
-from agent_rl.inbox.demo_corpus import build_demo_corpus
-from agent_rl.inbox.store import open_inbox_store
+from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
+from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.records import Outcome
-from agent_rl.scenarios import generate_scenarios
+from agent_rl.environments.email.scenarios import generate_scenarios
 
 
 @pytest.fixture(scope="module")

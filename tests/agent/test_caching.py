@@ -8,13 +8,13 @@ from datetime import datetime, timezone
 
 import pytest
 
-from agent_rl.agent.heuristic import HeuristicPolicy
+from agent_rl.environments.email.heuristic import HeuristicPolicy
 from agent_rl.agent.runner import EpisodeTask, run_episodes
-from agent_rl.agent.tools import cached_read, make_tools, tool_schemas
-from agent_rl.inbox.demo_corpus import build_demo_corpus
-from agent_rl.inbox.store import open_inbox_store
+from agent_rl.environments.email.tools import cached_read, make_tools, tool_schemas
+from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
+from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.records import Email
-from agent_rl.scenarios import generate_scenarios
+from agent_rl.environments.email.scenarios import generate_scenarios
 
 INBOX = "alice@example.com"
 

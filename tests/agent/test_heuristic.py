@@ -11,14 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent_rl.agent.heuristic import HeuristicConfig, HeuristicPolicy, question_category
+from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy, question_category
 from agent_rl.agent.policy import PolicyTurn
 from agent_rl.agent.runner import EpisodeTask, RunnerConfig, run_episodes
-from agent_rl.agent.tools import tool_schemas
-from agent_rl.inbox.demo_corpus import build_demo_corpus
-from agent_rl.inbox.store import open_inbox_store
+from agent_rl.environments.email.tools import tool_schemas
+from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
+from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.records import Category, Email, Outcome, Scenario, Split
-from agent_rl.scenarios import generate_scenarios
+from agent_rl.environments.email.scenarios import generate_scenarios
 
 
 @pytest.fixture(scope="module")
@@ -238,7 +238,7 @@ def test_reader_says_idk_when_the_emails_are_about_another_event_of_the_same_pro
 def test_first_search_keeps_a_lone_name_with_what_it_names():
     """The student copies the teacher's first search: "Eagle Pass pipeline" leaves out the other Eagle Pass projects
     a bare "Eagle Pass" would list next to the gold email; the question's last word is what is asked, not a name."""
-    from agent_rl.agent.heuristic import _question_queries
+    from agent_rl.environments.email.heuristic import _question_queries
 
     first = lambda question: _question_queries(question)[0]["keywords"]  # noqa: E731
     assert first("How much budget did we get for the Eagle Pass pipeline retrofit?") == ["Eagle Pass pipeline"]

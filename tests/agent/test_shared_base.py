@@ -170,8 +170,8 @@ def test_smollm2_versions_on_one_base_answer_as_their_merged_models(tmp_path):
     from peft import LoraConfig, get_peft_model
 
     from agent_rl.agent.models import resolve_model
-    from agent_rl.agent.prompts import initial_messages
-    from agent_rl.agent.tools import tool_schemas
+    from agent_rl.environments.email.prompts import initial_messages
+    from agent_rl.environments.email.tools import tool_schemas
 
     path = resolve_model("base")
     stack = []

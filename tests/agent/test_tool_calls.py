@@ -4,7 +4,7 @@ arguments as objects or JSON text are read alike by the runner, curation, the ha
 import pytest
 
 from agent_rl.agent.tool_calls import MalformedArguments, call_function, call_name, decode_arguments
-from agent_rl.agent.tools import TOOL_NAMES
+from agent_rl.environments.email.tools import TOOL_NAMES
 from agent_rl.curation.datasets import final_answer
 from agent_rl.curation.validate import ValidationConfig
 from agent_rl.reward.hacking import tool_calls

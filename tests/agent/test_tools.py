@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers.utils import get_json_schema
 
-from agent_rl.agent.tools import (
+from agent_rl.environments.email.tools import (
     TOOL_NAMES,
     InboxTools,
     ToolConfig,
@@ -20,7 +20,7 @@ from agent_rl.agent.tools import (
     make_tools,
     tool_schemas,
 )
-from agent_rl.inbox.store import open_inbox_store
+from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.records import Email
 
 ALICE = "alice@example.com"
@@ -261,7 +261,7 @@ def test_no_argument_makes_a_tool_raise(tools, keywords, sender, after, before, 
 
 
 def test_search_shows_five_hits_unless_asked_for_more(store):
-    from agent_rl.agent.tools import DEFAULT_RESULTS
+    from agent_rl.environments.email.tools import DEFAULT_RESULTS
 
     for i in range(8):
         store.add_emails([Email(message_id=f"<many{i}@x>", inbox=ALICE, date=datetime(2001, 5, 1, i, tzinfo=timezone.utc),

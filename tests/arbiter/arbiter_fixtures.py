@@ -13,11 +13,11 @@ import pytest
 from agent_rl.arbiter.config import ArbiterConfig
 from agent_rl.arbiter.keys import ApiKey, hash_token
 from agent_rl.arbiter.server import running_arbiter
-from agent_rl.inbox.demo_corpus import build_demo_corpus
-from agent_rl.inbox.store import open_inbox_store
+from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
+from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.pool import PoolRepository
 from agent_rl.records import Scenario
-from agent_rl.scenarios import generate_scenarios, save_scenarios
+from agent_rl.environments.email.scenarios import generate_scenarios, save_scenarios
 
 
 

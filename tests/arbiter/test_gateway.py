@@ -362,7 +362,7 @@ def test_shutdown_writes_live_episodes(sqlite_url):
 def test_heuristic_upstream_answers_in_openai_shape(sqlite_url):
     with gateway(sqlite_url, {"heuristic": 1.0}, {"heuristic": "heuristic"}) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN_A, max_retries=0)
-        from agent_rl.agent.tools import tool_schemas
+        from agent_rl.environments.email.tools import tool_schemas
 
         completion = client.chat.completions.create(
             model="agent-rl", messages=[{"role": "user", "content": "When is the Acme board meeting?"}],

@@ -13,7 +13,7 @@ import pytest
 
 from agent_rl.agent.runner import EpisodeTask, RunnerConfig, run_episodes
 from agent_rl.agent.shared_base import MixedVersionPolicy
-from agent_rl.inbox.store import open_inbox_store
+from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.policy_specs import load_stacked
 from arbiter_fixtures import demo_world, start_arbiter  # noqa: F401  (pytest fixtures)
 from tests.adapter_fixtures import versions

@@ -161,8 +161,8 @@ def _enron_paths() -> tuple[Path, Path]:
 def test_enron_names_in_forwarded_notes_headers_lose_their_surname_too(tmp_path):
     """`Alan Aronowitz@ECT`, `Joseph P Hirl/HOU/ECT`, quoted To:/cc: lines: every person the annotated questions
     point to that appears in a body keeps no name part, and the Notes org codes stay as they are."""
-    from agent_rl.inbox.ingest import ingest
-    from agent_rl.inbox.store import open_inbox_store
+    from agent_rl.environments.email.inbox.ingest import ingest
+    from agent_rl.environments.email.inbox.store import open_inbox_store
 
     csv_path, annotated_path = _enron_paths()
     if not csv_path.is_file():

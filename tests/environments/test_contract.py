@@ -13,7 +13,7 @@ from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
 from agent_rl.agent.runner import Play, play_episodes
 from agent_rl.environments import EnvironmentError, Judgement, Task
 from agent_rl.environments.core import check_environment
-from agent_rl.environments.email import EmailEnvironment
+from agent_rl.environments.email.environment import EmailEnvironment
 from agent_rl.environments.registry import ENTRY_POINT_GROUP, available, load_environment
 from agent_rl.records import Outcome, Split
 from examples.timetable import TimetableEnvironment, TimetableSession
@@ -64,7 +64,7 @@ def test_tool_schemas_are_what_trl_derives():
     env = TimetableEnvironment()
     assert env.tool_schemas() == [get_json_schema(getattr(TimetableSession, n)) for n in env.tool_names()]
     # The email environment's schemas are the ones SFT and serving have always used.
-    from agent_rl.agent.tools import tool_schemas
+    from agent_rl.environments.email.tools import tool_schemas
 
     assert EmailEnvironment().tool_schemas() == tool_schemas()
 

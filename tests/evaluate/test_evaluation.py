@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agent_rl import settings
-from agent_rl.agent.heuristic import HeuristicConfig, HeuristicPolicy
+from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
 from agent_rl.cli import app
 from agent_rl.evaluate.harness import EvalConfig, evaluate_policy, select_scenarios
 from agent_rl.evaluate.metrics import compute_metrics
@@ -20,9 +20,9 @@ from agent_rl.evaluate.report import (
     improvement_gate,
     relative_improvement,
 )
-from agent_rl.inbox.store import open_inbox_store
+from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.records import Category, Episode, Outcome, Scenario, Split
-from agent_rl.scenarios.demo import build_demo_environment
+from agent_rl.environments.email.scenarios.demo import build_demo_environment
 
 METRIC_KEYS = {"accuracy", "source_accuracy", "hallucination_rate", "idk_rate", "avg_turns", "avg_tokens",
                "latency_ms_p50", "cost_per_1k_usd"}

@@ -7,8 +7,8 @@ import pytest
 from tests.conftest import ENRON_CSV
 from typer.testing import CliRunner
 
-from agent_rl.inbox.cli import app
-from agent_rl.inbox.store import open_inbox_store
+from agent_rl.environments.email.inbox.cli import app
+from agent_rl.environments.email.inbox.store import open_inbox_store
 
 runner = CliRunner()
 
@@ -67,7 +67,7 @@ def test_ingest_missing_or_unsupported_path_fails_clearly(tmp_path, sqlite_url, 
 
 
 def test_build_demo_fills_the_store(sqlite_url):
-    pytest.importorskip("agent_rl.inbox.demo_corpus")
+    pytest.importorskip("agent_rl.environments.email.inbox.demo_corpus")
     result = runner.invoke(app, ["build-demo", "--db", sqlite_url, "--seed", "3"])
     assert result.exit_code == 0, result.output
     store = open_inbox_store(sqlite_url)

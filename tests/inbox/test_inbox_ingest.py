@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from tests.conftest import ENRON_ANNOTATED, ENRON_CSV
 
-from agent_rl.inbox.ingest import IngestError, ingest, looks_like_owner, resolve_owners, RawMessage
-from agent_rl.inbox.parse import parse_email
-from agent_rl.inbox.store import open_inbox_store
+from agent_rl.environments.email.inbox.ingest import IngestError, ingest, looks_like_owner, resolve_owners, RawMessage
+from agent_rl.environments.email.inbox.parse import parse_email
+from agent_rl.environments.email.inbox.store import open_inbox_store
 
 csv.field_size_limit(2**31 - 1)
 MALFORMED = {

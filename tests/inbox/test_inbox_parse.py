@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from agent_rl.inbox.parse import ParseError, html_to_text, parse_date, parse_email
+from agent_rl.environments.email.inbox.parse import ParseError, html_to_text, parse_date, parse_email
 
 ENRON = b"""Message-ID: <8069939.1075855675628.JavaMail.evans@thyme>
 Date: Mon, 14 May 2001 16:39:00 -0700 (PDT)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent_rl.inbox.store import open_inbox_store
+from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.records import Email
 
 ALICE = "alice@corp.example"
@@ -343,7 +343,7 @@ END;
 
 
 def write_v0_file(path, emails: list[Email]) -> None:
-    from agent_rl.inbox.backend_rules import content_hash, sender_key
+    from agent_rl.environments.email.inbox.backend_rules import content_hash, sender_key
 
     db = sqlite3.connect(path)
     db.executescript(SCHEMA_V0)
@@ -363,7 +363,7 @@ def write_v0_file(path, emails: list[Email]) -> None:
 
 
 def test_sqlite_file_of_schema_v0_is_migrated_when_opened(tmp_path):
-    from agent_rl.inbox.sqlite_store import SCHEMA_VERSION
+    from agent_rl.environments.email.inbox.sqlite_store import SCHEMA_VERSION
 
     path = tmp_path / "old.db"
     old = [email(1, body="The pipeline capacity auction."), email(2, body="Gas desk notes."),

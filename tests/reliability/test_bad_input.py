@@ -15,12 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent_rl.agent.heuristic import HeuristicConfig, HeuristicPolicy
+from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
 from agent_rl.agent.runner import EpisodeTask, run_episodes
 from agent_rl.arbiter.config import ArbiterConfig
 from agent_rl.arbiter.server import running_arbiter
 from agent_rl.curation.validate import validate_episodes
-from agent_rl.inbox.store import open_inbox_store
+from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.pool import PoolRepository
 from agent_rl.arbiter.keys import ApiKey, hash_token
 from reliability_support import API_TOKEN, build_world

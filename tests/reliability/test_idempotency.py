@@ -8,7 +8,7 @@ import hashlib
 import dagster as dg
 
 from agent_rl import settings
-from agent_rl.inbox.store import open_inbox_store
+from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.pool import PoolRepository
 from curation_run import ANONYMIZED_STAGES, materialize_curation, seed_pool
 from resources.curation import CurationResource

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
 from agent_rl.agent.runner import EpisodeTask, RunnerConfig, run_episodes
-from agent_rl.agent.tools import call_tool, is_no_results, make_tools
-from agent_rl.inbox.demo_corpus import build_demo_corpus
-from agent_rl.inbox.store import open_inbox_store
+from agent_rl.environments.email.tools import call_tool, is_no_results, make_tools
+from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
+from agent_rl.environments.email.inbox.store import open_inbox_store
 from reliability_support import API_TOKEN, arbiter_process, build_world
 
 ADMIN_TOKEN = "Zq7-isolation-admin-token-c41f0e"

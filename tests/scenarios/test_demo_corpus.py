@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from agent_rl.inbox.demo_corpus import DOMAIN, build_demo_corpus, generate_demo_corpus
+from agent_rl.environments.email.inbox.demo_corpus import DOMAIN, build_demo_corpus, generate_demo_corpus
 from agent_rl.records import Category
 from agent_rl.reward.judge import contains_answer
 
@@ -103,7 +103,7 @@ def test_small_corpora_and_bad_sizes():
 
 
 def test_build_writes_every_email_into_a_real_sqlite_store(sqlite_url):
-    from agent_rl.inbox.store import open_inbox_store
+    from agent_rl.environments.email.inbox.store import open_inbox_store
 
     store = open_inbox_store(sqlite_url)
     try:
@@ -123,7 +123,7 @@ def test_build_writes_every_email_into_a_real_sqlite_store(sqlite_url):
 
 
 def test_build_works_on_both_store_backends(store_url):
-    from agent_rl.inbox.store import open_inbox_store
+    from agent_rl.environments.email.inbox.store import open_inbox_store
 
     store = open_inbox_store(store_url)
     try:

@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from agent_rl.inbox.demo_corpus import generate_demo_corpus
+from agent_rl.environments.email.inbox.demo_corpus import generate_demo_corpus
 from agent_rl.records import Category, Split
-from agent_rl.scenarios.chat import ChatEndpoint
-from agent_rl.scenarios.llm_generator import LLMGeneratorConfig, generate_llm_scenarios
+from agent_rl.environments.email.scenarios.chat import ChatEndpoint
+from agent_rl.environments.email.scenarios.llm_generator import LLMGeneratorConfig, generate_llm_scenarios
 from tests.openai_stub import fail, malformed, openai_stub  # noqa: F401 (fixture)
 
 

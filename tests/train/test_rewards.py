@@ -15,7 +15,7 @@ from agent_rl.train.rewards import REWARD_GROUPS, make_reward_funcs
 
 @pytest.fixture(scope="module")
 def env_row(train_data):
-    from agent_rl.inbox.store import open_inbox_store
+    from agent_rl.environments.email.inbox.store import open_inbox_store
     from agent_rl.train.sft import read_jsonl
 
     store = open_inbox_store(train_data["store_url"])

@@ -765,7 +765,9 @@ def test_a_kl_anchor_or_fresh_adapter_trains_a_new_adapter_over_the_merged_sft_p
     assert result.steps == 2 and result.skipped_micro_batches == 0  # every group has reward variance
     kl = [h["kl"] for h in result.history if "kl" in h]
     if beta:
-        assert len(kl) == 2 and all(math.isfinite(x) and x >= 0 for x in kl) and kl[-1] > 0
+        # Finite and never negative. Its size is not asserted: the forced rollouts of a group are identical, so
+        # their advantages cancel and the policy moves by Adam's epsilon only; in fp32 that KL rounds to 0.
+        assert len(kl) == 2 and all(math.isfinite(x) and x >= 0 for x in kl)
     else:
         assert not kl  # no reference model, no KL term
 

@@ -10,15 +10,15 @@ import json
 import pytest
 
 from agent_rl.agent.chat_format import render_prompt
-from agent_rl.agent.heuristic import HeuristicConfig, HeuristicPolicy
+from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
 from agent_rl.agent.policy import Policy
 from agent_rl.agent.runner import EpisodeTask, run_episodes
 from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, build_directory
 from agent_rl.curation.datasets import load_jsonl, save_jsonl, sft_rows
-from agent_rl.inbox.demo_corpus import build_demo_corpus
-from agent_rl.inbox.store import open_inbox_store
+from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
+from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.pool.repository import PoolRepository
-from agent_rl.scenarios import generate_scenarios
+from agent_rl.environments.email.scenarios import generate_scenarios
 from agent_rl.train.sft import tokenize_rows
 
 

@@ -3,7 +3,7 @@
 Eight (or more) Northwind Energy inboxes hold threads, replies with quoted text, forwards,
 signatures, newsletters and noise; meetings, amounts, owners, locations and decisions are stated
 in prose, some corrected in a later reply. Each `Fact` records its final value and the message ids
-that state it, so scenarios can be generated with golden answers (agent_rl.scenarios).
+that state it, so scenarios can be generated with golden answers (agent_rl.environments.email.scenarios).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_rl.inbox.store import AddReport, InboxStore
+from agent_rl.environments.email.inbox.store import AddReport, InboxStore
 from agent_rl.records import Category, Email
 
 DOMAIN = "northwind-energy.com"

@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from agent_rl.inbox.ingest import IngestError, ingest
-from agent_rl.inbox.store import MAX_RESULTS, open_inbox_store
+from agent_rl.environments.email.inbox.ingest import IngestError, ingest
+from agent_rl.environments.email.inbox.store import MAX_RESULTS, open_inbox_store
 
 app = typer.Typer(help="The email inbox: build, ingest, search.", no_args_is_help=True)
 
@@ -22,7 +22,7 @@ DbOption = Annotated[
 @app.command("build-demo")
 def build_demo(db: DbOption = None, seed: Annotated[int, typer.Option(help="Generator seed")] = 0) -> None:
     """Generate the demo corpus (emails with known facts) into the store, and its scenarios."""
-    from agent_rl.scenarios.demo import build_demo_environment  # heavy imports stay lazy
+    from agent_rl.environments.email.scenarios.demo import build_demo_environment  # heavy imports stay lazy
 
     store = open_inbox_store(db)
     try:

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
 
-from agent_rl.inbox.backend_rules import (
+from agent_rl.environments.email.inbox.backend_rules import (
     check_max_results,
     clean_text,
     content_hash,
@@ -21,7 +21,7 @@ from agent_rl.inbox.backend_rules import (
     leading_snippet,
     sender_key,
 )
-from agent_rl.inbox.store import MAX_RESULTS, AddReport, InboxStore
+from agent_rl.environments.email.inbox.store import MAX_RESULTS, AddReport, InboxStore
 from agent_rl.records import Email, SearchHit
 from agent_rl.settings import sqlalchemy_url
 from agent_rl.utc import as_utc

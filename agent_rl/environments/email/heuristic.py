@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
-from agent_rl.inbox.store import InboxStore
+from agent_rl.environments.email.inbox.store import InboxStore
 from agent_rl.records import Category, Scenario
 from agent_rl.reward.judge import DeterministicJudge, is_idk
 

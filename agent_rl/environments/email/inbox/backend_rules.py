@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 from email.utils import parseaddr
 
-from agent_rl.inbox.store import MAX_RESULTS
+from agent_rl.environments.email.inbox.store import MAX_RESULTS
 from agent_rl.records import Email
 
 # Word characters without "_": close to what SQLite's unicode61 tokenizer keeps as token characters.

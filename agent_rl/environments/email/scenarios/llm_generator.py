@@ -18,8 +18,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from agent_rl.records import Category, Email, Scenario, Split, utcnow
-from agent_rl.scenarios.chat import ChatClient, ChatEndpoint, ChatEndpointError, ChatReply, extract_json
-from agent_rl.scenarios.generate import IDK_ANSWER
+from agent_rl.environments.email.scenarios.chat import ChatClient, ChatEndpoint, ChatEndpointError, ChatReply, extract_json
+from agent_rl.environments.email.scenarios.generate import IDK_ANSWER
 
 
 class LLMGeneratorConfig(BaseModel):

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 
-from agent_rl.inbox.backend_rules import (
+from agent_rl.environments.email.inbox.backend_rules import (
     check_max_results,
     clean_text,
     content_hash,
@@ -23,7 +23,7 @@ from agent_rl.inbox.backend_rules import (
     leading_snippet,
     sender_key,
 )
-from agent_rl.inbox.store import MAX_RESULTS, AddReport, InboxStore
+from agent_rl.environments.email.inbox.store import MAX_RESULTS, AddReport, InboxStore
 from agent_rl.records import Email, SearchHit
 from agent_rl.utc import as_utc
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from agent_rl.inbox.demo_corpus import DemoCorpus, Fact
+from agent_rl.environments.email.inbox.demo_corpus import DemoCorpus, Fact
 from agent_rl.records import Category, Scenario, Split
-from agent_rl.scenarios.facts import UNANSWERABLE_KINDS, question_for
+from agent_rl.environments.email.scenarios.facts import UNANSWERABLE_KINDS, question_for
 
 IDK_ANSWER = "I don't know"
 

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_rl.environments.sessions import tool_parameters
-from agent_rl.inbox.store import MAX_RESULTS, InboxStore
+from agent_rl.environments.email.inbox.store import MAX_RESULTS, InboxStore
 from agent_rl.records import Email
 from agent_rl.utc import as_utc
 

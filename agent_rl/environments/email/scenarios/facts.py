@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from agent_rl.inbox.demo_corpus import Fact
+from agent_rl.environments.email.inbox.demo_corpus import Fact
 
 # kind -> [(template, realism)]; templates use the fact's slots ({topic}, {sender_first}, ...).
 TEMPLATES: dict[str, list[tuple[str, float]]] = {

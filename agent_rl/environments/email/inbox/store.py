@@ -67,11 +67,11 @@ def open_inbox_store(url: str | None = None) -> InboxStore:
 
     url = url or settings.inbox_url()
     if url.startswith("sqlite"):
-        from agent_rl.inbox.sqlite_store import SQLiteInboxStore
+        from agent_rl.environments.email.inbox.sqlite_store import SQLiteInboxStore
 
         return SQLiteInboxStore(url)
     if url.startswith(("postgres://", "postgresql")):
-        from agent_rl.inbox.postgres_store import PostgresInboxStore
+        from agent_rl.environments.email.inbox.postgres_store import PostgresInboxStore
 
         return PostgresInboxStore(url)
     raise ValueError(f"inbox URL {url!r}: expected sqlite:///PATH or postgresql://HOST/DB")

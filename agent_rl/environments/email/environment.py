@@ -13,10 +13,10 @@ import uuid
 from datetime import datetime
 from typing import Any, ClassVar
 
-from agent_rl.agent.prompts import SYSTEM_PROMPT, initial_messages
-from agent_rl.agent.tools import TOOL_NAMES, EpisodeTrace, InboxTools, ToolConfig, call_tool, tool_schemas
+from agent_rl.environments.email.prompts import SYSTEM_PROMPT, initial_messages
+from agent_rl.environments.email.tools import TOOL_NAMES, EpisodeTrace, InboxTools, ToolConfig, call_tool, tool_schemas
 from agent_rl.environments.core import Environment, FinalAnswer, Judgement, PrivacySpec, Task, Trajectory
-from agent_rl.inbox.store import InboxStore
+from agent_rl.environments.email.inbox.store import InboxStore
 from agent_rl.records import Category, Outcome, Scenario, Split
 from agent_rl.reward.judge import DeterministicJudge, Judge, is_idk
 from agent_rl.reward.rubric import FormatErrorKind, RubricObservation, RubricWeights, score
@@ -103,7 +103,7 @@ class EmailEnvironment(Environment):
 
     def tasks(self, split: Split) -> list[Task]:
         if self._scenarios is None:
-            from agent_rl.scenarios.demo import load_default_scenarios
+            from agent_rl.environments.email.scenarios.demo import load_default_scenarios
 
             self._scenarios = load_default_scenarios()
         return [scenario_task(s) for s in self._scenarios if s.split == split]
@@ -149,6 +149,6 @@ class EmailEnvironment(Environment):
         return PrivacySpec(id_fields=("scenario_id", "citations"))
 
     def teacher(self) -> Any:
-        from agent_rl.agent.heuristic import HeuristicPolicy
+        from agent_rl.environments.email.heuristic import HeuristicPolicy
 
         return HeuristicPolicy()
