@@ -53,7 +53,7 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
         rows = [judge_by_feedback(row) for row in rows]
         config = live_validation_config(rows)
     else:
-        config = ValidationConfig.from_rubric() if environment.is_email else config_for([environment.load()])
+        config = ValidationConfig.from_rubric() if environment.is_email else config_for(environment.loads())
     result = validate_episodes(rows, config)
     if result.quarantined:
         pool.open().quarantine(result.quarantined, partition=partition)
@@ -64,7 +64,11 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
                   category_names=sorted({r["task_category"] for r in result.clean if r.get("task_category")}))
     (out / "report.json").write_text(json.dumps(report, default=str, indent=1))
     reasons = Counter(reason.split(":")[0] for _, rs in result.quarantined for reason in rs)
+    per_environment = Counter((str(r.get("environment")), str(r.get("task_category"))) for r in result.clean)
     return dg.MaterializeResult(metadata={
+        "per_environment": _table([{"environment": e, "category": c, "clean": n}
+                                   for (e, c), n in sorted(per_environment.items())],
+                                  ["environment", "category", "clean"]),
         "count_in": len(rows), "clean": len(result.clean), "quarantined": len(result.quarantined),
         "clean_ratio": round(len(result.clean) / len(rows), 4) if rows else 0.0,
         "quarantine_reasons": dg.MetadataValue.json(dict(reasons)),
@@ -150,26 +154,63 @@ def anonymization(context: dg.AssetExecutionContext, inbox_store: InboxStoreReso
 
 def _anonymize_plugin(partition: str, episodes: list[dict], environment: EnvironmentResource,
                       curation: CurationResource):
-    """A plug-in's episodes, tasks and world under one set of pseudonyms (curation/plugin_privacy.py)."""
-    env = environment.load()
-    tasks = env.tasks(Split.TRAIN) + env.tasks(Split.TEST)
-    result = anonymize_plugin_partition(env, episodes, tasks, canaries=curation.canaries)
+    """Each plug-in's episodes, tasks and world under one set of pseudonyms (curation/plugin_privacy.py); with
+    several plug-ins, one pass per environment, its world saved under its name."""
+    results = []
+    for env in environment.loads():
+        mine = [e for e in episodes if str(e.get("environment")) == env.name]
+        tasks = env.tasks(Split.TRAIN) + env.tasks(Split.TEST)
+        results.append(anonymize_plugin_partition(env, mine, tasks, canaries=curation.canaries))
+    report = merged_privacy_reports([r.report for r in results])
+    leaks = [leak for r in results for leak in r.leaks]
     out = stage_dir("anonymized_episodes", partition)
-    episodes_hash = save_jsonl(result.episodes, out / "episodes.jsonl")
+    anonymized = [e for r in results for e in r.episodes]
+    episodes_hash = save_jsonl(anonymized, out / "episodes.jsonl")
     (out / "privacy.json").write_text(json.dumps(
-        {**result.report, "leak_examples": [str(leak) for leak in result.leaks[:20]]}, default=str))
+        {**report, "leak_examples": [str(leak) for leak in leaks[:20]]}, default=str))
     env_dir = stage_dir("anonymized_environment", partition)
-    tasks_hash = save_jsonl([t.model_dump(mode="json") for t in result.tasks], env_dir / "tasks.jsonl")
-    worlds.save(result.environment, env_dir / "environment.pkl")
-    summary = {k: v for k, v in result.report.items() if isinstance(v, (int, float))}
+    tasks = [t for r in results for t in r.tasks]
+    tasks_hash = save_jsonl([t.model_dump(mode="json") for t in tasks], env_dir / "tasks.jsonl")
+    for r in results:
+        worlds.save(r.environment, world_path(partition, r.environment.name))
+    (env_dir / WORLDS_INDEX).write_text(json.dumps([r.environment.name for r in results]))
+    summary = {k: v for k, v in report.items() if isinstance(v, (int, float))}
     yield dg.MaterializeResult(asset_key="anonymized_episodes", metadata={
-        "episodes": len(result.episodes), "content_hash": episodes_hash, **summary,
-        "entities_by_type": dg.MetadataValue.json(result.report.get("entities", {})),
+        "episodes": len(anonymized), "content_hash": episodes_hash, **summary,
+        "entities_by_type": dg.MetadataValue.json(report.get("entities", {})),
+        "per_environment": dg.MetadataValue.json({r.environment.name: len(r.episodes) for r in results}),
     })
     yield dg.MaterializeResult(asset_key="anonymized_environment", metadata={
-        "environment": env.name, "tasks": len(result.tasks), "tasks_hash": tasks_hash,
-        "saved_environment": str(env_dir / "environment.pkl"),
+        "environment": ", ".join(r.environment.name for r in results), "tasks": len(tasks), "tasks_hash": tasks_hash,
+        "saved_environments": dg.MetadataValue.json([str(world_path(partition, r.environment.name))
+                                                     for r in results]),
     })
+
+
+WORLDS_INDEX = "worlds.json"
+
+
+def world_path(partition: str, name: str):
+    """Where curation saves a plug-in's anonymized world for this partition (GRPO and validation load it)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    return stage_dir("anonymized_environment", partition) / "worlds" / f"{safe}.pkl"
+
+
+def merged_privacy_reports(reports: list[dict]) -> dict:
+    """One privacy report of several per-environment passes: counts added, entity counts merged, each kept."""
+    if len(reports) == 1:
+        return reports[0]
+    merged: dict = {"per_environment": {r.get("environment", str(i)): r for i, r in enumerate(reports)},
+                    "environment": ", ".join(str(r.get("environment")) for r in reports)}
+    for report in reports:
+        for key, value in report.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                merged[key] = merged.get(key, 0) + value
+            elif key in ("entities", "leaks_by_kind") and isinstance(value, dict):
+                bucket = merged.setdefault(key, {})
+                for kind, count in value.items():
+                    bucket[kind] = bucket.get(kind, 0) + count
+    return merged
 
 
 def _anonymize_live(partition: str, episodes: list[dict], curation: CurationResource):
@@ -203,9 +244,15 @@ def anonymized_tasks(partition: str) -> list[Task]:
     return [Task.model_validate(row) for row in load_jsonl(stage_dir("anonymized_environment", partition) / "tasks.jsonl")]
 
 
+def anonymized_plugins(partition: str) -> list:
+    """The plug-ins with their anonymized worlds, as curation saved them for this partition, in run order."""
+    names = json.loads((stage_dir("anonymized_environment", partition) / WORLDS_INDEX).read_text())
+    return [worlds.load_saved(world_path(partition, name)) for name in names]
+
+
 def anonymized_plugin(partition: str):
-    """The plug-in with its anonymized world, as curation saved it for this partition."""
-    return worlds.load_saved(stage_dir("anonymized_environment", partition) / "environment.pkl")
+    """The (first) plug-in with its anonymized world, as curation saved it for this partition."""
+    return anonymized_plugins(partition)[0]
 
 
 @dg.asset_check(asset="anonymized_episodes", blocking=True,
@@ -251,7 +298,13 @@ def sft_dataset(context: dg.AssetExecutionContext, curation: CurationResource, e
         tools = []
     else:
         tools = None if environment.is_email else environment.load().tool_schemas()
-    rows = sft_rows(episodes, min_quality=curation.min_quality, max_idk_share=curation.max_idk_share, tools=tools)
+    if environment.is_email or environment.is_live or not environment.also:
+        rows = sft_rows(episodes, min_quality=curation.min_quality, max_idk_share=curation.max_idk_share,
+                        tools=tools)
+    else:  # several plug-ins: each episode trains with its own environment's tools
+        rows = [row for env in environment.loads() for row in sft_rows(
+            [e for e in episodes if str(e.get("environment")) == env.name], min_quality=curation.min_quality,
+            max_idk_share=curation.max_idk_share, tools=env.tool_schemas())]
     if not rows:
         raise dg.Failure(f"no episode of partition {partition} reaches quality {curation.min_quality}: nothing to learn from")
     digest = save_jsonl(rows, stage_dir("sft_dataset", partition) / "train.jsonl")
@@ -272,10 +325,12 @@ def grpo_dataset(context: dg.AssetExecutionContext, environment: EnvironmentReso
         rows = grpo_rows(items, split="train")
     else:
         train = [t for t in anonymized_tasks(partition) if t.split == Split.TRAIN]
-        rows = task_rows(anonymized_plugin(partition), train)
+        rows = [row for env in anonymized_plugins(partition)
+                for row in task_rows(env, [t for t in train if t.environment == env.name])]
     digest = save_jsonl(rows, stage_dir("grpo_dataset", partition) / "train.jsonl")
     return dg.MaterializeResult(metadata={
         "rows": len(rows), "content_hash": digest,
         "per_category": dg.MetadataValue.json(dict(Counter(r["category"] for r in rows))),
+        "per_environment": dg.MetadataValue.json(dict(Counter(str(r.get("environment", "email")) for r in rows))),
         "path": str(stage_dir("grpo_dataset", partition) / "train.jsonl"),
     })

@@ -111,14 +111,17 @@ def _plugin_tasks(environment: EnvironmentResource) -> dg.MaterializeResult:
         return dg.MaterializeResult(metadata={
             "environment": environment.name, "scenarios": 0,
             "note": "gateway episodes bring no tasks: validation replays held-out episodes users rated good"})
-    env = environment.load()
-    tasks = {split: env.tasks(split) for split in (Split.TRAIN, Split.TEST)}
-    counts = Counter((t.category, split.value) for split, items in tasks.items() for t in items)
-    table = "| category | train | test |\n|---|---|---|\n" + "\n".join(
-        f"| {c} | {counts[(c, 'train')]} | {counts[(c, 'test')]} |" for c in env.categories)
+    envs = environment.loads()
+    tasks = {(env.name, split): env.tasks(split) for env in envs for split in (Split.TRAIN, Split.TEST)}
+    counts = Counter((env, t.category, split.value) for (env, split), items in tasks.items() for t in items)
+    table = "| environment | category | train | test |\n|---|---|---|---|\n" + "\n".join(
+        f"| {env.name} | {c} | {counts[(env.name, c, 'train')]} | {counts[(env.name, c, 'test')]} |"
+        for env in envs for c in env.categories)
+    split_total = {s: sum(len(v) for (_, split), v in tasks.items() if split == s) for s in (Split.TRAIN, Split.TEST)}
     return dg.MaterializeResult(metadata={
-        "environment": env.name, "scenarios": sum(len(v) for v in tasks.values()),
-        "train": len(tasks[Split.TRAIN]), "test": len(tasks[Split.TEST]),
-        "tools": dg.MetadataValue.json(list(env.tool_names())),
+        "environment": ", ".join(env.name for env in envs), "scenarios": sum(split_total.values()),
+        "train": split_total[Split.TRAIN], "test": split_total[Split.TEST],
+        "tools": dg.MetadataValue.json({env.name: list(env.tool_names()) for env in envs} if len(envs) > 1
+                                       else list(envs[0].tool_names())),
         "per_category": dg.MetadataValue.md(table),  # no sample prompts: a plug-in's tasks may hold personal data
     })

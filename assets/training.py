@@ -12,7 +12,7 @@ from agent_rl.agent.models import resolve_model
 from agent_rl.curation.datasets import load_jsonl
 from agent_rl.curation.live import GRPO_SKIPPED
 from agent_rl.reward.hacking import GENERIC_KINDS, KINDS, HackingConfig, measure_reward_hacking
-from assets.curation import grpo_dataset, sft_dataset, stage_dir
+from assets.curation import grpo_dataset, sft_dataset, stage_dir, world_path
 from assets.partitions import weekly
 from resources.compute import TrainingCompute
 from resources.environment import EnvironmentResource
@@ -89,7 +89,7 @@ def grpo_adapter(context: dg.AssetExecutionContext, compute: TrainingCompute, tr
     env_dir = stage_dir("anonymized_environment", partition)
     # The email assistant rolls out in the anonymized inbox; a plug-in in its anonymized world, as curation saved it.
     where = ({"inbox_store_url": f"sqlite:///{env_dir / 'inbox.db'}"} if environment.is_email
-             else {"environment_file": str(env_dir / "environment.pkl")})
+             else {"environment_files": [str(world_path(partition, env.name)) for env in environment.loads()]})
     config = {
         "model_path": str(resolve_model(training.base_model)),
         "sft_adapter": str(adapter_dir("sft_adapter", partition)),

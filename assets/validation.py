@@ -12,7 +12,7 @@ import dagster as dg
 from agent_rl import registry
 from agent_rl.ab.controller import BASE_VERSION, incumbent_of
 from agent_rl.curation.datasets import load_jsonl
-from agent_rl.evaluate.harness import evaluate_policy, evaluate_tasks, forgetting_probe, torch_threads
+from agent_rl.evaluate.harness import evaluate_environments, evaluate_policy, forgetting_probe, torch_threads
 from agent_rl.evaluate.metrics import EvalMetrics
 from agent_rl.evaluate.report import (
     category_markdown,
@@ -26,7 +26,7 @@ from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.policy_specs import load_policy, load_stacked
 from agent_rl.records import Scenario
 from agent_rl.evaluate.replay import evaluate_replay
-from assets.curation import anonymized_plugin, anonymized_tasks, held_out_live, stage_dir
+from assets.curation import anonymized_plugins, anonymized_tasks, held_out_live, stage_dir
 from assets.partitions import weekly
 from assets.training import grpo_adapter, grpo_hacking, grpo_skipped, sft_adapters, trained_adapters
 from resources.environment import EnvironmentResource
@@ -68,6 +68,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
     partition = context.partition_key
     env = stage_dir("anonymized_environment", partition)
     store, probe_items = None, None
+    per_environment: dict[str, dict] = {}  # model -> environment -> metrics, when the run trains on several
     measure = "held-out tasks played to the end and judged"
     if environment.is_live:  # the gateway's tools run in the client: replay the held-out steps users rated good
         held_out = held_out_live(partition)
@@ -82,12 +83,16 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
 
         def evaluate(policy, name):
             return evaluate_policy(policy, scenarios, store, evaluation.eval_config(), version=name).metrics
-    else:  # a plug-in: its anonymized held-out tasks in its anonymized world, as GRPO saw them
-        plugin, tasks = anonymized_plugin(partition), anonymized_tasks(partition)
-        probe_items = plugin.probe() or None
+    else:  # plug-ins: their anonymized held-out tasks in their anonymized worlds, as GRPO saw them
+        plugins, tasks = anonymized_plugins(partition), anonymized_tasks(partition)
+        pairs = [(p, [t for t in tasks if t.environment == p.name]) for p in plugins]
+        probe_items = [item for p in plugins for item in p.probe()] or None
 
         def evaluate(policy, name):
-            return evaluate_tasks(policy, plugin, tasks, evaluation.eval_config(), version=name).metrics
+            combined, each = evaluate_environments(policy, pairs, evaluation.eval_config(), version=name)
+            if len(pairs) > 1:
+                per_environment[name] = {env: m.model_dump() for env, m in each.items()}
+            return combined
     incumbent_version, incumbent_spec = production_incumbent(pool, training.base_model)
     _, hacked = grpo_hacking(partition)
     skipped = grpo_skipped(partition)
@@ -134,6 +139,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
         "choice": {"candidate": choice.name, "reason": choice.reason, "grpo_disqualified": hacked,
                    "grpo_skipped": skipped},
         "measure": measure,
+        "per_environment": per_environment,
         "metrics": {"candidate": candidate.model_dump(), **{n: m.model_dump() for n, m in results.items()}},
         "forgetting_probe": probes,
         "gates": {"improvement": improvement.__dict__, "forgetting": forgetting.__dict__},
@@ -158,7 +164,17 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
         "candidate_hallucination_rate": candidate.hallucination_rate,
         "candidate_by_category": dg.MetadataValue.md(category_markdown(candidate)),
         "scenarios": candidate.n,
+        **({"per_environment": dg.MetadataValue.md(_environment_table(per_environment))} if per_environment else {}),
     })
+
+
+def _environment_table(per_environment: dict[str, dict]) -> str:
+    """Accuracy and failures of each model on each environment of a run that trains on several."""
+    lines = ["| model | environment | n | accuracy | failure_rate |", "|---|---|---|---|---|"]
+    for model, environments in per_environment.items():
+        for name, m in environments.items():
+            lines.append(f"| {model} | {name} | {m['n']} | {m['accuracy']:.1%} | {m['failure_rate']:.1%} |")
+    return "\n".join(lines)
 
 
 def _log_to_mlflow(context, mlflow: MlflowResource, report: dict) -> None:
@@ -224,7 +240,8 @@ def registered_model(context: dg.AssetExecutionContext, training: TrainingResour
         metrics={k: v for k, v in candidate.items() if isinstance(v, (int, float))},
         tags={"dagster_run_id": context.run_id, "partition": partition, **hashes,
               "trained_with": "sft+grpo" if chosen == "grpo" else "sft",
-              "incumbent_at_validation": report["incumbent"]["version"], "environment": environment.name},
+              "incumbent_at_validation": report["incumbent"]["version"],
+              "environment": ", ".join(environment.names)},
         alias="challenger", name=mlflow.model_name, tracking_uri=mlflow.uri(),
     )
     return dg.MaterializeResult(metadata={

@@ -1,7 +1,8 @@
-"""Which agent the loop trains: one environment plug-in for the whole job (assets, checks, sensors)."""
+"""Which agent the loop trains: one environment plug-in for the whole job (assets, checks, sensors), or several
+plug-ins trained into one policy."""
 
 from dagster import ConfigurableResource
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from agent_rl.curation.live import LIVE_ENVIRONMENT
 from agent_rl.environments.core import Environment
@@ -10,13 +11,23 @@ from agent_rl.environments.registry import load_environment
 EMAIL = "email"
 
 
+def split_names(value: str) -> tuple[str, list[str]]:
+    """`AGENT_RL_ENV=support,examples.timetable:TimetableEnvironment` as (name, also)."""
+    names = [part.strip() for part in value.split(",") if part.strip()]
+    return (names[0] if names else EMAIL), names[1:]
+
+
 class EnvironmentResource(ConfigurableResource):
     """The environment by name ('email', 'support'), import path ('my_pkg.env:MyEnvironment') or installed
-    plug-in; AGENT_RL_ENV sets it when the profile does not (`make demo ENV=support`). 'gateway' trains on the
-    gateway's live episodes of an agent that is no plug-in (curation/live.py): SFT only, validated by replay."""
+    plug-in; AGENT_RL_ENV sets it when the profile does not (`make demo ENV=support`; a comma-separated list
+    trains one policy on several plug-ins). 'gateway' trains on the gateway's live episodes of an agent that is
+    no plug-in (curation/live.py): SFT only, validated by replay."""
 
     name: str = Field(default=EMAIL, description="built-in name, import path 'package.module:Class', or the name "
                       "of a plug-in installed under the agent_rl.environments entry point, or 'gateway'")
+    also: list[str] = Field(default_factory=list, description="more plug-ins trained in the same run: one policy "
+                            "on all of them, curated, balanced and validated per environment (not with 'email' "
+                            "or 'gateway', which train alone)")
 
     @field_validator("name")
     @classmethod
@@ -26,9 +37,25 @@ class EnvironmentResource(ConfigurableResource):
         load_environment(value)  # a misspelt or broken environment fails when the resource is built, named
         return value.strip()
 
+    @model_validator(mode="after")
+    def _together(self) -> "EnvironmentResource":
+        if not self.also:
+            return self
+        if self.name in (EMAIL, LIVE_ENVIRONMENT) or any(n.strip() in (EMAIL, LIVE_ENVIRONMENT) for n in self.also):
+            raise ValueError("'email' and 'gateway' train alone; 'also' combines plug-ins only "
+                             f"(got {', '.join([self.name, *self.also])})")
+        loaded = [load_environment(n).name for n in self.names]
+        if len(set(loaded)) < len(loaded):
+            raise ValueError(f"an environment is named twice: {', '.join(loaded)}")
+        return self
+
+    @property
+    def names(self) -> list[str]:
+        return [self.name, *(n.strip() for n in self.also)]
+
     @property
     def is_email(self) -> bool:
-        return self.name == EMAIL
+        return self.name == EMAIL and not self.also
 
     @property
     def is_live(self) -> bool:
@@ -36,7 +63,12 @@ class EnvironmentResource(ConfigurableResource):
         return self.name == LIVE_ENVIRONMENT
 
     def load(self) -> Environment:
+        """The (first) environment."""
         if self.is_live:
             raise ValueError("the gateway's live episodes have no environment plug-in to load (tools run in the "
                              "client); curation/live.py handles them")
         return load_environment(self.name)
+
+    def loads(self) -> list[Environment]:
+        """Every plug-in this run trains on, in order."""
+        return [self.load(), *(load_environment(n) for n in self.also)]

@@ -2,7 +2,9 @@
 
 A category keeps at most round(cap_per_category * weight) episodes, chosen by a seeded hash of
 episode_id (so the same export and seed always keep the same rows). With `upsample` a category
-below its target is filled by repeating its rows in the same order.
+below its target is filled by repeating its rows in the same order. When the rows come from several
+environments, a category is one environment's (`support/cancel_order`): two environments may name
+categories alike, and each keeps its own share.
 """
 
 from __future__ import annotations
@@ -39,13 +41,18 @@ def balance_episodes(
         if weight < 0:
             raise ValueError(f"balance weight for {category!r} must be >= 0, got {weight}")
     groups: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    several = len({str(row.get("environment") or "") for row in rows}) > 1
+    plain: dict[str, str] = {}  # group key -> the category alone (weights may name either)
     for i, row in enumerate(rows):
-        groups[str(row.get("task_category") or MISSING)].append((_order_key(row, i, config.seed), row))
+        category = str(row.get("task_category") or MISSING)
+        key = f"{row.get('environment') or MISSING}/{category}" if several else category
+        plain[key] = category
+        groups[key].append((_order_key(row, i, config.seed), row))
     kept: list[dict[str, Any]] = []
     table = []
     for category in sorted(groups):
         ordered = [row for _, row in sorted(groups[category], key=lambda kr: kr[0])]
-        weight = float(config.weights.get(category, 1.0))
+        weight = float(config.weights.get(category, config.weights.get(plain[category], 1.0)))
         target = None if config.cap_per_category is None else round(config.cap_per_category * weight)
         chosen = ordered if target is None else ordered[:target]
         if config.upsample and target is not None and ordered and len(chosen) < target:

@@ -109,6 +109,25 @@ def evaluate_tasks(policy: Policy, environment: Any, tasks: list[Any], config: E
     return EvalResult(version, compute_metrics(episodes, tool_names=environment.tool_names()), episodes)
 
 
+def evaluate_environments(policy: Policy, pairs: list[tuple[Any, list[Any]]], config: EvalConfig | None = None,
+                          version: str | None = None) -> tuple[EvalMetrics, dict[str, EvalMetrics]]:
+    """One policy on the held-out tasks of several plug-ins (a run that trains on all of them): each environment
+    plays its own sample (`evaluate_tasks`), and the figures are given together and per environment. Together,
+    categories are named with their environment (`support/cancel_order`): two environments may name them alike."""
+    if len(pairs) == 1:
+        environment, tasks = pairs[0]
+        metrics = evaluate_tasks(policy, environment, tasks, config, version).metrics
+        return metrics, {environment.name: metrics}
+    results = {environment.name: evaluate_tasks(policy, environment, tasks, config, version)
+               for environment, tasks in pairs}
+    episodes = [episode for result in results.values() for episode in result.episodes]
+    tools = {tool for environment, _ in pairs for tool in environment.tool_names()}
+    combined = compute_metrics(episodes, tool_names=tools)
+    by_category = {f"{name}/{category}": row for name, result in results.items()
+                   for category, row in result.metrics.by_category.items()}
+    return combined.model_copy(update={"by_category": by_category}), {n: r.metrics for n, r in results.items()}
+
+
 # General questions with checkable answers: a drop here means training made the model forget. Forty-eight
 # of them, because the gate allows a 10-point drop: with the first twelve, two questions flipping by
 # chance (17 points) failed a candidate. Never used in training (train/retain.py rehearses other prompts).

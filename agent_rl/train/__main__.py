@@ -5,7 +5,8 @@ Config file (JSON):
   grpo: {"model_path", "sft_adapter", "grpo_rows_jsonl", "inbox_store_url", "out_dir",
          "settings": {...GRPOSettings}, "solve_rates": {scenario_id: rate} (optional), "tracking": {...}}
         a plug-in environment instead of the inbox: "environment" (a name or import path) or "environment_file"
-        (the anonymized environment curation saved, environments.worlds.load_saved) in place of "inbox_store_url".
+        (the anonymized environment curation saved, environments.worlds.load_saved) in place of "inbox_store_url";
+        several plug-ins trained at once: "environment_files" (a list).
   tracking (optional): {"uri", "dagster_run_id", "parent_run_id"}; absent or null = no MLflow.
 When DAGSTER_PIPES_CONTEXT is set, logs and per-step metrics stream to the Dagster run and the stage
 reports its asset materialization (steps, loss, tokens/s, adapter path); otherwise it prints a JSON summary.
@@ -72,10 +73,12 @@ def run_stage(stage: str, config: dict[str, Any], path: str = "config", extra_ca
                                       callbacks=extra_callbacks)
     else:
         environment = config.get("environment")
-        if config.get("environment_file"):
+        files = config.get("environment_files") or ([config["environment_file"]] if config.get("environment_file")
+                                                     else [])
+        if files:
             from agent_rl.environments.worlds import load_saved
 
-            environment = load_saved(config["environment_file"])
+            environment = [load_saved(f) for f in files]
         _require(config, ("model_path", "grpo_rows_jsonl", "out_dir") + (() if environment else ("inbox_store_url",)),
                  stage, path)
         result = grpo_module.train_grpo(config["model_path"], config.get("sft_adapter"), config["grpo_rows_jsonl"],

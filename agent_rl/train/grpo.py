@@ -542,7 +542,9 @@ def train_grpo(
 
     The email assistant rolls out against the inbox store at `inbox_store_url` and is scored by its rubric. Any
     other plug-in (`environment`: an Environment instance or a spec `load_environment` accepts) rolls out in its
-    own sessions (rows from `plugin_rollouts.task_rows`) and is scored by its own judge."""
+    own sessions (rows from `plugin_rollouts.task_rows`) and is scored by its own judge. A list of plug-ins trains
+    one policy on all of them: each row's `environment` column picks its world, and its prompt shows that
+    environment's tools only (TRL's environment_factory by name)."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is marked experimental
     from datasets import Dataset
     from transformers import AutoTokenizer
@@ -553,7 +555,8 @@ def train_grpo(
     extras = check_extra_rewards(extra_rewards or [])
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    plugin = _plugin_environment(environment)
+    plugins = _plugin_environments(environment)
+    plugin = plugins[0] if plugins else None
     rows = read_jsonl(grpo_rows_jsonl)
     needed = ("prompt", "task", "category") if plugin else ("prompt", "inbox", "answer", "category")
     for index, row in enumerate(rows):
@@ -562,6 +565,12 @@ def train_grpo(
             raise ValueError(f"GRPO row {index} ({row.get('scenario_id', '?')}): missing field(s) {', '.join(missing)}")
     if not rows:
         raise ValueError(f"{grpo_rows_jsonl} holds no GRPO rows")
+    names = [p.name for p in plugins]
+    if len(plugins) > 1:
+        strays = sorted({str(row.get("environment")) for row in rows} - set(names))
+        if strays:
+            raise ValueError(f"GRPO rows of environment(s) {', '.join(strays)} not among those trained on "
+                             f"({', '.join(names)})")
     if plugin and settings.prompt_filter.mode == "sampled":
         raise ValueError(f"prompt filter mode 'sampled' plays the email environment only; environment "
                          f"{plugin.name!r} needs mode 'none' or 'solve_rates'")
@@ -573,7 +582,7 @@ def train_grpo(
     rows_hash = file_sha256(grpo_rows_jsonl)  # read once: the resume fingerprint and MLflow's dataset hash
     resume = resumable_checkpoint(out_dir, inputs_fingerprint(
         rows_hash, str(model_path), Path(sft_adapter) if sft_adapter else "no SFT adapter",
-        inbox_store_url or f"environment {plugin.name}",
+        inbox_store_url or f"environment {'+'.join(names)}",
         settings.model_dump_json(exclude=RUN_LENGTH_FIELDS), json.dumps(solve_rates or {}, sort_keys=True)))
     if resume:
         # The filter already ran for this out_dir: reuse its choice so the resumed data order is the same.
@@ -606,7 +615,7 @@ def train_grpo(
         stage = tracker.start_stage(
             "grpo",
             params={"model_path": str(model_path), "sft_adapter": str(sft_adapter),
-                    "environment": plugin.name if plugin else "email",
+                    "environment": "+".join(names) if plugins else "email",
                     "inbox_store": _redact(inbox_store_url) if inbox_store_url else None,
                     "settings": settings.model_dump(mode="json"), "rows": len(rows), "prompts_kept": len(kept),
                     "prompt_filter": report.as_dict(),
@@ -622,9 +631,8 @@ def train_grpo(
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
-        environment_factory=(rollout_class(plugin, max_turns) if plugin
-                             else lambda: InboxEnvironment(store, max_turns=max_turns)),
-        tool_order=plugin.tool_names() if plugin else TOOL_NAMES,
+        environment_factory=_factory(plugins, store, max_turns),
+        tool_order=list(dict.fromkeys(t for p in plugins for t in p.tool_names())) if plugins else TOOL_NAMES,
         callbacks=[callback, *(callbacks or [])],
         group_weights=settings.reward_weights.as_list(group_names),
         rubric=settings.rubric,
@@ -634,7 +642,7 @@ def train_grpo(
         extra_rewards=extras,
         extra_prompts_per_step=settings.experimental.extra_prompts_per_step,
     )
-    if settings.static_prefix and kept:
+    if settings.static_prefix and kept and len(plugins) <= 1:  # one system prompt for every row
         from agent_rl.environments.email.tools import tool_schemas
 
         if kept[0]["prompt"][0].get("role") == "system":
@@ -712,15 +720,32 @@ def train_grpo(
     return result
 
 
-def _plugin_environment(environment: Any):
-    """The plug-in GRPO rolls out in, or None for the email assistant (its own rubric path)."""
-    if environment is None:
-        return None
-    if isinstance(environment, str):
-        from agent_rl.environments.registry import load_environment
+def _plugin_environments(environment: Any) -> list:
+    """The plug-ins GRPO rolls out in; empty for the email assistant (its own rubric path)."""
+    from agent_rl.environments.registry import load_environment
 
-        environment = load_environment(environment)
-    return None if environment.name == "email" else environment
+    if environment is None:
+        return []
+    many = list(environment) if isinstance(environment, (list, tuple)) else [environment]
+    loaded = [load_environment(e) if isinstance(e, str) else e for e in many]
+    if len(loaded) == 1 and loaded[0].name == "email":
+        return []
+    names = [e.name for e in loaded]
+    if "email" in names:
+        raise ValueError("the email assistant trains alone (its inbox rubric path); combine it with no other "
+                         f"environment, got {', '.join(names)}")
+    if len(set(names)) < len(names):
+        raise ValueError(f"environments named twice: {', '.join(names)}")
+    return loaded
+
+
+def _factory(plugins: list, store: Any, max_turns: int) -> Any:
+    """TRL's environment_factory: the inbox, one plug-in's rollout class, or several by name."""
+    if not plugins:
+        return lambda: InboxEnvironment(store, max_turns=max_turns)
+    if len(plugins) == 1:
+        return rollout_class(plugins[0], max_turns)
+    return {p.name: rollout_class(p, max_turns) for p in plugins}
 
 
 def _redact(url: str) -> str:

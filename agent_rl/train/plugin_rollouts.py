@@ -82,7 +82,8 @@ class PluginRollout:
         if "task" not in row:
             raise ValueError(f"GRPO row {row.get('scenario_id', '?')!r} lacks field 'task' (plug-in rows carry it)")
         task = Task.model_validate_json(row["task"]) if isinstance(row["task"], str) else Task.model_validate(row["task"])
-        self._row, self._task = row, task
+        # TRL keeps the routing column to itself when it picks among several environments: name ours again.
+        self._row, self._task = {**row, "environment": row.get("environment") or self._environment.name}, task
         self._session = self._environment.open(task)
         self._calls, self._answered_at, self._errors, self._observation = 0, None, [], None
         return None

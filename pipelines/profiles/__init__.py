@@ -20,7 +20,7 @@ from agent_rl.registry import model_name_for
 
 from resources.compute import TrainingCompute
 from resources.curation import CurationResource
-from resources.environment import EnvironmentResource
+from resources.environment import EnvironmentResource, split_names
 from resources.evaluation import EvaluationResource
 from resources.registry import MlflowResource
 from resources.rollout import RolloutResource
@@ -85,8 +85,10 @@ def resources_for(profile: str | None = None) -> dict:
     resources = {}
     for name, resource in RESOURCES.items():
         fields = {key: _on_this_machine(value) for key, value in values.get(name, {}).items()}
-        if name == "environment" and os.environ.get(ENV_VARIABLE):
-            fields.setdefault("name", os.environ[ENV_VARIABLE])
+        if name == "environment" and os.environ.get(ENV_VARIABLE) and "name" not in fields:
+            fields["name"], also = split_names(os.environ[ENV_VARIABLE])
+            if also:
+                fields.setdefault("also", also)
         if name == "mlflow" and os.environ.get(ENV_VARIABLE):
             # One registered model per environment: an email model must never be promoted for support traffic.
             fields.setdefault("model_name", model_name_for(os.environ[ENV_VARIABLE]))

@@ -6,6 +6,7 @@ judged by the plug-in, validation plays its held-out tasks, and the model is reg
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import dagster as dg
 import pytest
@@ -111,3 +112,81 @@ def test_the_weekly_job_trains_validates_and_registers_a_plugin_environment(spec
         tasks = [t for t in curation.anonymized_tasks(partition) if t.split == Split.TEST]
         replayed = play_episodes(env.teacher(), anonymized, [Play(t) for t in tasks])
         assert all(e.outcome.value == "correct" for e in replayed)
+
+
+@pytest.mark.slow
+def test_one_run_trains_one_policy_on_several_environments(tmp_path):
+    """`also` (or AGENT_RL_ENV=support,examples.timetable:TimetableEnvironment): one policy on both plug-ins,
+    each curated against its own categories and tools, anonymized with its own world, balanced per environment,
+    rolled out in its own world by GRPO, and validated per environment and together."""
+    from tests.train.test_sft_grpo import _forced_tool_call_bias
+
+    from agent_rl.agent.models import build_tiny_model
+    from agent_rl.environments.registry import load_environment
+
+    support, timetable = load_environment("support"), load_environment(TIMETABLE[0])
+    repo = PoolRepository(settings.pool_url())
+    for env, teacher in ((support, support.teacher()), (timetable, TimetableTeacher())):
+        repo.insert_episodes(play_episodes(teacher, env, [Play(t, policy_version="teacher")
+                                                          for t in env.tasks(Split.TRAIN)[:30]]))
+    repo.close()
+    tiny = str(build_tiny_model(tmp_path / "tiny"))
+    grpo = {"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
+            "max_completion_length": 400, "max_tool_calling_iterations": 2, "prompt_filter": {"mode": "none"},
+            "generation_kwargs": {"sequence_bias": _forced_tool_call_bias(tiny, SUPPORT[1])}}
+    resources = {
+        "environment": EnvironmentResource(name="support", also=[TIMETABLE[0]]),
+        "inbox_store": InboxStoreResource(), "pool": PoolResource(),
+        "curation": CurationResource(min_points=20, min_categories=6, min_quality=0.8, cap_per_category=4),
+        "training": TrainingResource(base_model=tiny, sft_overrides={"max_steps": 2, "save_steps": 2},
+                                     grpo_overrides=grpo),
+        "compute": TrainingCompute(),
+        "mlflow": MlflowResource(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", model_name="agent-rl-two"),
+        "evaluation": EvaluationResource(max_scenarios=3, min_relative_improvement=-1.0, max_forgetting_drop=1.0),
+    }
+    assets = [environment.inbox, environment.scenarios, pool.pool_episodes, curation.validated_episodes,
+              curation.anonymization, curation.balanced_episodes, curation.sft_dataset, curation.grpo_dataset,
+              training.sft_adapter, training.grpo_adapter, validation.evaluation_report, validation.registered_model]
+    partition = weekly.get_partition_keys()[-1]
+    result = dg.materialize(assets + [curation.no_pii_leak], partition_key=partition, resources=resources,
+                            raise_on_error=False)
+    assert result.success, [e.step_key for e in result.get_step_failure_events()]
+
+    names = {"support", "timetable"}
+    validated = load_jsonl(settings.artifact_dir("validated_episodes", partition) / "episodes.jsonl")
+    assert {row["environment"] for row in validated} == names
+    # Balanced per environment: at most 4 per (environment, category).
+    balanced = load_jsonl(settings.artifact_dir("balanced_episodes", partition) / "episodes.jsonl")
+    per_group = Counter((row["environment"], row["task_category"]) for row in balanced)
+    assert {e for e, _ in per_group} == names and max(per_group.values()) <= 4
+    # Each SFT row carries its own environment's tools.
+    sft = load_jsonl(settings.artifact_dir("sft_dataset", partition) / "train.jsonl")
+    assert {json.dumps(row["tools"], sort_keys=True) for row in sft} == {
+        json.dumps(env.tool_schemas(), sort_keys=True) for env in (support, timetable)}
+    # GRPO rolled out in both anonymized worlds, each row in its own.
+    grpo_rows = load_jsonl(settings.artifact_dir("grpo_dataset", partition) / "train.jsonl")
+    assert {row["environment"] for row in grpo_rows} == names
+    assert [env.name for env in curation.anonymized_plugins(partition)] == ["support", "timetable"]
+    rollouts = load_jsonl(settings.artifact_dir("grpo_adapter", partition) / "rollouts.jsonl")
+    assert rollouts and {r["environment"] for r in rollouts} <= names
+    # Validated per environment and together; categories named with their environment.
+    report = json.loads((settings.artifact_dir("evaluation_report", partition) / "report.json").read_text())
+    assert set(report["per_environment"]["sft"]) == names
+    assert report["metrics"]["sft"]["n"] == sum(m["n"] for m in report["per_environment"]["sft"].values()) == 6
+    assert {c.split("/")[0] for c in report["metrics"]["sft"]["by_category"]} == names
+    registered = result.asset_materializations_for_node("registered_model")[0].metadata
+    assert registered["model"].value == "agent-rl-two"
+    assert {e.check_name: e.passed for e in result.get_asset_check_evaluations()}["no_pii_leak"] is True
+
+
+def test_several_environments_are_named_in_one_setting_and_refused_with_email_or_gateway(monkeypatch):
+    from pipelines.profiles import resources_for
+
+    monkeypatch.setenv("AGENT_RL_ENV", f"support, {TIMETABLE[0]}")
+    env = resources_for("fast")["environment"]
+    assert env.names == ["support", TIMETABLE[0]] and not env.is_email
+    assert [e.name for e in env.loads()] == ["support", "timetable"]
+    for bad in (dict(name="email", also=["support"]), dict(name="support", also=["gateway"]),
+                dict(name="support", also=["support"])):
+        with pytest.raises(Exception, match="train alone|named twice"):
+            EnvironmentResource(**bad)
