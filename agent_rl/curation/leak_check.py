@@ -40,7 +40,9 @@ _NOT_NAMES = frozenset(
     "energy power gas company group bank corp inc llc services trading enron "
     "january february march april may june july august september october november december "
     "monday tuesday wednesday thursday friday saturday sunday mon tue wed thu fri sat sun "
-    "merrill lynch goldman sachs morgan stanley wells fargo dean witter smith barney".split()
+    "merrill lynch goldman sachs morgan stanley wells fargo dean witter smith barney "
+    # Titles and places the census lists carry as first names: "Miss Oltmanns" is a title and a surname.
+    "miss mister master major judge doctor sister america asia africa europe canada".split()
 )
 
 
@@ -108,8 +110,13 @@ def plant_canaries(seed: str) -> Canaries:
     a card and an account number; drawn from the census lists by `seed`, so a rerun plants the same ones."""
     first_names, last_names = census_names()
     rng = random.Random(hashlib.sha256(seed.encode()).hexdigest())
-    firsts = sorted(w for w in first_names if w.isalpha() and len(w) > 3 and w not in _NOT_NAMES)
-    lasts = sorted(w for w in last_names if w.isalpha() and len(w) > 4 and w not in _NOT_NAMES)
+    from agent_rl.curation.names import common_words
+
+    # Names only: the census lists also hold English words and titles ("School", "Miss"), which no name detector
+    # reads as a name on its own; planting them would measure that, not recall.
+    ordinary = common_words() | _NOT_NAMES
+    firsts = sorted(w for w in first_names if w.isalpha() and len(w) > 3 and w not in ordinary)
+    lasts = sorted(w for w in last_names if w.isalpha() and len(w) > 4 and w not in ordinary)
     people = [f"{rng.choice(firsts).capitalize()} {rng.choice(lasts).capitalize()}" for _ in range(3)]
     people[1] += f"-{rng.choice(lasts).capitalize()}"
     phone = f"({rng.randrange(201, 990)}) {rng.randrange(201, 990)}-{rng.randrange(10000):04d}"
