@@ -40,9 +40,7 @@ _NOT_NAMES = frozenset(
     "energy power gas company group bank corp inc llc services trading enron "
     "january february march april may june july august september october november december "
     "monday tuesday wednesday thursday friday saturday sunday mon tue wed thu fri sat sun "
-    "merrill lynch goldman sachs morgan stanley wells fargo dean witter smith barney "
-    # Titles and places the census lists carry as first names: "Miss Oltmanns" is a title and a surname.
-    "miss mister master major judge doctor sister america asia africa europe canada".split()
+    "merrill lynch goldman sachs morgan stanley wells fargo dean witter smith barney".split()
 )
 
 
