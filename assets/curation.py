@@ -12,7 +12,7 @@ from agent_rl import settings
 from agent_rl.curation.balance import balance_episodes
 from agent_rl.curation.datasets import grpo_rows, load_jsonl, save_jsonl, sft_rows
 from agent_rl.curation.live import GRPO_SKIPPED, judge_by_feedback, live_validation_config, split_live
-from agent_rl.curation.plugin_privacy import anonymize_plugin_partition
+from agent_rl.curation.plugin_privacy import anonymize_plugin_partition, merged_privacy_reports
 from agent_rl.curation.privacy import anonymize_partition
 from agent_rl.environments import worlds
 from agent_rl.environments.core import Task
@@ -128,10 +128,7 @@ def anonymization(context: dg.AssetExecutionContext, inbox_store: InboxStoreReso
     everyone = (email for address in store.inboxes() for email in store.iter_emails(address))
     result = anonymize_partition(episodes, emails, items, canaries=curation.canaries, directory_emails=everyone)
 
-    out = stage_dir("anonymized_episodes", partition)
-    episodes_hash = save_jsonl(result.episodes, out / "episodes.jsonl")
-    (out / "privacy.json").write_text(json.dumps(
-        {**result.report, "leak_examples": [str(leak) for leak in result.leaks[:20]]}, default=str))
+    episodes_result = _anonymized_episodes(partition, result.episodes, result.report, result.leaks)
 
     env_dir = stage_dir("anonymized_environment", partition)
     tmp_db = env_dir / "inbox.db.tmp"
@@ -141,14 +138,25 @@ def anonymization(context: dg.AssetExecutionContext, inbox_store: InboxStoreReso
     anon_store.close()
     os.replace(tmp_db, env_dir / "inbox.db")  # whole or nothing: a killed run leaves the old store
     scenarios_hash = save_jsonl([s.model_dump(mode="json") for s in result.scenarios], env_dir / "scenarios.jsonl")
-    summary = {k: v for k, v in result.report.items() if isinstance(v, (int, float))}
-    yield dg.MaterializeResult(asset_key="anonymized_episodes", metadata={
-        "episodes": len(result.episodes), "content_hash": episodes_hash, **summary,
-        "entities_by_type": dg.MetadataValue.json(result.report.get("entities", {})),
-    })
+    yield episodes_result
     yield dg.MaterializeResult(asset_key="anonymized_environment", metadata={
         "emails": len(result.emails), "scenarios": len(result.scenarios), "inboxes": len(inboxes),
         "store": str(env_dir / "inbox.db"), "scenarios_hash": scenarios_hash,
+    })
+
+
+def _anonymized_episodes(partition: str, episodes: list[dict], report: dict, leaks: list,
+                         **extra) -> dg.MaterializeResult:
+    """Write the anonymized episodes and the privacy report (leak examples masked) of a partition; their
+    materialization, for the caller to yield once its environment files are written too."""
+    out = stage_dir("anonymized_episodes", partition)
+    episodes_hash = save_jsonl(episodes, out / "episodes.jsonl")
+    (out / "privacy.json").write_text(json.dumps(
+        {**report, "leak_examples": [str(leak) for leak in leaks[:20]]}, default=str))
+    summary = {k: v for k, v in report.items() if isinstance(v, (int, float))}
+    return dg.MaterializeResult(asset_key="anonymized_episodes", metadata={
+        "episodes": len(episodes), "content_hash": episodes_hash, **summary,
+        "entities_by_type": dg.MetadataValue.json(report.get("entities", {})), **extra,
     })
 
 
@@ -161,25 +169,17 @@ def _anonymize_plugin(partition: str, episodes: list[dict], environment: Environ
         mine = [e for e in episodes if str(e.get("environment")) == env.name]
         tasks = env.tasks(Split.TRAIN) + env.tasks(Split.TEST)
         results.append(anonymize_plugin_partition(env, mine, tasks, canaries=curation.canaries))
-    report = merged_privacy_reports([r.report for r in results])
-    leaks = [leak for r in results for leak in r.leaks]
-    out = stage_dir("anonymized_episodes", partition)
-    anonymized = [e for r in results for e in r.episodes]
-    episodes_hash = save_jsonl(anonymized, out / "episodes.jsonl")
-    (out / "privacy.json").write_text(json.dumps(
-        {**report, "leak_examples": [str(leak) for leak in leaks[:20]]}, default=str))
+    episodes_result = _anonymized_episodes(
+        partition, [e for r in results for e in r.episodes], merged_privacy_reports([r.report for r in results]),
+        [leak for r in results for leak in r.leaks],
+        per_environment=dg.MetadataValue.json({r.environment.name: len(r.episodes) for r in results}))
     env_dir = stage_dir("anonymized_environment", partition)
     tasks = [t for r in results for t in r.tasks]
     tasks_hash = save_jsonl([t.model_dump(mode="json") for t in tasks], env_dir / "tasks.jsonl")
     for r in results:
         worlds.save(r.environment, world_path(partition, r.environment.name))
     (env_dir / WORLDS_INDEX).write_text(json.dumps([r.environment.name for r in results]))
-    summary = {k: v for k, v in report.items() if isinstance(v, (int, float))}
-    yield dg.MaterializeResult(asset_key="anonymized_episodes", metadata={
-        "episodes": len(anonymized), "content_hash": episodes_hash, **summary,
-        "entities_by_type": dg.MetadataValue.json(report.get("entities", {})),
-        "per_environment": dg.MetadataValue.json({r.environment.name: len(r.episodes) for r in results}),
-    })
+    yield episodes_result
     yield dg.MaterializeResult(asset_key="anonymized_environment", metadata={
         "environment": ", ".join(r.environment.name for r in results), "tasks": len(tasks), "tasks_hash": tasks_hash,
         "saved_environments": dg.MetadataValue.json([str(world_path(partition, r.environment.name))
@@ -196,38 +196,14 @@ def world_path(partition: str, name: str):
     return stage_dir("anonymized_environment", partition) / "worlds" / f"{safe}.pkl"
 
 
-def merged_privacy_reports(reports: list[dict]) -> dict:
-    """One privacy report of several per-environment passes: counts added, entity counts merged, each kept."""
-    if len(reports) == 1:
-        return reports[0]
-    merged: dict = {"per_environment": {r.get("environment", str(i)): r for i, r in enumerate(reports)},
-                    "environment": ", ".join(str(r.get("environment")) for r in reports)}
-    for report in reports:
-        for key, value in report.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                merged[key] = merged.get(key, 0) + value
-            elif key in ("entities", "leaks_by_kind") and isinstance(value, dict):
-                bucket = merged.setdefault(key, {})
-                for kind, count in value.items():
-                    bucket[kind] = bucket.get(kind, 0) + count
-    return merged
-
-
 def _anonymize_live(partition: str, episodes: list[dict], curation: CurationResource):
     """The gateway's live episodes: no tasks and no world, the same Anonymizer and auditor over the episodes; the
     rated-good episodes held out for validation are written apart (curation/live.py)."""
     result = anonymize_plugin_partition(None, episodes, [], canaries=curation.canaries)
-    out = stage_dir("anonymized_episodes", partition)
-    episodes_hash = save_jsonl(result.episodes, out / "episodes.jsonl")
-    (out / "privacy.json").write_text(json.dumps(
-        {**result.report, "leak_examples": [str(leak) for leak in result.leaks[:20]]}, default=str))
+    episodes_result = _anonymized_episodes(partition, result.episodes, result.report, result.leaks)
     _, held_out = split_live(result.episodes)
     held_out_hash = save_jsonl(held_out, stage_dir("anonymized_environment", partition) / "held_out.jsonl")
-    summary = {k: v for k, v in result.report.items() if isinstance(v, (int, float))}
-    yield dg.MaterializeResult(asset_key="anonymized_episodes", metadata={
-        "episodes": len(result.episodes), "content_hash": episodes_hash, **summary,
-        "entities_by_type": dg.MetadataValue.json(result.report.get("entities", {})),
-    })
+    yield episodes_result
     yield dg.MaterializeResult(asset_key="anonymized_environment", metadata={
         "environment": "gateway", "held_out_episodes": len(held_out), "held_out_hash": held_out_hash,
         "note": "no world: the client runs the tools; validation replays these rated-good episodes",
@@ -292,19 +268,15 @@ def balanced_episodes(context: dg.AssetExecutionContext, curation: CurationResou
 def sft_dataset(context: dg.AssetExecutionContext, curation: CurationResource, environment: EnvironmentResource):
     partition = context.partition_key
     episodes = load_jsonl(stage_dir("balanced_episodes", partition) / "episodes.jsonl")
+    options = {"min_quality": curation.min_quality, "max_idk_share": curation.max_idk_share}
     if environment.is_live:
         # Held-out episodes are for validation only; each row trains with the tools its client declared.
-        episodes, _ = split_live(episodes)
-        tools = []
-    else:
-        tools = None if environment.is_email else environment.load().tool_schemas()
-    if environment.is_email or environment.is_live or not environment.also:
-        rows = sft_rows(episodes, min_quality=curation.min_quality, max_idk_share=curation.max_idk_share,
-                        tools=tools)
-    else:  # several plug-ins: each episode trains with its own environment's tools
+        rows = sft_rows(split_live(episodes)[0], tools=[], **options)
+    elif environment.is_email:
+        rows = sft_rows(episodes, **options)
+    else:  # each plug-in's episodes train with its own tools
         rows = [row for env in environment.loads() for row in sft_rows(
-            [e for e in episodes if str(e.get("environment")) == env.name], min_quality=curation.min_quality,
-            max_idk_share=curation.max_idk_share, tools=env.tool_schemas())]
+            [e for e in episodes if str(e.get("environment")) == env.name], tools=env.tool_schemas(), **options)]
     if not rows:
         raise dg.Failure(f"no episode of partition {partition} reaches quality {curation.min_quality}: nothing to learn from")
     digest = save_jsonl(rows, stage_dir("sft_dataset", partition) / "train.jsonl")

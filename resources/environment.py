@@ -4,7 +4,7 @@ plug-ins trained into one policy."""
 from dagster import ConfigurableResource
 from pydantic import Field, field_validator, model_validator
 
-from agent_rl.curation.live import LIVE_ENVIRONMENT
+from agent_rl.curation.live import LIVE_ENVIRONMENT, is_live
 from agent_rl.environments.core import Environment
 from agent_rl.environments.registry import load_environment
 
@@ -32,7 +32,7 @@ class EnvironmentResource(ConfigurableResource):
     @field_validator("name")
     @classmethod
     def _loads(cls, value: str) -> str:
-        if value.strip() == LIVE_ENVIRONMENT:
+        if is_live(value):
             return LIVE_ENVIRONMENT
         load_environment(value)  # a misspelt or broken environment fails when the resource is built, named
         return value.strip()
@@ -41,7 +41,7 @@ class EnvironmentResource(ConfigurableResource):
     def _together(self) -> "EnvironmentResource":
         if not self.also:
             return self
-        if self.name in (EMAIL, LIVE_ENVIRONMENT) or any(n.strip() in (EMAIL, LIVE_ENVIRONMENT) for n in self.also):
+        if any(n.strip() in (EMAIL, LIVE_ENVIRONMENT) for n in self.names):
             raise ValueError("'email' and 'gateway' train alone; 'also' combines plug-ins only "
                              f"(got {', '.join([self.name, *self.also])})")
         loaded = [load_environment(n).name for n in self.names]
@@ -60,7 +60,7 @@ class EnvironmentResource(ConfigurableResource):
     @property
     def is_live(self) -> bool:
         """The gateway's live episodes: no tasks, world or tools of ours."""
-        return self.name == LIVE_ENVIRONMENT
+        return is_live(self.name)
 
     def load(self) -> Environment:
         """The (first) environment."""

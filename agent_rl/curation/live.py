@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agent_rl.ab.outcomes import feedback_verdict
+from agent_rl.agent.tool_calls import call_name
 from agent_rl.records import Outcome
 
 LIVE_ENVIRONMENT = "gateway"
@@ -85,13 +86,14 @@ def live_validation_config(rows: Iterable[Mapping[str, Any]], **overrides: Any):
         if row.get("task_category"):
             categories[str(row["task_category"])] = None
         for schema in row.get("tools") or []:
-            name = (schema.get("function") or schema).get("name") if isinstance(schema, Mapping) else None
-            if isinstance(name, str) and name:
+            name = call_name(schema)  # a tool schema nests its name as a call does
+            if name:
                 tools[name] = None
     # The client ends an episode where it likes (its final tool, an end call): a last call may stay unanswered.
     settings = {"categories": tuple(categories), "tools": tuple(tools), "final_tools": tuple(tools),
                 "environments": (LIVE_ENVIRONMENT,),
-                "require_reward": False, "require_answer_when_correct": False, "reward_min": REWARD_RANGE[0], "reward_max": REWARD_RANGE[1]}
+                "require_reward": False, "require_answer_when_correct": False,
+                "reward_min": REWARD_RANGE[0], "reward_max": REWARD_RANGE[1]}
     return ValidationConfig(**{**settings, **overrides})
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, Directory, episode_texts
 from agent_rl.curation.leak_check import Finding, plant_canaries
+from agent_rl.curation.live import LIVE_ENVIRONMENT
 from agent_rl.curation.privacy import EPISODES_FILE, canary_seed, count_kinds, leak_auditor, scan_records
 from agent_rl.curation.surrogates import pseudonym_key
 from agent_rl.environments.core import Environment, Task
@@ -137,7 +138,7 @@ def anonymize_plugin_partition(
             leaks.append(Finding(WORLD_FILE, "world", "", "raw_world", "anonymized() returned the raw world", "-"))
         else:
             leaks += auditor.scan(WORLD_FILE, "world", world_values(anon_environment))
-    name = environment.name if environment is not None else "gateway"
+    name = environment.name if environment is not None else LIVE_ENVIRONMENT
     report = {**anonymizer.privacy_report(), "environment": name, "directory_entries": len(people),
               "world": ("anonymized" if personal_world else "none" if environment is None
                         else "declared free of personal data, kept"),
@@ -145,3 +146,21 @@ def anonymize_plugin_partition(
               "records_scanned": len(anon_episodes) + len(anon_tasks) + 1,
               "leaks": len(leaks), "leaks_by_kind": count_kinds(f.kind for f in leaks)}
     return PluginPrivacyResult(kept, anon_tasks, anon_environment, report, leaks)
+
+
+def merged_privacy_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One privacy report of several per-environment passes (a run on several plug-ins): counts added, entity
+    and leak kinds merged, each pass's report kept under its environment."""
+    if len(reports) == 1:
+        return reports[0]
+    merged: dict[str, Any] = {"per_environment": {r.get("environment", str(i)): r for i, r in enumerate(reports)},
+                              "environment": ", ".join(str(r.get("environment")) for r in reports)}
+    for report in reports:
+        for key, value in report.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                merged[key] = merged.get(key, 0) + value
+            elif key in ("entities", "leaks_by_kind") and isinstance(value, dict):
+                bucket = merged.setdefault(key, {})
+                for kind, count in value.items():
+                    bucket[kind] = bucket.get(kind, 0) + count
+    return merged

@@ -429,8 +429,9 @@ def _expectations(config: ValidationConfig) -> list[tuple[Any, str]]:
         (E.ExpectColumnValuesToBeBetween(column="conversation_errors", max_value=0), "conversation"),
     ]
     if config.require_answer_when_correct:
-        out.append((E.ExpectColumnValuesToBeBetween(column="answer_chars", min_value=1, row_condition='outcome=="correct"',
-                                                    condition_parser="pandas"), "empty_correct_answer"))
+        out.append((E.ExpectColumnValuesToBeBetween(column="answer_chars", min_value=1,
+                                                    row_condition='outcome=="correct"', condition_parser="pandas"),
+                    "empty_correct_answer"))
     return out
 
 

@@ -23,7 +23,7 @@ from agent_rl.agent.policy import Policy, PolicyTurn
 from agent_rl.agent.tool_calls import call_name
 from agent_rl.curation.datasets import conversation
 from agent_rl.evaluate.harness import EvalConfig
-from agent_rl.evaluate.metrics import EvalMetrics
+from agent_rl.evaluate.metrics import EvalMetrics, _percentile, _share
 
 
 @dataclass
@@ -89,24 +89,19 @@ def evaluate_replay(policy: Policy, episodes: list[Mapping[str, Any]], config: E
 
 
 def _metrics(steps: list[Step], turns: list[PolicyTurn], latencies: list[float], n_episodes: int) -> EvalMetrics:
-    def share(count: int) -> float:
-        return round(count / len(steps), 4)
-
     matched = [_taken(turn) == step.expected and turn.parse_error is None for step, turn in zip(steps, turns)]
     broken = sum(1 for turn in turns if turn.parse_error is not None)
-    valid = sum(1 for step, turn in zip(steps, turns) if turn.parse_error is None and all(
-        name in {(t.get("function") or t).get("name") for t in step.tools} for name in _taken(turn)))
+    valid = sum(1 for step, turn in zip(steps, turns)
+                if turn.parse_error is None and set(_taken(turn)) <= {call_name(t) for t in step.tools})
     by_category: dict[str, list[bool]] = defaultdict(list)
     for step, ok in zip(steps, matched):
         by_category[step.category].append(ok)
-    ordered = sorted(latencies)
     return EvalMetrics(
-        n=n_episodes, accuracy=share(sum(matched)), source_accuracy=0.0, hallucination_rate=0.0, idk_rate=0.0,
-        format_error_rate=share(broken), valid_tool_call_rate=share(valid),
+        n=n_episodes, accuracy=_share(sum(matched), len(steps)), source_accuracy=0.0, hallucination_rate=0.0,
+        idk_rate=0.0, format_error_rate=_share(broken, len(steps)), valid_tool_call_rate=_share(valid, len(steps)),
         avg_turns=round(len(steps) / max(1, n_episodes), 2),
         avg_tokens=round(sum(t.completion_tokens for t in turns) / len(turns), 1),
-        latency_ms_p50=round(ordered[len(ordered) // 2], 2) if ordered else 0.0,
-        latency_ms_p95=round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 2) if ordered else 0.0,
-        cost_per_1k_usd=0.0, failure_rate=share(len(steps) - sum(matched)),
-        by_category={c: {"n": len(v), "accuracy": round(sum(v) / len(v), 4)} for c, v in sorted(by_category.items())},
+        latency_ms_p50=_percentile(latencies, 0.50), latency_ms_p95=_percentile(latencies, 0.95),
+        cost_per_1k_usd=0.0, failure_rate=_share(len(steps) - sum(matched), len(steps)),
+        by_category={c: {"n": len(v), "accuracy": _share(sum(v), len(v))} for c, v in sorted(by_category.items())},
     )

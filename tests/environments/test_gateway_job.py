@@ -17,7 +17,7 @@ import pytest
 from agent_rl import settings
 from agent_rl.curation.datasets import load_jsonl
 from agent_rl.curation.live import GRPO_SKIPPED
-from assets import curation, environment, pool, training, validation
+from assets import curation, training, validation
 from assets.partitions import weekly
 from resources.compute import TrainingCompute
 from resources.curation import CurationResource
@@ -27,6 +27,7 @@ from resources.registry import MlflowResource
 from resources.stores import InboxStoreResource, PoolResource
 from resources.training import TrainingResource
 from tests.arbiter.arbiter_fixtures import bearer
+from tests.environments.test_plugin_job import JOB_ASSETS
 from tests.arbiter.test_gateway import TOKEN_A, TOOLS, calculator, gateway, wait_for_episodes
 
 CUSTOMER, EMAIL = "Maria Gonzalez", "maria.gonzalez@example.com"
@@ -91,14 +92,11 @@ def test_the_weekly_job_on_gateway_episodes_skips_grpo_and_registers_the_sft_mod
         "mlflow": MlflowResource(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", model_name="agent-rl-gateway"),
         "evaluation": EvaluationResource(max_scenarios=20, min_relative_improvement=-1.0, max_forgetting_drop=1.0),
     }
-    assets = [environment.inbox, environment.scenarios, pool.pool_episodes, curation.validated_episodes,
-              curation.anonymization, curation.balanced_episodes, curation.sft_dataset, curation.grpo_dataset,
-              training.sft_adapter, training.grpo_adapter, validation.evaluation_report, validation.registered_model]
     checks = [curation.enough_points, curation.clean_ratio, curation.category_diversity, curation.no_pii_leak,
               training.no_reward_hacking, validation.beats_champion, validation.no_forgetting,
               validation.reward_hacking_passed]
     partition = weekly.get_partition_keys()[-1]
-    result = dg.materialize(assets + checks, partition_key=partition, resources=resources, raise_on_error=False)
+    result = dg.materialize(JOB_ASSETS + checks, partition_key=partition, resources=resources, raise_on_error=False)
     assert result.success, [e.step_key for e in result.get_step_failure_events()]
 
     # Every episode is clean; users' feedback is the outcome, and only the rated-good ones train.

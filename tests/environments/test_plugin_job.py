@@ -31,6 +31,10 @@ from tests.environments.test_example_loop import TimetableTeacher
 TIMETABLE = ("examples.timetable:TimetableEnvironment", '{"name": "reply", "arguments": {"answer": "I don\'t know", '
              '"trains": []}}')
 SUPPORT = ("support", '{"name": "reply", "arguments": {"message": "I cannot find that order."}}')
+# The retraining job's assets, environment to registry, as the weekly job materializes them.
+JOB_ASSETS = [environment.inbox, environment.scenarios, pool.pool_episodes, curation.validated_episodes,
+              curation.anonymization, curation.balanced_episodes, curation.sft_dataset, curation.grpo_dataset,
+              training.sft_adapter, training.grpo_adapter, validation.evaluation_report, validation.registered_model]
 
 
 def _personal_values(env: SupportEnvironment) -> list[str]:
@@ -66,13 +70,10 @@ def test_the_weekly_job_trains_validates_and_registers_a_plugin_environment(spec
         "mlflow": MlflowResource(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", model_name=f"agent-rl-{env.name}"),
         "evaluation": EvaluationResource(max_scenarios=6, min_relative_improvement=-1.0, max_forgetting_drop=1.0),
     }
-    assets = [environment.inbox, environment.scenarios, pool.pool_episodes, curation.validated_episodes,
-              curation.anonymization, curation.balanced_episodes, curation.sft_dataset, curation.grpo_dataset,
-              training.sft_adapter, training.grpo_adapter, validation.evaluation_report, validation.registered_model]
     checks = [curation.enough_points, curation.clean_ratio, curation.category_diversity, curation.no_pii_leak,
               training.no_reward_hacking, validation.beats_champion, validation.no_forgetting]
     partition = weekly.get_partition_keys()[-1]
-    result = dg.materialize(assets + checks, partition_key=partition, resources=resources, raise_on_error=False)
+    result = dg.materialize(JOB_ASSETS + checks, partition_key=partition, resources=resources, raise_on_error=False)
     failures = [e.step_key for e in result.get_step_failure_events()]
     assert result.success, failures
 
@@ -144,11 +145,8 @@ def test_one_run_trains_one_policy_on_several_environments(tmp_path):
         "mlflow": MlflowResource(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", model_name="agent-rl-two"),
         "evaluation": EvaluationResource(max_scenarios=3, min_relative_improvement=-1.0, max_forgetting_drop=1.0),
     }
-    assets = [environment.inbox, environment.scenarios, pool.pool_episodes, curation.validated_episodes,
-              curation.anonymization, curation.balanced_episodes, curation.sft_dataset, curation.grpo_dataset,
-              training.sft_adapter, training.grpo_adapter, validation.evaluation_report, validation.registered_model]
     partition = weekly.get_partition_keys()[-1]
-    result = dg.materialize(assets + [curation.no_pii_leak], partition_key=partition, resources=resources,
+    result = dg.materialize(JOB_ASSETS + [curation.no_pii_leak], partition_key=partition, resources=resources,
                             raise_on_error=False)
     assert result.success, [e.step_key for e in result.get_step_failure_events()]
 
