@@ -421,6 +421,10 @@ def print_summary(pool, weeks: list[dict], started: float, health: dict | None =
         print(f"{row['week']:>4} | {row['served_by']} | {traffic} | {row['decision']}")
     print("(a version ending in -sim is the rule-based agent playing an API model: its accuracy is measured, its "
           "latency and cost are the model's published figures)")
+    if len(weeks) > 1:
+        print("\nweek | held-out accuracy / wrong answers: SFT alone, SFT + GRPO, production's incumbent | candidate")
+        for row in weeks:
+            print(f"{row['week']:>4} | {held_out_line(row.get('report'))}")
     for row in weeks:
         memory = row.get("arbiter")
         if memory:
@@ -438,6 +442,18 @@ def print_summary(pool, weeks: list[dict], started: float, health: dict | None =
         print(f"{seconds:8.1f} s  {name}")
     print(f"{time.perf_counter() - started:8.1f} s  total")
     print("Open the UIs: `make ui` (Dagster http://127.0.0.1:3000, MLflow http://127.0.0.1:5000)")
+
+
+def held_out_line(report: dict | None) -> str:
+    """One week's held-out figures, so the weeks can be compared (the detailed table shows only the last week)."""
+    if not report:
+        return "no evaluation (the run stopped before validation)"
+    figures = []
+    for name in ("sft", "grpo", "incumbent"):
+        metrics = report["metrics"].get(name)
+        figures.append(f"{name} " + ("-" if metrics is None else
+                                     f"{metrics['accuracy']:.1%} / {metrics['hallucination_rate']:.1%}"))
+    return f"{', '.join(figures)} | {report['choice']['candidate']}"
 
 
 def _rate(rate: dict) -> str:

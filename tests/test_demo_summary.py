@@ -55,3 +55,13 @@ def test_the_arbiter_memory_line_reads_healthz():
     assert memory == {"versions": ["challenger", "champion"], "policies": ["api-sim:o3", "mlflow:challenger"],
                       "resident_mb": 900, "peak_mb": 1200, "adapter_mb": 37.0, "cache_mb": 12.5}
     assert arbiter_memory("http://127.0.0.1:9") is None  # nothing listening: no figure, no crash
+
+
+def test_each_week_has_its_held_out_line_and_a_week_without_validation_says_so():
+    from pipelines.demo import held_out_line
+
+    report = {"metrics": {"sft": {"accuracy": 0.723, "hallucination_rate": 0.117},
+                          "incumbent": {"accuracy": 0.872, "hallucination_rate": 0.074}},
+              "choice": {"candidate": "sft"}}
+    assert held_out_line(report) == "sft 72.3% / 11.7%, grpo -, incumbent 87.2% / 7.4% | sft"
+    assert "before validation" in held_out_line(None)
