@@ -11,7 +11,7 @@ import dagster as dg
 
 from agent_rl import registry
 from agent_rl.ab.controller import BASE_VERSION, incumbent_of
-from agent_rl.curation.datasets import load_jsonl
+from agent_rl.curation.datasets import load_jsonl, save_jsonl
 from agent_rl.evaluate.harness import evaluate_environments, evaluate_policy, forgetting_probe, torch_threads
 from agent_rl.evaluate.metrics import EvalMetrics
 from agent_rl.evaluate.report import (
@@ -76,13 +76,14 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
                    "their steps where the model takes the approved action")
 
         def evaluate(policy, name):
-            return evaluate_replay(policy, held_out, evaluation.eval_config())
+            return evaluate_replay(policy, held_out, evaluation.eval_config()), []
     elif environment.is_email:
         scenarios = [Scenario.model_validate(row) for row in load_jsonl(env / "scenarios.jsonl")]
         store = open_inbox_store(f"sqlite:///{env / 'inbox.db'}")
 
         def evaluate(policy, name):
-            return evaluate_policy(policy, scenarios, store, evaluation.eval_config(), version=name).metrics
+            result = evaluate_policy(policy, scenarios, store, evaluation.eval_config(), version=name)
+            return result.metrics, result.episodes
     else:  # plug-ins: their anonymized held-out tasks in their anonymized worlds, as GRPO saw them
         plugins, tasks = anonymized_plugins(partition), anonymized_tasks(partition)
         pairs = [(p, [t for t in tasks if t.environment == p.name]) for p in plugins]
@@ -92,7 +93,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
             combined, each = evaluate_environments(policy, pairs, evaluation.eval_config(), version=name)
             if len(pairs) > 1:
                 per_environment[name] = {env: m.model_dump() for env, m in each.items()}
-            return combined
+            return combined.metrics, combined.episodes
     incumbent_version, incumbent_spec = production_incumbent(pool, training.base_model)
     _, hacked = grpo_hacking(partition)
     skipped = grpo_skipped(partition)
@@ -108,6 +109,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
         context.log.warning(skipped)
         loaders.pop("grpo", None)
     results: dict[str, EvalMetrics] = {}
+    episode_files: dict[str, str] = {}
     probes: dict[str, float | None] = {}
     simulation = None
     for name, load in loaders.items():
@@ -115,7 +117,9 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
                                                   else ""))
         with torch_threads(evaluation.torch_threads):
             policy = load()
-            results[name] = evaluate(policy, name)
+            results[name], episodes = evaluate(policy, name)
+            if episodes:  # each held-out episode as played, to see which tasks a model got wrong and how
+                episode_files[name] = save_held_out(episodes, stage_dir("evaluation_report", partition), name)
             if name == "incumbent":
                 simulation = _simulation_label(policy)
             # A rule-based or simulated incumbent has no general knowledge to lose: no probe.
@@ -142,6 +146,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
         "per_environment": per_environment,
         "metrics": {"candidate": candidate.model_dump(), **{n: m.model_dump() for n, m in results.items()}},
         "forgetting_probe": probes,
+        "episodes": episode_files,
         "gates": {"improvement": improvement.__dict__, "forgetting": forgetting.__dict__},
     }
     report_path(partition).write_text(json.dumps(report, indent=1, default=str))
@@ -164,8 +169,17 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
         "candidate_hallucination_rate": candidate.hallucination_rate,
         "candidate_by_category": dg.MetadataValue.md(category_markdown(candidate)),
         "scenarios": candidate.n,
+        **({"episodes": dg.MetadataValue.json(episode_files)} if episode_files else {}),
         **({"per_environment": dg.MetadataValue.md(_environment_table(per_environment))} if per_environment else {}),
     })
+
+
+def save_held_out(episodes, folder, name: str) -> str:
+    """`episodes/<name>.jsonl`: one model's held-out episodes, played in the anonymized world (no personal data
+    to keep out), replacing the file of an earlier run of the partition whole."""
+    path = folder / "episodes" / f"{name}.jsonl"
+    save_jsonl((episode.model_dump(mode="json") for episode in episodes), path)
+    return str(path)
 
 
 def _environment_table(per_environment: dict[str, dict]) -> str:

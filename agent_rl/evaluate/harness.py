@@ -110,14 +110,14 @@ def evaluate_tasks(policy: Policy, environment: Any, tasks: list[Any], config: E
 
 
 def evaluate_environments(policy: Policy, pairs: list[tuple[Any, list[Any]]], config: EvalConfig | None = None,
-                          version: str | None = None) -> tuple[EvalMetrics, dict[str, EvalMetrics]]:
+                          version: str | None = None) -> tuple[EvalResult, dict[str, EvalMetrics]]:
     """One policy on the held-out tasks of several plug-ins (a run that trains on all of them): each environment
     plays its own sample (`evaluate_tasks`), and the figures are given together and per environment. Together,
     categories are named with their environment (`support/cancel_order`): two environments may name them alike."""
     if len(pairs) == 1:
         environment, tasks = pairs[0]
-        metrics = evaluate_tasks(policy, environment, tasks, config, version).metrics
-        return metrics, {environment.name: metrics}
+        result = evaluate_tasks(policy, environment, tasks, config, version)
+        return result, {environment.name: result.metrics}
     results = {environment.name: evaluate_tasks(policy, environment, tasks, config, version)
                for environment, tasks in pairs}
     episodes = [episode for result in results.values() for episode in result.episodes]
@@ -125,7 +125,9 @@ def evaluate_environments(policy: Policy, pairs: list[tuple[Any, list[Any]]], co
     combined = compute_metrics(episodes, tool_names=tools)
     by_category = {f"{name}/{category}": row for name, result in results.items()
                    for category, row in result.metrics.by_category.items()}
-    return combined.model_copy(update={"by_category": by_category}), {n: r.metrics for n, r in results.items()}
+    combined = combined.model_copy(update={"by_category": by_category})
+    return (EvalResult(version or str(getattr(policy, "version", "unknown")), combined, episodes),
+            {n: r.metrics for n, r in results.items()})
 
 
 # General questions with checkable answers: a drop here means training made the model forget. Forty-eight

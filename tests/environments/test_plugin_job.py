@@ -97,6 +97,11 @@ def test_the_weekly_job_trains_validates_and_registers_a_plugin_environment(spec
     held_out = min(6, len(env.tasks(Split.TEST)))
     assert report["metrics"]["sft"]["n"] == report["metrics"]["incumbent"]["n"] == held_out
     assert set(report["metrics"]["sft"]["by_category"]) <= set(env.categories)
+    for name in ("sft", "incumbent"):  # each model's held-out episodes, as played, beside the report
+        played = load_jsonl(report["episodes"][name])
+        assert len(played) == held_out and {e["policy_version"] for e in played} == {name}
+        correct = sum(e["outcome"] == "correct" for e in played)
+        assert correct / held_out == pytest.approx(report["metrics"][name]["accuracy"], abs=1e-3)
     registered = result.asset_materializations_for_node("registered_model")[0].metadata
     assert registered["model"].value == f"agent-rl-{env.name}"
 
