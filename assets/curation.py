@@ -13,7 +13,7 @@ from agent_rl.curation.balance import balance_episodes
 from agent_rl.curation.datasets import grpo_rows, load_jsonl, save_jsonl, sft_rows
 from agent_rl.curation.live import GRPO_SKIPPED, judge_by_feedback, live_validation_config, split_live
 from agent_rl.curation.plugin_privacy import anonymize_plugin_partition, merged_privacy_reports
-from agent_rl.curation.privacy import anonymize_partition
+from agent_rl.curation.privacy import anonymize_partition, email_public_terms
 from agent_rl.environments import worlds
 from agent_rl.environments.core import Task
 from agent_rl.records import Split
@@ -126,7 +126,8 @@ def anonymization(context: dg.AssetExecutionContext, inbox_store: InboxStoreReso
     emails = [email for address in inboxes for email in store.iter_emails(address)]
     # Every inbox's headers say who is a person, not just those of the inboxes in this partition.
     everyone = (email for address in store.inboxes() for email in store.iter_emails(address))
-    result = anonymize_partition(episodes, emails, items, canaries=curation.canaries, directory_emails=everyone)
+    result = anonymize_partition(episodes, emails, items, canaries=curation.canaries, directory_emails=everyone,
+                                 config=curation.anonymizer(email_public_terms(inboxes)))
 
     episodes_result = _anonymized_episodes(partition, result.episodes, result.report, result.leaks)
 
@@ -168,7 +169,8 @@ def _anonymize_plugin(partition: str, episodes: list[dict], environment: Environ
     for env in environment.loads():
         mine = [e for e in episodes if str(e.get("environment")) == env.name]
         tasks = env.tasks(Split.TRAIN) + env.tasks(Split.TEST)
-        results.append(anonymize_plugin_partition(env, mine, tasks, canaries=curation.canaries))
+        results.append(anonymize_plugin_partition(env, mine, tasks, canaries=curation.canaries,
+                                                  config=curation.anonymizer()))
     episodes_result = _anonymized_episodes(
         partition, [e for r in results for e in r.episodes], merged_privacy_reports([r.report for r in results]),
         [leak for r in results for leak in r.leaks],
@@ -199,7 +201,7 @@ def world_path(partition: str, name: str):
 def _anonymize_live(partition: str, episodes: list[dict], curation: CurationResource):
     """The gateway's live episodes: no tasks and no world, the same Anonymizer and auditor over the episodes; the
     rated-good episodes held out for validation are written apart (curation/live.py)."""
-    result = anonymize_plugin_partition(None, episodes, [], canaries=curation.canaries)
+    result = anonymize_plugin_partition(None, episodes, [], canaries=curation.canaries, config=curation.anonymizer())
     episodes_result = _anonymized_episodes(partition, result.episodes, result.report, result.leaks)
     _, held_out = split_live(result.episodes)
     held_out_hash = save_jsonl(held_out, stage_dir("anonymized_environment", partition) / "held_out.jsonl")

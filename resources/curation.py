@@ -4,6 +4,7 @@
 from dagster import ConfigurableResource
 from pydantic import Field
 
+from agent_rl.curation.anonymize import AnonymizerConfig
 from agent_rl.curation.balance import BalanceConfig
 from agent_rl.curation.datasets import DEFAULT_MAX_IDK_SHARE
 from agent_rl.curation.validate import GateConfig
@@ -19,6 +20,14 @@ class CurationResource(ConfigurableResource):
         default=DEFAULT_MAX_IDK_SHARE, ge=0, lt=1,
         description="most SFT rows answering \"I don't know\" (share; None = no cap; see curation.datasets.sft_rows)")
     canaries: list[str] = Field(default_factory=list, description="planted PII that must never survive curation")
+    public_terms: list[str] = Field(
+        default_factory=list, description="names in your data that are never a person's (departments, sites, cities, "
+        "products): a name detector leaves them, so task answers survive anonymization; a name that is also a "
+        "person's first or last name in the name lists stays replaced inside a person's name")
+
+    def anonymizer(self, public_terms: tuple[str, ...] = ()) -> AnonymizerConfig:
+        """The anonymizer's settings: these public terms, the data's own (`public_terms`) after them."""
+        return AnonymizerConfig(public_terms=tuple(dict.fromkeys([*self.public_terms, *public_terms])))
 
     def gates(self) -> GateConfig:
         return GateConfig(min_points=self.min_points, min_clean_ratio=self.min_clean_ratio,

@@ -88,6 +88,7 @@ _MESSAGE_ID = re.compile(r"<[^<>\s@]*\d{4,}[^<>\s@]*@[^<>\s]+>")
 _LOWER_RUN = re.compile(r"(?<![\w@.])[a-z]+(?:[ \t]+[a-z]+)+(?![\w@])")
 # A lowercase first.last (or first_last) token not part of an address or a longer dotted name.
 _DOTTED_LOCAL = re.compile(r"(?<![\w@.])[a-z]{2,}(?:[._][a-z]+)+(?![\w@]|\.\w)")
+_POSSESSIVE = re.compile(r"['’]s$")
 _NOT_NAMES = frozenset({"e.g", "i.e", "a.m", "p.m"})
 _LOCAL_PART_SEPARATORS = re.compile(r"[._+\-]+")
 _DATEISH = re.compile(r"^\s*\d{4}-\d{1,2}-\d{1,2}")
@@ -678,14 +679,20 @@ class Anonymizer:
             if found[max(0, run.start() - 1):run.start()] in ("/", "@"):
                 continue  # `Hirl/HOU/ECT@ECT`: the Notes org codes are no one's name
             words = run.group().split()
+            # A name ends at its possessive: "Bridget's Engineering team" is Bridget's team, not a person.
+            ends = [i for i, w in enumerate(words[:-1]) if _POSSESSIVE.search(w)]
+            if ends:
+                words = words[:ends[0] + 1]
             # Trim leading/trailing words that are not names ("Hi Sherry", "Sherry Thanks"); a lowercase word
             # counts only when it is a known name part ("an email to donna lowry").
-            while words and not self._name_word(words[0], vetted):
+            while words and (not self._name_word(words[0], vetted) or self._public_edge(words[0])):
                 words.pop(0)
-            while words and not self._name_word(words[-1], vetted):
+            while words and (not self._name_word(words[-1], vetted) or self._public_edge(words[-1])):
                 words.pop()
             if not words or all(w.rstrip(".").lower() in self._public_words for w in words):
                 continue
+            if _POSSESSIVE.search(words[-1]) and len(words[-1]) > 4:  # "Bridget's team": the name is "Bridget"
+                words[-1] = words[-1][:-2]
             name = " ".join(words)
             start = found.find(words[0], run.start())
             end = found.find(words[-1], start) + len(words[-1])
@@ -695,6 +702,13 @@ class Anonymizer:
             if self.config.learn_names and (vetted or len(words) > 1 or self._names.is_name_part(words[0].lower())):
                 self._learn(words)
             yield _Span(offset + start, offset + end, "PERSON", score)
+
+    def _public_edge(self, word: str) -> bool:
+        """A public word at the edge of a detected name that no name list knows ("Bridget's Engineering team",
+        "Howard's Treasury"): it is the department or place, not the person, and stays. A public word that is also
+        a name ("Charlotte") stays part of the name: leaving a person's name would be the worse mistake."""
+        lower = word.rstrip(".").lower()
+        return lower in self._public_words and not self._names.is_name_part(lower)
 
     def _name_word(self, word: str, vetted: bool = False) -> bool:
         """Whether an edge word of a detected span is part of the name (`vetted`: NameFinder already judged it)."""
@@ -716,15 +730,17 @@ class Anonymizer:
             first, last = m.group(1).lower(), m.group(2)
             is_first = first in self.directory.first_names or first in self._learned_first
             if (is_first and usable_name_part(last) and last.lower() not in self.directory.name_parts
-                    and last.lower() not in self._names.common):
+                    and last.lower() not in self._names.common and last.lower() not in self._public_words):
                 if last.lower() not in self._learned_last and last.lower() not in self._learned_first:
                     self._learned_last.add(last.lower())
                     self._dictionary_version += 1
 
     def _learn(self, words: list[str]) -> None:
         # A common word ("Austin", "Drive") is replaced where it was found as a name, never everywhere.
+        # A public word ("Reno", "Treasury") is replaced where it was found inside a name, never learned everywhere.
         bare = [w.rstrip(".") for w in words if len(w.rstrip(".")) > 1 and usable_name_part(w.rstrip("."))
-                and w.rstrip(".").lower() not in self._names.common and not (w.isupper() and len(w) <= 3)]
+                and w.rstrip(".").lower() not in self._names.common and not (w.isupper() and len(w) <= 3)
+                and w.rstrip(".").lower() not in self._public_words]
         if not bare:
             return
         before = len(self._learned_first) + len(self._learned_last)

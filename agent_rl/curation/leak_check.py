@@ -141,10 +141,12 @@ def plant_canaries(seed: str) -> Canaries:
 class LeakAuditor:
     """Collects original personal values from raw input, then scans output records for any of them."""
 
-    def __init__(self, salt: bytes, synthetic: Iterable[str] = ()) -> None:
-        """`synthetic`: addresses that are no one's (the canary inbox)."""
+    def __init__(self, salt: bytes, synthetic: Iterable[str] = (), public: Iterable[str] = ()) -> None:
+        """`synthetic`: addresses that are no one's (the canary inbox); `public`: whole names that are no one's,
+        as the environment declares them (a site called "Sandy Hook" reads as a census first name and surname)."""
         self._salt = salt
         self._synthetic = {a.lower() for a in synthetic}
+        self._public = {tuple(term.lower().split()) for term in public}
         self.first, self.last = census_names()
         self.addresses: set[str] = set()
         self.full_names: set[tuple[str, ...]] = set()  # lowercase word tuples
@@ -312,7 +314,7 @@ class LeakAuditor:
     def _add_name(self, words: list[str]) -> None:
         words = [w.lower().rstrip(".") for w in words if len(w.rstrip(".")) > 1 and not (w.isupper() and len(w) <= 3)]
         words = [w for w in words if w not in {"mr", "mrs", "ms", "dr", "jr", "sr", "ii", "iii"}]
-        if not words:
+        if not words or tuple(words) in self._public:
             return
         if len(words) >= 2:
             self.full_names.add((words[0], words[-1]))

@@ -119,7 +119,7 @@ def anonymize_plugin_partition(
     }) for task in tasks] if personal_world else list(tasks)
     anon_environment = environment.anonymized(anonymizer.anonymize_text) if personal_world else environment
 
-    auditor = leak_auditor(key)
+    auditor = leak_auditor(key, config.public_terms)
     if planted:
         auditor.learn_headers([planted.email])  # its message id is an id, not an address
     world_texts = [*(t for task in tasks for t in (task.prompt, task.reference or "", *_strings(task.metadata))),

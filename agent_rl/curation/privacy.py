@@ -44,6 +44,17 @@ def scenario_texts(scenario: Scenario) -> list[str]:
     return [scenario.inbox_id, scenario.question, scenario.answer]
 
 
+def email_public_terms(inboxes: Iterable[str]) -> tuple[str, ...]:
+    """Names of the inboxes' world that are no one's: the demo corpus's sites, departments, cities and firms when
+    every inbox is one of its mailboxes; none for a real corpus (its own go in `CurationResource.public_terms`)."""
+    from agent_rl.environments.email.inbox.demo_corpus import DOMAIN, public_terms
+
+    inboxes = list(inboxes)
+    if inboxes and all(address.lower().endswith("@" + DOMAIN) for address in inboxes):
+        return public_terms()
+    return ()
+
+
 def anonymize_partition(
     episodes: list[dict[str, Any]],
     emails: list[Email],
@@ -71,7 +82,7 @@ def anonymize_partition(
     anon_emails, anon_scenarios = anonymizer.anonymize_environment(work_emails, scenarios)
     anon_episodes = anonymizer.anonymize_episodes(work_episodes)
 
-    auditor = leak_auditor(key)
+    auditor = leak_auditor(key, config.public_terms)
     auditor.learn_headers([*header_emails, *work_emails])
     for email in work_emails:
         for text in email_texts(email):
@@ -99,9 +110,11 @@ def anonymize_partition(
     return PrivacyResult(kept_episodes, kept_emails, anon_scenarios, report, leaks)
 
 
-def leak_auditor(key: bytes) -> LeakAuditor:
-    """The independent auditor of one privacy pass, salted from the pseudonym key."""
-    return LeakAuditor(hmac.new(key, b"leak-check salt", hashlib.sha256).digest(), synthetic=[CANARY_INBOX])
+def leak_auditor(key: bytes, public: Iterable[str] = ()) -> LeakAuditor:
+    """The independent auditor of one privacy pass, salted from the pseudonym key; `public` are the pass's
+    declared public terms: only a whole one is not taken for a person's name."""
+    return LeakAuditor(hmac.new(key, b"leak-check salt", hashlib.sha256).digest(), synthetic=[CANARY_INBOX],
+                       public=public)
 
 
 def canary_seed(key: bytes, episodes: list[dict[str, Any]], other_ids: Iterable[str]) -> str:

@@ -172,3 +172,35 @@ def test_an_address_cut_before_its_at_sign_does_not_keep_its_owners_name(demo_en
     for part in local.replace("-", ".").split("."):
         if len(part) > 2:
             assert part not in text, (part, text)
+
+
+def test_a_name_ends_at_its_possessive_and_public_words_at_its_edge_stay():
+    a = Anonymizer(AnonymizerConfig(key="k", public_terms=("Engineering", "Treasury", "Charlotte")))
+    team, howard, offsite, person = a.anonymize_texts([
+        "Where is Bridget's Engineering team relocating to?", "Howard's Treasury team moves to Boise.",
+        "Which city is the Treasury offsite in?", "Charlotte Pemberton approved it."])
+    assert "Bridget" not in team and team.endswith("'s Engineering team relocating to?")
+    assert "Howard" not in howard and howard.endswith("'s Treasury team moves to Boise.")
+    assert offsite == "Which city is the Treasury offsite in?"  # never learned as a surname from "Howard's Treasury"
+    # A public word that is also a first name stays part of the person's name: leaving it would leak it.
+    assert "Charlotte" not in person and "Pemberton" not in person
+
+
+def test_the_demo_worlds_places_departments_and_sites_survive_while_its_people_do_not(demo_env, directory):
+    """Location answers are cities and questions name departments and sites: anonymizing them into people's names
+    ("Where is the Compliance summit?" "Julian") made the demo's task answers wrong and its questions strange."""
+    from agent_rl.curation.privacy import email_public_terms
+    from agent_rl.environments.email.inbox.demo_corpus import public_terms
+
+    terms = email_public_terms({e.inbox for e in demo_env.emails})
+    assert terms == public_terms() and email_public_terms(["jeff.skilling@enron.com"]) == ()
+    a = Anonymizer(AnonymizerConfig(key="test-key", public_terms=terms), directory)
+    _, scenarios = a.anonymize_environment(demo_env.emails, demo_env.scenarios)
+    pairs = list(zip(demo_env.scenarios, scenarios))  # ids lose the names inside them: pair by position
+    locations = [(o, s) for o, s in pairs if s.category == Category.LOCATION]
+    assert locations and all(s.answer == o.answer for o, s in locations)
+    for original, s in pairs:
+        named = [t for t in terms if t in original.question]
+        assert all(t in s.question for t in named), (original.question, s.question)
+    people = [(o, s) for o, s in pairs if s.category == Category.PERSON]
+    assert people and all(s.answer != o.answer for o, s in people)

@@ -149,6 +149,20 @@ def test_the_check_scans_ids_too():
     assert all("brzezinski" not in str(f).lower() for f in findings)
 
 
+def test_a_declared_public_place_is_no_leak_and_a_person_beside_it_still_is():
+    """The demo's site "Sandy Hook" reads as a census first name and surname; declared public, it is not a
+    person's name, while the pilot's owner "Nadia Pemberton" is still caught."""
+    from agent_rl.curation.leak_check import LeakAuditor
+
+    text = "Budget for the Sandy Hook battery storage pilot, per Nadia Pemberton."
+    for public, leaked in (((), {"Sandy Hook", "Nadia Pemberton"}), (("Sandy Hook",), {"Nadia Pemberton"})):
+        auditor = LeakAuditor(b"salt", public=public)
+        auditor.learn_text(text)
+        for name in ("Sandy Hook", "Nadia Pemberton"):
+            found = auditor.scan("sft_dataset/train.jsonl", "line 1", {"content": f"Ask {name} about it."})
+            assert bool(found) == (name in leaked), (public, name)
+
+
 def _enron_paths() -> tuple[Path, Path]:
     local = Path(__file__).resolve().parents[1] / "data"
     if (local / "emails_sample.csv").is_file() and (local / "enron_annotated.json").is_file():

@@ -131,6 +131,15 @@ _ASSETS = [
 _DEPTS = ["Grid Analytics", "Field Operations", "Regulatory Affairs", "Procurement", "Treasury", "Project Development",
           "Land Services", "Trading", "Engineering", "Safety", "Asset Management", "Interconnection", "Compliance",
           "Environmental", "Facilities"]  # fmt: skip
+
+
+def public_terms() -> tuple[str, ...]:
+    """The demo world's names that belong to no person: sites, departments, cities and outside firms. They are
+    task answers ("Where is the Treasury offsite?" "Reno"), so anonymization must leave them; none of them is a
+    name of the cast (tested)."""
+    return tuple(dict.fromkeys([*_PREFIXES, *_DEPTS, *_CITIES, *(firm for *_, firm, _ in _EXTERNAL)]))
+
+
 _EVENT_TYPES = ["offsite", "planning summit", "team retreat", "strategy workshop", "leadership offsite"]
 _CITIES = ["Denver", "Portland", "Austin", "Phoenix", "Boise", "Salt Lake City", "Tulsa", "Omaha", "Santa Fe",
            "Sacramento", "Minneapolis", "Kansas City", "Albuquerque", "Spokane", "Reno", "Charlotte", "Nashville",
