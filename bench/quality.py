@@ -10,7 +10,11 @@ Last line: one JSON object with the table, timings, targets and "meets_target".
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/quality.py [--eval-n 48] [--sft-steps N] [--grpo-steps N]
         [--home DIR] [--model DIR] [--base-n 16] [--skip-base] [--skip-grpo] [--sft JSON] [--grpo JSON]
-        [--sft-from EARLIER_HOME] [--teacher JSON]
+        [--sft-from EARLIER_HOME] [--teacher JSON] [--device cuda] [--eval-batch 16] [--grpo-seconds S]
+
+On a GPU: `--device cuda` evaluates there, and `--sft`/`--grpo` with {"compute": {"use_cpu": false, "bf16": true}}
+train there; `--grpo-seconds` ends GRPO after its first optimizer step past that wall time (a time-boxed run
+still saves and evaluates its adapter).
 
 The trained rows' evaluation episodes are saved as HOME/episodes_after_*.jsonl. Every trained row also gets
 the evaluation's forgetting probe (general questions, no tools) next to the base model's, as the demo's
@@ -89,6 +93,31 @@ def trained_row(policy, name: str, scenarios, store, eval_config, home: Path) ->
     return {**row_of(result.metrics), "forgetting_probe": forgetting_probe(policy)}
 
 
+def wall_budget(seconds: float | None) -> list:
+    """A trainer callback list that stops training at the first step end past `seconds` (none without a budget)."""
+    if not seconds:
+        return []
+    from transformers import TrainerCallback
+
+    class _Budget(TrainerCallback):
+        started = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if time.perf_counter() - self.started > seconds:
+                control.should_training_stop = True
+            return control
+
+    return [_Budget()]
+
+
+def on_device(policy, device: str, batch_size: int):
+    """A loaded policy moved to `device`, generating `batch_size` conversations together."""
+    if device != "cpu":
+        policy.model.to(device)
+    policy.config = policy.config.model_copy(update={"batch_size": batch_size})
+    return policy
+
+
 def outcome_changes(before: Path, after: Path) -> dict[str, int]:
     """How many held-out questions moved from one outcome to another between two evaluations ("correct->wrong": 5):
     a GRPO run that nets +1 can hide 9 changes, and the changes say what it learned."""
@@ -122,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sft-from", type=Path, default=None,
                         help="HOME of an earlier run: reuse its SFT adapter and table row, train only GRPO (tuning "
                              "GRPO without paying for SFT again; its training time is taken from that run's JSON)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the evaluations generate")
+    parser.add_argument("--eval-batch", type=int, default=16, help="conversations generated together in evaluations")
+    parser.add_argument("--grpo-seconds", type=float, default=None,
+                        help="wall-time budget of GRPO: it stops after the first optimizer step past it")
     args = parser.parse_args(argv)
 
     earlier = None
@@ -161,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     eval_config = EvalConfig(split=Split.TEST, max_scenarios=args.eval_n, seed=0)
     table: dict[str, dict[str, float]] = {}
     figures: dict[str, object] = {"home": str(home), "eval_n": args.eval_n, "threads": torch.get_num_threads(),
+                                  "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+                                  "eval_batch": args.eval_batch,
                                   "sft_settings": sft_settings.model_dump(mode="json"),
                                   "grpo_settings": grpo_settings.model_dump(mode="json", exclude={"rubric"})}
 
@@ -197,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         table["heuristic_teacher"] = row_of(evaluate_policy(HeuristicPolicy(teacher_config, store=store),
                                                             env.scenarios, store, eval_config).metrics)
     with timed("eval base"):
-        base = LocalPolicy(str(args.model), batch_size=16, version="base")
+        base = LocalPolicy(str(args.model), batch_size=args.eval_batch, version="base", device=args.device)
         figures["base_forgetting_probe"] = forgetting_probe(base)  # what the trained rows' probe is held to
         if not args.skip_base:
             base_config = eval_config.model_copy(update={"max_scenarios": min(args.base_n, args.eval_n)})
@@ -220,14 +255,15 @@ def main(argv: list[str] | None = None) -> int:
                           "first_loss": sft.losses[0] if sft.losses else None, "last_loss": sft.losses[-1] if sft.losses else None,
                           "static_prefix_tokens": sft.static_prefix_tokens, "static_prefix_passes": sft.static_prefix_passes}
         with timed("eval sft"):
-            policy = load_stacked(str(args.model), [sft.adapter_dir], version="sft")
-            policy.config = policy.config.model_copy(update={"batch_size": 16})
+            policy = on_device(load_stacked(str(args.model), [sft.adapter_dir], version="sft"), args.device,
+                               args.eval_batch)
             table["after_sft"] = trained_row(policy, "after_sft", env.scenarios, store, eval_config, home)
             del policy
         sft_dir, train_seconds = sft.adapter_dir, sft.seconds
     if not args.skip_grpo:
         with timed("train grpo") as grpo_timing:
-            grpo = train_grpo(args.model, sft_dir, home / "grpo.jsonl", store_url, home / "grpo", grpo_settings)
+            grpo = train_grpo(args.model, sft_dir, home / "grpo.jsonl", store_url, home / "grpo", grpo_settings,
+                              callbacks=wall_budget(args.grpo_seconds))
         grpo_tokens = int(max((h.get("num_tokens", 0) for h in grpo.history), default=0))
         train_seconds += grpo_timing["wall_s"]
         figures["grpo"] = {"steps": grpo.steps, "seconds_in_trainer": round(grpo.seconds, 1),
@@ -242,8 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                            "tokens_per_s_cpu": round(grpo_tokens / max(grpo_timing["cpu_s"], 1e-9), 1)}
         with timed("eval grpo"):
             _, stack = adapter_stack(grpo.adapter_dir)
-            policy = load_stacked(str(args.model), stack, version="sft+grpo")
-            policy.config = policy.config.model_copy(update={"batch_size": 16})
+            policy = on_device(load_stacked(str(args.model), stack, version="sft+grpo"), args.device, args.eval_batch)
             table["after_sft_grpo"] = trained_row(policy, "after_sft_grpo", env.scenarios, store, eval_config, home)
             del policy
         sft_episodes = (args.sft_from or home) / "episodes_after_sft.jsonl"
