@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -31,10 +31,11 @@ def _local(model: str, adapter: str | None = None, version: str | None = None) -
     return LocalPolicy(model, adapter=adapter, version=version)
 
 
-def load_stacked(base_model: str, adapters: list[str | Path], version: str, dtype: str = "auto") -> Policy:
-    """The base model with each adapter merged in order (SFT, then GRPO), as a local policy.
+def load_stacked(base_model: str, adapters: list[str | Path], version: str, dtype: str = "auto",
+                 device: Literal["cpu", "cuda"] = "cpu") -> Policy:
+    """The base model with each adapter merged in order (SFT, then GRPO), as a local policy on `device`.
 
-    Merging happens in fp32; the merged model is then cast to `dtype` ('auto': bf16 where it is fast)."""
+    Merging happens in fp32; the merged model is then cast to `dtype` ('auto': bf16 where it is fast on `device`)."""
     from transformers import AutoTokenizer
 
     from agent_rl.agent.local_policy import DEFAULT_TURN_CACHE_TOKENS, LocalPolicy
@@ -43,9 +44,9 @@ def load_stacked(base_model: str, adapters: list[str | Path], version: str, dtyp
 
     path = resolve_model(base_model)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = load_merged(path, adapters, resolve_dtype(dtype, hidden_size=hidden_size_of(path))).eval()
+    model = load_merged(path, adapters, resolve_dtype(dtype, device, hidden_size_of(path))).to(device).eval()
     # Frozen weights: keep the system prompt's and earlier turns' attention caches between calls.
-    return LocalPolicy.from_model(model, tokenizer, version=version, reuse_prefix_cache=True,
+    return LocalPolicy.from_model(model, tokenizer, version=version, device=device, reuse_prefix_cache=True,
                                   turn_cache_tokens=DEFAULT_TURN_CACHE_TOKENS)
 
 

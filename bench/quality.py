@@ -94,26 +94,26 @@ def trained_row(policy, name: str, scenarios, store, eval_config, home: Path) ->
 
 
 def wall_budget(seconds: float | None) -> list:
-    """A trainer callback list that stops training at the first step end past `seconds` (none without a budget)."""
+    """A trainer callback list that stops training at the first step end `seconds` after this call (none without
+    a budget): the budget covers the whole stage, model loading included."""
     if not seconds:
         return []
     from transformers import TrainerCallback
 
     class _Budget(TrainerCallback):
-        started = time.perf_counter()
+        def __init__(self) -> None:
+            self.deadline = time.perf_counter() + seconds
 
         def on_step_end(self, args, state, control, **kwargs):
-            if time.perf_counter() - self.started > seconds:
+            if time.perf_counter() > self.deadline:
                 control.should_training_stop = True
             return control
 
     return [_Budget()]
 
 
-def on_device(policy, device: str, batch_size: int):
-    """A loaded policy moved to `device`, generating `batch_size` conversations together."""
-    if device != "cpu":
-        policy.model.to(device)
+def batched(policy, batch_size: int):
+    """`policy` generating `batch_size` conversations together."""
     policy.config = policy.config.model_copy(update={"batch_size": batch_size})
     return policy
 
@@ -255,8 +255,8 @@ def main(argv: list[str] | None = None) -> int:
                           "first_loss": sft.losses[0] if sft.losses else None, "last_loss": sft.losses[-1] if sft.losses else None,
                           "static_prefix_tokens": sft.static_prefix_tokens, "static_prefix_passes": sft.static_prefix_passes}
         with timed("eval sft"):
-            policy = on_device(load_stacked(str(args.model), [sft.adapter_dir], version="sft"), args.device,
-                               args.eval_batch)
+            policy = batched(load_stacked(str(args.model), [sft.adapter_dir], version="sft", device=args.device),
+                             args.eval_batch)
             table["after_sft"] = trained_row(policy, "after_sft", env.scenarios, store, eval_config, home)
             del policy
         sft_dir, train_seconds = sft.adapter_dir, sft.seconds
@@ -278,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
                            "tokens_per_s_cpu": round(grpo_tokens / max(grpo_timing["cpu_s"], 1e-9), 1)}
         with timed("eval grpo"):
             _, stack = adapter_stack(grpo.adapter_dir)
-            policy = on_device(load_stacked(str(args.model), stack, version="sft+grpo"), args.device, args.eval_batch)
+            policy = batched(load_stacked(str(args.model), stack, version="sft+grpo", device=args.device),
+                             args.eval_batch)
             table["after_sft_grpo"] = trained_row(policy, "after_sft_grpo", env.scenarios, store, eval_config, home)
             del policy
         sft_episodes = (args.sft_from or home) / "episodes_after_sft.jsonl"
