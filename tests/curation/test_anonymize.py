@@ -186,6 +186,18 @@ def test_a_name_ends_at_its_possessive_and_public_words_at_its_edge_stay():
     assert "Charlotte" not in person and "Pemberton" not in person
 
 
+def test_a_word_of_a_longer_public_term_is_no_public_term_inside_a_persons_name():
+    """A census first name that is also a word of a site's name ("Maple" of "Maple Grove") was kept at the edge of
+    the person's name, so "Maple Cannizzaro" became "Maple Henry": the leak check's own canary caught it."""
+    a = Anonymizer(AnonymizerConfig(key="k", public_terms=("Maple Grove", "Treasury", "Cedar Ridge")))
+    person, site, both = a.anonymize_texts([
+        "Please call Maple Cannizzaro about the lease.", "The Maple Grove site opens in May.",
+        "Maple Grove Treasury moved the Cedar Ridge budget."])
+    assert "Maple" not in person and "Cannizzaro" not in person
+    assert site == "The Maple Grove site opens in May."
+    assert both == "Maple Grove Treasury moved the Cedar Ridge budget."
+
+
 def test_the_demo_worlds_places_departments_and_sites_survive_while_its_people_do_not(demo_env, directory):
     """Location answers are cities and questions name departments and sites: anonymizing them into people's names
     ("Where is the Compliance summit?" "Julian") made the demo's task answers wrong and its questions strange."""

@@ -102,7 +102,10 @@ def loop_state(tmp_path_factory, artifacts) -> LoopState:
     assert returncode == 0, f"the fast demo failed ({returncode}); see {log_path}:\n{output[-4000:]}"
     match = re.search(r"retraining job on partition (\S+)", output)
     assert match, f"the demo never ran the retraining job; see {log_path}"
-    assert "challenger registered: True" in output, f"the retraining job registered no model; see {log_path}"
+    # On failure, the lines that say why: the gates that failed (with their flagged examples) and the choice.
+    why = "\n".join(line for line in output.splitlines()
+                    if line.startswith(("check failed", "    ", "retraining run", "candidate:", "gate ")))
+    assert "challenger registered: True" in output, f"the retraining job registered no model; see {log_path}:\n{why}"
 
     promoted = subprocess.run([sys.executable, str(Path(__file__).with_name("promote_champion.py"))],
                               env=env, cwd=workdir, capture_output=True, text=True, timeout=300)
