@@ -255,7 +255,9 @@ class NameFinder:
             lower = word.lower
             if self._known(lower):
                 return False
-            return lower in self.function or lower in _PARTICLES or (lower in self.common and not self.listed(lower))
+            # A capitalised particle that is also a listed name opens one ("Della Canny", "Van Tran").
+            particle = lower in _PARTICLES and not (word.text[0].isupper() and self.listed(lower))
+            return lower in self.function or particle or (lower in self.common and not self.listed(lower))
 
         while core and droppable(core[0]):
             core.pop(0)

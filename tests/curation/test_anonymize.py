@@ -198,6 +198,28 @@ def test_a_word_of_a_longer_public_term_is_no_public_term_inside_a_persons_name(
     assert both == "Maple Grove Treasury moved the Cedar Ridge budget."
 
 
+def test_a_capitalised_particle_that_is_a_first_name_opens_a_name():
+    """ "Della" is a first name and a surname particle ("della Rovere"): taken for the particle, "Della Canny"
+    (with "canny" an English word) was no one, and the leak check's canary survived whole."""
+    a = Anonymizer(AnonymizerConfig(key="k"))
+    out, = a.anonymize_texts(["Please call Della Canny at (894) 380-0782 about the lease."])
+    assert "Della" not in out and "Canny" not in out and out.endswith("about the lease.")
+
+
+@pytest.mark.parametrize("seed", ["t264", "t738", "t1108", *(f"sweep-{i}" for i in range(12))])
+def test_the_privacy_pass_catches_its_own_canaries_in_the_demo_world(demo_env, seed, monkeypatch):
+    """The canaries a privacy pass plants depend on its input: these draws once leaked (1 in 300 and 2 in 1,200
+    of a sweep over seeds), and a leaked canary fails the pass's gate, so the weekly job registers nothing."""
+    from agent_rl.curation import leak_check, privacy
+
+    planted = leak_check.plant_canaries
+    monkeypatch.setattr(privacy, "plant_canaries", lambda _seed: planted(seed))
+    config = AnonymizerConfig(key="k", public_terms=privacy.email_public_terms(e.inbox for e in demo_env.emails))
+    result = privacy.anonymize_partition([], [], [], config=config, directory_emails=demo_env.emails)
+    assert result.report["planted_canaries"] == 7
+    assert [str(leak) for leak in result.leaks] == []
+
+
 def test_the_demo_worlds_places_departments_and_sites_survive_while_its_people_do_not(demo_env, directory):
     """Location answers are cities and questions name departments and sites: anonymizing them into people's names
     ("Where is the Compliance summit?" "Julian") made the demo's task answers wrong and its questions strange."""
