@@ -251,15 +251,16 @@ class NameFinder:
         """Drop edge words that are no name ("Thanks Sherry", "Sherry Thanks"); a common word inside ends it."""
         core = list(run)
 
-        def droppable(word: _Word) -> bool:
+        def droppable(word: _Word, first: bool = False) -> bool:
             lower = word.lower
             if self._known(lower):
                 return False
-            # A capitalised particle that is also a listed name opens one ("Della Canny", "Van Tran").
-            particle = lower in _PARTICLES and not (word.text[0].isupper() and self.listed(lower))
+            # A capitalised particle that is also a listed name opens one ("Della Canny", "Al Smith"); inside a
+            # run it still ends one ("Call El Paso": no one).
+            particle = lower in _PARTICLES and not (first and word.text[0].isupper() and self.listed(lower))
             return lower in self.function or particle or (lower in self.common and not self.listed(lower))
 
-        while core and droppable(core[0]):
+        while core and droppable(core[0], first=True):
             core.pop(0)
         while core and (droppable(core[-1]) or len(core[-1].text) == 1):
             if len(core) >= 2 and self.listed(core[-2].lower) and core[-1].lower not in self.function \
