@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from agent_rl.curation.leak_check import census_names
 from agent_rl.curation.names import NameFinder
 from agent_rl.curation.surrogates import (
     STREET_SUFFIXES,
@@ -335,9 +336,6 @@ class Anonymizer:
         self.directory = directory or Directory()
         key = pseudonym_key(self.config.key.get_secret_value() if self.config.key else None)
         self._public_words = {w.lower() for term in self.config.public_terms for w in term.split()}
-        # Whole terms as word tuples: a word of a longer term alone ("Maple" of "Maple Grove") is no public term.
-        self._public_phrases = {tuple(w.lower() for w in term.split()) for term in self.config.public_terms}
-        self._public_longest = max((len(p) for p in self._public_phrases), default=0)
         self._learned_first: set[str] = set()
         self._learned_last: set[str] = set()
         self.surrogates = Surrogates(
@@ -688,8 +686,12 @@ class Anonymizer:
                 words = words[:ends[0] + 1]
             # Trim leading/trailing words that are not names ("Hi Sherry", "Sherry Thanks"); a lowercase word
             # counts only when it is a known name part ("an email to donna lowry").
-            words = self._trim_edges(words, vetted)
-            if not words or self._all_public(words):
+            while words and (not self._name_word(words[0], vetted)
+                             or self._public_edge(words[0], words[1] if len(words) > 1 else None)):
+                words.pop(0)
+            while words and (not self._name_word(words[-1], vetted) or self._public_edge(words[-1])):
+                words.pop()
+            if not words or all(w.rstrip(".").lower() in self._public_words for w in words):
                 continue
             if _POSSESSIVE.search(words[-1]) and len(words[-1]) > 4:  # "Bridget's team": the name is "Bridget"
                 words[-1] = words[-1][:-2]
@@ -703,45 +705,17 @@ class Anonymizer:
                 self._learn(words)
             yield _Span(offset + start, offset + end, "PERSON", score)
 
-    def _trim_edges(self, words: list[str], vetted: bool) -> list[str]:
-        """The run without edge words that are not names and without whole public terms at its edges."""
-        while True:
-            before = len(words)
-            while words and not self._name_word(words[0], vetted):
-                words = words[1:]
-            while words and not self._name_word(words[-1], vetted):
-                words = words[:-1]
-            if n := self._public_edge(words):
-                words = words[n:]
-            if n := self._public_edge(words, at_end=True):
-                words = words[:-n]
-            if len(words) == before:
-                return words
-
-    def _public_key(self, words: list[str]) -> tuple[str, ...]:
-        return tuple(w.rstrip(".").lower() for w in words)
-
-    def _public_edge(self, words: list[str], at_end: bool = False) -> int:
-        """How many words at the start (`at_end`: the end) of a run form a whole public term ("Bridget's Engineering
-        team", "Howard's Treasury"): the department or place, not the person, stays. A single public word that is
-        also a name ("Charlotte") stays part of the name, and so does a word of a longer term alone ("Maple" of
-        "Maple Grove" in "Maple Cannizzaro"): leaving a person's name would be the worse mistake."""
-        for n in range(min(self._public_longest, len(words)), 0, -1):
-            key = self._public_key(words[-n:] if at_end else words[:n])
-            if key in self._public_phrases and (n > 1 or not self._names.is_name_part(key[0])):
-                return n
-        return 0
-
-    def _all_public(self, words: list[str]) -> bool:
-        """The whole run is public terms side by side ("Maple Grove", "Denver Treasury"), no one's name."""
-        i = 0
-        while i < len(words):
-            n = next((n for n in range(min(self._public_longest, len(words) - i), 0, -1)
-                      if self._public_key(words[i:i + n]) in self._public_phrases), 0)
-            if not n:
-                return False
-            i += n
-        return True
+    def _public_edge(self, word: str, next_word: str | None = None) -> bool:
+        """A public word at the edge of a detected name that no name list knows ("Bridget's Engineering team",
+        "Howard's Treasury"): it is the department or place, not the person, and stays. A public word that is also
+        a name ("Charlotte") stays part of the name: leaving a person's name would be the worse mistake. So does a
+        census first name opening a name whose `next_word` is no public word: "Maple" of "Maple Cannizzaro", even
+        where a site is called "Maple Grove"."""
+        lower = word.rstrip(".").lower()
+        if lower not in self._public_words or self._names.is_name_part(lower):
+            return False
+        return not (next_word is not None and lower in census_names()[0]
+                    and next_word.rstrip(".").lower() not in self._public_words)
 
     def _name_word(self, word: str, vetted: bool = False) -> bool:
         """Whether an edge word of a detected span is part of the name (`vetted`: NameFinder already judged it)."""
