@@ -199,9 +199,10 @@ class NameFinder:
         gap = text[left.end:right.start]
         return bool(_GAP.fullmatch(gap)) and not (gap.strip() == "." and len(left.text) > 1)
 
-    @staticmethod
-    def _split(run: list[_Word]) -> Iterable[list[_Word]]:
-        while run and run[-1].lower in _PARTICLES:  # a particle ends no name
+    def _split(self, run: list[_Word]) -> Iterable[list[_Word]]:
+        # A particle ends no name ("Maria de"), unless capitalised and itself a listed name ("Randee Della").
+        while run and run[-1].lower in _PARTICLES and not (
+                len(run) >= 2 and run[-1].text[0].isupper() and self.listed(run[-1].lower)):
             run = run[:-1]
         if run:
             yield run

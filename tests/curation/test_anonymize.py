@@ -186,9 +186,10 @@ def test_a_name_ends_at_its_possessive_and_public_words_at_its_edge_stay():
     assert "Charlotte" not in person and "Pemberton" not in person
 
 
-def test_a_word_of_a_longer_public_term_is_no_public_term_inside_a_persons_name():
-    """A census first name that is also a word of a site's name ("Maple" of "Maple Grove") was kept at the edge of
-    the person's name, so "Maple Cannizzaro" became "Maple Henry": the leak check's own canary caught it."""
+def test_a_first_name_that_is_also_a_site_word_stays_part_of_the_persons_name():
+    """A census first name that is also a word of a site's name ("Maple" of "Maple Grove") was trimmed off the
+    person's name as a place word, so "Maple Cannizzaro" became "Maple Henry": the leak check's own canary caught
+    it. The site itself, and public terms side by side, stay."""
     a = Anonymizer(AnonymizerConfig(key="k", public_terms=("Maple Grove", "Treasury", "Cedar Ridge")))
     person, site, both = a.anonymize_texts([
         "Please call Maple Cannizzaro about the lease.", "The Maple Grove site opens in May.",
@@ -204,9 +205,11 @@ def test_a_capitalised_particle_that_is_a_first_name_opens_a_name():
     a = Anonymizer(AnonymizerConfig(key="k"))
     out, = a.anonymize_texts(["Please call Della Canny at (894) 380-0782 about the lease."])
     assert "Della" not in out and "Canny" not in out and out.endswith("about the lease.")
+    signed, = a.anonymize_texts(["See you there.\n\nThanks,\nRandee Della"])  # the particle as a surname
+    assert "Randee" not in signed and "Della" not in signed
 
 
-@pytest.mark.parametrize("seed", ["t264", "t738", "t1108", *(f"sweep-{i}" for i in range(12))])
+@pytest.mark.parametrize("seed", ["t264", "t738", "t1108", "w463", *(f"sweep-{i}" for i in range(12))])
 def test_the_privacy_pass_catches_its_own_canaries_in_the_demo_world(demo_env, seed, monkeypatch):
     """The canaries a privacy pass plants depend on its input: these draws once leaked (1 in 300 and 2 in 1,200
     of a sweep over seeds), and a leaked canary fails the pass's gate, so the weekly job registers nothing."""
