@@ -199,10 +199,13 @@ class NameFinder:
         gap = text[left.end:right.start]
         return bool(_GAP.fullmatch(gap)) and not (gap.strip() == "." and len(left.text) > 1)
 
+    def _particle_name(self, word: _Word) -> bool:
+        """A particle written capitalised that a name list holds ("Della", "Van"): a person's name word there."""
+        return word.text[0].isupper() and self.listed(word.lower)
+
     def _split(self, run: list[_Word]) -> Iterable[list[_Word]]:
-        # A particle ends no name ("Maria de"), unless capitalised and itself a listed name ("Randee Della").
-        while run and run[-1].lower in _PARTICLES and not (
-                len(run) >= 2 and run[-1].text[0].isupper() and self.listed(run[-1].lower)):
+        # A particle ends no name ("Maria de"), unless it is itself a name ("Randee Della").
+        while run and run[-1].lower in _PARTICLES and not (len(run) >= 2 and self._particle_name(run[-1])):
             run = run[:-1]
         if run:
             yield run
@@ -256,9 +259,9 @@ class NameFinder:
             lower = word.lower
             if self._known(lower):
                 return False
-            # A capitalised particle that is also a listed name opens one ("Della Canny", "Al Smith"); inside a
-            # run it still ends one ("Call El Paso": no one).
-            particle = lower in _PARTICLES and not (first and word.text[0].isupper() and self.listed(lower))
+            # A particle that is itself a name opens one ("Della Canny", "Al Smith"); inside a run it still ends
+            # one ("Call El Paso": no one).
+            particle = lower in _PARTICLES and not (first and self._particle_name(word))
             return lower in self.function or particle or (lower in self.common and not self.listed(lower))
 
         while core and droppable(core[0], first=True):
