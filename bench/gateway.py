@@ -2,10 +2,11 @@
 
 Three processes on loopback: a fast OpenAI-compatible upstream (asyncio, answers every call at once with
 a tool call), the arbiter serving the gateway (one worker, routing 100% to `openai:{...}` at that
-upstream, pool on SQLite or PostgreSQL), and this driver: `--sessions` agent loops at a time (64 by
-default), each making `--calls` chat completions whose conversation grows by the reply and a tool result,
-then ending its episode. Half the sessions name themselves in the URL (/s/{id}/v1), half are grouped by
-the conversation they extend. The same loops then run against the upstream directly.
+upstream, pool on SQLite or PostgreSQL), and this driver: `--agents` agent loops at a time (64 by
+default), each running `--rounds` gateway sessions in turn, a session being `--calls` chat completions whose
+conversation grows by the reply and a tool result, then the end of its episode. Half the sessions name
+themselves in the URL (/s/{id}/v1), half are grouped by the conversation they extend. The same loops then
+run against the upstream directly.
 
 Reported (one JSON line at the end):
   - overhead_ms p50/p99: the gateway's own time per call, from its Server-Timing header (`total` minus
@@ -18,16 +19,16 @@ Reported (one JSON line at the end):
   - throughput (calls/s) through the gateway and directly, and their ratio;
   - episodes_sent vs episodes_written (target: none lost).
 
-With `--upstream-ms 200` the upstream takes 200 ms per call like a fast hosted model: the sessions then
+With `--upstream-ms 200` the upstream takes 200 ms per call like a fast hosted model: the agent loops then
 send fewer calls than the gateway can take, and added latency is the gateway's work rather than queueing
-for CPU (with an instant upstream, 64 closed-loop sessions saturate one gateway process, and on a few
+for CPU (with an instant upstream, 64 closed-loop agents saturate one gateway process, and on a few
 shared cores the added latency is mostly that queue: see gateway_cpu_ms_per_call for the work itself).
 
 With `--pg-outage 3` the pool is a private PostgreSQL server (tests/pg_server.py) stopped for 3 s a second
 into the gateway run: calls go on, explicit ends answer 503 while it is down and are sent again, and
 every episode must still be written.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/gateway.py [--sessions 64] [--calls 6] [--rounds 6] [--pool-url URL]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/gateway.py [--agents 64] [--calls 6] [--rounds 6] [--pool-url URL]
     OMP_NUM_THREADS=1 .venv/bin/python bench/gateway.py --pg-outage 3
 """
 
@@ -140,14 +141,14 @@ async def _call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path
     return int(header.split(b" ", 2)[1]), header, payload, elapsed
 
 
-async def drive(port: int, token: str, sessions: int, rounds: int, calls: int, via_gateway: bool) -> dict:
+async def drive(port: int, token: str, agents: int, rounds: int, calls: int, via_gateway: bool) -> dict:
     latency: list[float] = []
     overhead: list[float] = []
     upstream_leg: list[float] = []
     errors: dict[int, int] = {}
     ended: list[str] = []
     refused_ends: list[str] = []
-    queue = list(range(sessions * rounds))
+    queue = list(range(agents * rounds))
 
     async def worker(slot: int) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -191,7 +192,7 @@ async def drive(port: int, token: str, sessions: int, rounds: int, calls: int, v
             writer.close()
 
     started = time.perf_counter()
-    await asyncio.gather(*(worker(i) for i in range(sessions)))
+    await asyncio.gather(*(worker(i) for i in range(agents)))
     seconds = time.perf_counter() - started
     return {"latency": latency, "overhead": overhead, "upstream_leg": upstream_leg, "errors": errors, "ended": ended, "seconds": seconds,
             "refused_ends": refused_ends}
@@ -221,7 +222,7 @@ def _wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 120) -> Non
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sessions", type=int, default=64, help="agent loops at a time")
+    parser.add_argument("--agents", type=int, default=64, help="agent loops at a time")
     parser.add_argument("--rounds", type=int, default=6, help="sessions per loop slot")
     parser.add_argument("--calls", type=int, default=6, help="chat completions per session")
     parser.add_argument("--pool-url", default=None, help="pool for the gateway's episodes (default: SQLite in a temp dir)")
@@ -294,14 +295,14 @@ def run(args: argparse.Namespace, token: str, key, workdir: Path, pg) -> None:
         _wait_port(gw_port, procs[1])
         asyncio.run(drive(gw_port, token, 8, 1, 2, True))  # warm-up: connections, imports, first writes
         warm_written = pool.count()
-        direct = asyncio.run(drive(up_port, token, args.sessions, args.rounds, args.calls, False))
+        direct = asyncio.run(drive(up_port, token, args.agents, args.rounds, args.calls, False))
         outage: dict = {}
         if pg is not None:  # stop the pool a second into the gateway run
             threading.Thread(target=_outage, args=(pg, 1.0, args.pg_outage, outage), daemon=True).start()
         cpu_before = _cpu_seconds(procs[1].pid)
-        through = asyncio.run(drive(gw_port, token, args.sessions, args.rounds, args.calls, True))
+        through = asyncio.run(drive(gw_port, token, args.agents, args.rounds, args.calls, True))
         cpu_gateway = _cpu_seconds(procs[1].pid) - cpu_before
-        direct_2 = asyncio.run(drive(up_port, token, args.sessions, args.rounds, args.calls, False))
+        direct_2 = asyncio.run(drive(up_port, token, args.agents, args.rounds, args.calls, False))
         deadline = time.monotonic() + 60
         while pg is not None and "restarted_at" not in outage and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -310,7 +311,7 @@ def run(args: argparse.Namespace, token: str, key, workdir: Path, pg) -> None:
                 written = pool.count() - warm_written
             except Exception:  # the pool is still coming back
                 written = -1
-            if written >= args.sessions * args.rounds or time.monotonic() > deadline:
+            if written >= args.agents * args.rounds or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
     finally:
@@ -325,10 +326,10 @@ def run(args: argparse.Namespace, token: str, key, workdir: Path, pg) -> None:
     direct_latency = direct["latency"] + direct_2["latency"]
     direct_rps = len(direct_latency) / (direct["seconds"] + direct_2["seconds"])
     gateway_rps = len(through["latency"]) / through["seconds"]
-    sent = args.sessions * args.rounds
+    sent = args.agents * args.rounds
     report = {
         "bench": "gateway",
-        "sessions_concurrent": args.sessions,
+        "agents_concurrent": args.agents,
         "calls_per_session": args.calls,
         "upstream_ms": args.upstream_ms,
         "pool": "postgresql" if pool_url.startswith("postgresql") else "sqlite",
