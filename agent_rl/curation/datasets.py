@@ -181,7 +181,12 @@ def grpo_rows(scenarios: Iterable[Any], split: str | None = Split.TRAIN.value) -
 
 
 def canonical_line(row: Mapping[str, Any]) -> str:
-    return json.dumps(row, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+    """One row as one compact JSON line, its keys in the order the row has them.
+
+    Never sorted: the chat template prints tool schemas (and tool-call arguments) verbatim, so a file that
+    reorders their keys would train a model on prompts production never shows. Rows are built
+    deterministically, so the same rows still give the same bytes (and hash)."""
+    return json.dumps(row, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 def save_jsonl(rows: Iterable[Mapping[str, Any]], path: str | Path) -> str:

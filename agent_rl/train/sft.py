@@ -160,21 +160,13 @@ def tokenize_conversation(tokenizer, messages: list[dict[str, Any]], tools: list
     return list(encoded["input_ids"]), labels
 
 
-def canonical_tools(tools: Any) -> list[dict[str, Any]] | None:
-    """The row's tool schemas, in the exact key order serving renders when they are our tools.
+def row_tools(tools: Any) -> list[dict[str, Any]] | None:
+    """The row's tool schemas exactly as they were offered when the episode was served (None: no tools).
 
-    Canonical JSONL (sort_keys) reorders schema keys, and the chat template prints schemas verbatim:
-    trained on sorted keys, the model would see a different system prompt in production.
-    """
+    Their key order is part of the prompt; datasets keep it (curation/datasets.py), so nothing is reordered here."""
     if isinstance(tools, str):
         tools = json.loads(tools)
-    if not tools:
-        return None
-    from agent_rl.environments.email.tools import tool_schemas
-
-    serving = tool_schemas()
-    same = json.dumps(tools, sort_keys=True) == json.dumps(serving, sort_keys=True)
-    return serving if same else tools
+    return list(tools) if tools else None
 
 
 def tokenize_rows(tokenizer, rows: list[dict[str, Any]], max_length: int) -> TokenizedRows:
@@ -182,7 +174,7 @@ def tokenize_rows(tokenizer, rows: list[dict[str, Any]], max_length: int) -> Tok
     for index, row in enumerate(rows):
         where = f"SFT row {index}"
         messages = normalize_messages(row.get("messages"), where)
-        tools = canonical_tools(row.get("tools"))
+        tools = row_tools(row.get("tools"))
         messages = without_answer_ack(messages)
         input_ids, labels = tokenize_conversation(tokenizer, messages, tools or None)
         out.longest = max(out.longest, len(input_ids))

@@ -36,13 +36,13 @@ class StaticPrefix:
         """The first row's opening system message rendered with its tool schemas, when at least MIN_SHARE of
         the rows open with exactly those tokens and the block is worth a pass of its own; else None."""
         from agent_rl.agent.chat_format import render_prompt
-        from agent_rl.train.sft import canonical_tools, normalize_messages
+        from agent_rl.train.sft import row_tools, normalize_messages
 
         for row in rows:
             messages = normalize_messages(row.get("messages"), "SFT row")
             if messages[0]["role"] != "system":
                 continue
-            block = render_prompt(tokenizer, messages[:1], canonical_tools(row.get("tools")) or [],
+            block = render_prompt(tokenizer, messages[:1], row_tools(row.get("tools")) or [],
                                   add_generation_prompt=False)
             ids = tokenizer(block, add_special_tokens=False)["input_ids"]
             opening = sum(1 for row_ids in input_ids if len(row_ids) > len(ids) and row_ids[:len(ids)] == ids)

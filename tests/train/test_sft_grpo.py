@@ -216,10 +216,10 @@ def test_labels_cover_assistant_turns_only_and_teach_the_stop(train_data):
     assert text[text.rindex("<tool_call>"):].startswith('<tool_call>\n{"name": "return_final_answer"')
     assert text.rstrip().endswith("</tool_call><|im_end|>")
     # Same tokens as the chat template gives at generation time (no whitespace drift).
-    from agent_rl.train.sft import canonical_tools, normalize_messages, without_answer_ack
+    from agent_rl.train.sft import row_tools, normalize_messages, without_answer_ack
 
     messages = without_answer_ack(normalize_messages(row["messages"], "row"))
-    assert ids == tokenizer.apply_chat_template(messages, tools=canonical_tools(row["tools"]), tokenize=True,
+    assert ids == tokenizer.apply_chat_template(messages, tools=row_tools(row["tools"]), tokenize=True,
                                                 return_dict=False)
 
 
