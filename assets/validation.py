@@ -19,9 +19,8 @@ from agent_rl.evaluate.report import (
     choose_candidate,
     comparison_chart,
     comparison_markdown,
-    forgetting_gate,
-    improvement_gate,
 )
+from agent_rl.evaluate.gates import forgetting_gate, promotion_gate
 from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.policy_specs import load_policy, load_stacked
 from agent_rl.records import Scenario
@@ -135,8 +134,8 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
     choice = choose_candidate(results["sft"], results.get("grpo"), disqualified=hacked, skipped=skipped)
     context.log.info(choice.reason)
     candidate, candidate_probe = results[choice.name], probes[choice.name]
-    improvement = improvement_gate(candidate, results["incumbent"], evaluation.gates(),
-                                   champion_name=f"production's {incumbent_version}")
+    improvement = promotion_gate(candidate, results["incumbent"], evaluation.gates(),
+                                 incumbent_name=f"production's {incumbent_version}")
     forgetting = forgetting_gate(candidate_probe or 0.0, probes["base"] or 0.0, evaluation.gates())
     report = {
         "incumbent": {"version": incumbent_version, "spec": incumbent_spec, "simulation": simulation},
@@ -147,7 +146,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
         "metrics": {"candidate": candidate.model_dump(), **{n: m.model_dump() for n, m in results.items()}},
         "forgetting_probe": probes,
         "episodes": episode_files,
-        "gates": {"improvement": improvement.__dict__, "forgetting": forgetting.__dict__},
+        "gates": {"improvement": improvement.as_dict(), "forgetting": forgetting.as_dict()},
     }
     report_path(partition).write_text(json.dumps(report, indent=1, default=str))
     _log_to_mlflow(context, mlflow, report)
@@ -164,6 +163,8 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
         "candidate": choice.name,
         "choice": choice.reason,
         "measure": measure,
+        "gate": improvement.message,
+        "gate_passed": improvement.passed,
         "candidate_accuracy": candidate.accuracy,
         "incumbent_accuracy": results["incumbent"].accuracy,
         "candidate_hallucination_rate": candidate.hallucination_rate,
@@ -197,9 +198,18 @@ def _log_to_mlflow(context, mlflow: MlflowResource, report: dict) -> None:
 
     stage = Tracker(mlflow.uri(), dagster_run_id=context.run_id).start_stage("validation", params={
         "incumbent": report["incumbent"]["version"], "incumbent_spec": report["incumbent"]["spec"],
-        "incumbent_simulated": bool(report["incumbent"]["simulation"]), "candidate": report["choice"]["candidate"]})
+        "incumbent_simulated": bool(report["incumbent"]["simulation"]), "candidate": report["choice"]["candidate"],
+        "gate": report["gates"]["improvement"].get("kind", "")})
     metrics = {f"{name}.{key}": value for name, m in report["metrics"].items() if name != "candidate"
                for key, value in m.items() if isinstance(value, (int, float))}
+    for name, gate in report["gates"].items():  # the decision, its estimate and interval, beside the figures
+        metrics[f"gate.{name}.passed"] = float(bool(gate["passed"]))
+        metrics[f"gate.{name}.observed"] = gate["observed"]
+        for key, value in (gate.get("details") or {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                metrics[f"gate.{name}.{key}"] = value
+            elif isinstance(value, list) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value):
+                metrics[f"gate.{name}.{key}.low"], metrics[f"gate.{name}.{key}.high"] = value
     stage.log_metrics(metrics, step=0)
     stage.log_json(report, "report.json")
     stage.finish()
@@ -207,12 +217,18 @@ def _log_to_mlflow(context, mlflow: MlflowResource, report: dict) -> None:
 
 def _gate(context: dg.AssetCheckExecutionContext, name: str) -> dg.AssetCheckResult:
     gate = json.loads(report_path(context.partition_key).read_text())["gates"][name]
+    details = {k: v for k, v in (gate.get("details") or {}).items() if isinstance(v, (int, float, str))}
+    interval = (gate.get("details") or {}).get("error_reduction_interval") or \
+        (gate.get("details") or {}).get("accuracy_difference_interval")
     return dg.AssetCheckResult(passed=bool(gate["passed"]), description=gate["message"],
-                               metadata={"observed": gate["observed"], "required": gate["required"]})
+                               metadata={"gate": gate.get("kind") or name, "observed": gate["observed"],
+                                         "required": gate["required"], **details,
+                                         **({"interval": dg.MetadataValue.json(interval)} if interval else {})})
 
 
 @dg.asset_check(asset=evaluation_report, blocking=True,
-                description="The candidate beats the agent production runs now by the margin.")
+                description="The candidate earns the place of the agent production runs now under the profile's "
+                            "gate (superiority: fewer errors, paired test; non-inferiority at lower cost).")
 def beats_champion(context: dg.AssetCheckExecutionContext):
     return _gate(context, "improvement")
 

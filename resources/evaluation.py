@@ -4,14 +4,21 @@ from dagster import ConfigurableResource
 from pydantic import Field
 
 from agent_rl.evaluate.harness import EvalConfig
-from agent_rl.evaluate.report import GateSettings
+from agent_rl.evaluate.gates import GateKind, GateSettings
 from agent_rl.turn_budget import DEFAULT_MAX_TURNS
 
 
 class EvaluationResource(ConfigurableResource):
     max_scenarios: int = Field(default=60, ge=1, description="held-out scenarios per model (fixed seed)")
     seed: int = 0
-    min_relative_improvement: float = Field(default=0.10, description="over the champion's accuracy")
+    gate: GateKind = Field(default="superiority", description="superiority (fewer errors, paired test), "
+                           "non_inferiority (within a margin at lower cost) or open (no quality bar)")
+    min_error_reduction: float = Field(default=0.10, le=1, description="superiority: share of the incumbent's "
+                                       "errors the candidate must avoid")
+    alpha: float = Field(default=0.05, gt=0, le=1, description="level of the paired test and the confidence bounds")
+    non_inferiority_margin: float = Field(default=0.05, ge=0, le=1, description="accuracy points the candidate "
+                                          "may trail by under non_inferiority")
+    min_cost_ratio: float = Field(default=5.0, ge=1, description="non_inferiority: times cheaper per 1k requests")
     max_forgetting_drop: float = Field(default=0.10, ge=0, le=1)
     torch_threads: int = Field(default=1, ge=1, description="CPU threads for the models under evaluation (it runs "
                                "in the Dagster step's process); 1 on a busy machine, every core when it runs alone")
@@ -25,5 +32,6 @@ class EvaluationResource(ConfigurableResource):
                           batch_size=self.batch_size)
 
     def gates(self) -> GateSettings:
-        return GateSettings(min_relative_improvement=self.min_relative_improvement,
-                            max_forgetting_drop=self.max_forgetting_drop)
+        return GateSettings(kind=self.gate, min_error_reduction=self.min_error_reduction, alpha=self.alpha,
+                            margin=self.non_inferiority_margin, min_cost_ratio=self.min_cost_ratio,
+                            max_forgetting_drop=self.max_forgetting_drop, seed=self.seed)

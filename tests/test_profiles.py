@@ -25,7 +25,7 @@ EXPECTED = {
                      "grpo_overrides": {"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 4,
                                         "gradient_accumulation_steps": 1, "max_completion_length": 256,
                                         "prompt_filter": {"mode": "none"}}},
-        "evaluation": {"max_scenarios": 20, "min_relative_improvement": -1.0, "max_forgetting_drop": 1.0},
+        "evaluation": {"max_scenarios": 20, "gate": "open", "max_forgetting_drop": 1.0},
         "rollout": {"min_samples_per_arm": 10, "min_samples_per_step": 10, "base_spec": "tiny",
                     "max_step_hours": 0.05},
     },

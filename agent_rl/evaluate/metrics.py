@@ -9,6 +9,7 @@ Definitions (all shares are over the evaluated episodes unless said otherwise):
 - avg_turns, avg_tokens (prompt + completion per episode), latency_ms_p50, latency_ms_p95;
 - cost_per_1k_usd: estimated cost of 1,000 such queries;
 - failure_rate: wrong answers, format errors and episodes that ran out, together (what a user feels);
+- outcomes: per held-out task, correct or not (the promotion gates pair models on them);
 - by_category: per task category (when `scenarios` are given), n and the share of each outcome, to see
   whether a model fails on unanswerable questions or on one kind of fact.
 """
@@ -42,6 +43,8 @@ class EvalMetrics(BaseModel):
     # The failures a user feels, together: a wrong answer, a broken reply, no answer within the budgets.
     failure_rate: float = 0.0
     by_category: dict[str, dict[str, float]] = {}
+    # Per held-out task (its id): judged correct or not. The promotion gates pair two models on these.
+    outcomes: dict[str, bool] = {}
 
 
 def _share(count: int, total: int) -> float:
@@ -98,7 +101,13 @@ def compute_metrics(episodes: list[Episode], scenarios: Mapping[str, Scenario] |
         cost_per_1k_usd=round(1000 * statistics.fmean(e.cost_usd for e in episodes), 6) if n else 0.0,
         failure_rate=_share(sum(1 for o in outcomes if o in (Outcome.WRONG, Outcome.FORMAT_ERROR, Outcome.RAN_OUT)), n),
         by_category=_by_category(episodes, scenarios),
+        outcomes={task_key(e): e.outcome == Outcome.CORRECT for e in episodes},
     )
+
+
+def task_key(episode: Episode) -> str:
+    """Which held-out task an episode played: its environment and task (scenario) id, else its own id."""
+    return f"{episode.environment}:{episode.scenario_id or episode.episode_id}"
 
 
 def _by_category(episodes: list[Episode], scenarios: Mapping[str, Scenario]) -> dict[str, dict[str, float]]:

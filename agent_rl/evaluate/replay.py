@@ -104,4 +104,5 @@ def _metrics(steps: list[Step], turns: list[PolicyTurn], latencies: list[float],
         latency_ms_p50=_percentile(latencies, 0.50), latency_ms_p95=_percentile(latencies, 0.95),
         cost_per_1k_usd=0.0, failure_rate=_share(len(steps) - sum(matched), len(steps)),
         by_category={c: {"n": len(v), "accuracy": _share(sum(v), len(v))} for c, v in sorted(by_category.items())},
+        outcomes={f"{step.episode_id}:{i}": ok for i, (step, ok) in enumerate(zip(steps, matched))},
     )

@@ -1,12 +1,10 @@
-"""The comparison behind `evaluation_report`: candidate vs champion vs base on the same held-out scenarios,
-the gates a candidate must pass, and the table and chart people look at."""
+"""The comparison behind `evaluation_report`: candidate vs champion vs base on the same held-out scenarios, which
+trained model is the candidate, and the table and chart people look at (the gates are in gates.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-
-from pydantic import BaseModel, Field
 
 from agent_rl.evaluate.metrics import EvalMetrics
 
@@ -14,35 +12,11 @@ TABLE_COLUMNS = ("accuracy", "source_accuracy", "hallucination_rate", "idk_rate"
                  "avg_turns", "avg_tokens", "latency_ms_p50", "cost_per_1k_usd")
 
 
-class GateSettings(BaseModel):
-    min_relative_improvement: float = Field(0.10, description="candidate accuracy over champion's, relative")
-    max_forgetting_drop: float = Field(0.10, ge=0, le=1, description="allowed drop of the general-knowledge probe")
-
-
-@dataclass
-class GateOutcome:
-    passed: bool
-    observed: float
-    required: float
-    message: str
-
-
 def relative_improvement(candidate: float, champion: float) -> float:
     """(candidate − champion) / champion; a champion at 0 makes any gain infinite and no gain 0."""
     if champion <= 0:
         return float("inf") if candidate > 0 else 0.0
     return (candidate - champion) / champion
-
-
-def improvement_gate(candidate: EvalMetrics, champion: EvalMetrics, settings: GateSettings,
-                     champion_name: str = "champion") -> GateOutcome:
-    """The candidate against the agent production runs now (`champion_name` says which), on the same tasks."""
-    lift = relative_improvement(candidate.accuracy, champion.accuracy)
-    passed = lift >= settings.min_relative_improvement
-    shown = "∞" if lift == float("inf") else f"{lift:+.1%}"
-    return GateOutcome(passed, lift if lift != float("inf") else 1e9, settings.min_relative_improvement,
-                       f"accuracy {candidate.accuracy:.1%} vs {champion_name} {champion.accuracy:.1%} ({shown}); "
-                       f"at least {settings.min_relative_improvement:+.0%} required")
 
 
 @dataclass
@@ -71,13 +45,6 @@ def choose_candidate(sft: EvalMetrics, grpo: EvalMetrics | None, disqualified: s
         return CandidateChoice("grpo", f"SFT+GRPO ships: not worse than SFT alone ({shown})")
     worse = "accuracy" if grpo.accuracy < sft.accuracy else "failures"
     return CandidateChoice("sft", f"SFT alone ships: GRPO made {worse} worse ({shown})")
-
-
-def forgetting_gate(candidate_probe: float, base_probe: float, settings: GateSettings) -> GateOutcome:
-    drop = base_probe - candidate_probe
-    return GateOutcome(drop <= settings.max_forgetting_drop, round(drop, 4), settings.max_forgetting_drop,
-                       f"general probe {candidate_probe:.0%} vs base {base_probe:.0%} (drop {drop:+.0%}); "
-                       f"at most {settings.max_forgetting_drop:.0%} drop allowed")
 
 
 def comparison_markdown(results: dict[str, EvalMetrics], probes: dict[str, float | None] | None = None) -> str:

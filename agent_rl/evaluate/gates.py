@@ -1,0 +1,209 @@
+"""The promotion gates: when a candidate has earned the incumbent's place, decided on the same held-out tasks.
+
+Two gates a team would set, chosen in the profile (`GateSettings.kind`):
+
+* **superiority** (default): the candidate makes at least `min_error_reduction` fewer errors than the incumbent
+  (an error: a task not judged correct), and a paired exact McNemar test on the same tasks says it is better at
+  level `alpha`. "10% better" is defined on errors, not accuracy, so it can be reached near the ceiling: against an
+  incumbent at 95.7% it means at most 3.87% errors (96.1% accuracy), where 1.10 x 95.7% would be 105.3%.
+* **non-inferiority at lower cost** (replacing an API model with ours): the upper confidence bound of the
+  incumbent's accuracy advantage is at most `margin` (points), and the candidate is at least `min_cost_ratio`
+  times cheaper per 1,000 requests.
+* **open**: no quality bar (the fast profile and tests that exercise the mechanics, not the models).
+
+Intervals come from a seeded paired bootstrap over tasks, so a report is reproducible; every outcome says the
+gate, the point estimate, the interval, the test and the decision.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+GateKind = Literal["superiority", "non_inferiority", "open"]
+
+
+class GateSettings(BaseModel):
+    kind: GateKind = Field("superiority", description="which promotion gate decides (module docstring)")
+    min_error_reduction: float = Field(0.10, le=1, description="superiority: share of the incumbent's errors the "
+                                                               "candidate must avoid (0.10: 10% fewer errors)")
+    alpha: float = Field(0.05, gt=0, le=1, description="level of the paired test and of the one-sided bounds")
+    margin: float = Field(0.05, ge=0, le=1, description="non-inferiority: accuracy points the candidate may trail by")
+    min_cost_ratio: float = Field(5.0, ge=1, description="non-inferiority: incumbent cost / candidate cost, at least")
+    max_forgetting_drop: float = Field(0.10, ge=0, le=1, description="allowed drop of the general-knowledge probe")
+    bootstrap: int = Field(2000, ge=100, description="paired bootstrap resamples for the intervals")
+    seed: int = 0
+
+
+@dataclass
+class GateOutcome:
+    passed: bool
+    observed: float
+    required: float
+    message: str
+    kind: str = ""
+    details: dict[str, Any] = field(default_factory=dict)  # estimates, interval, test, counts
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Paired:
+    """Per-task correctness of both models on the tasks both were judged on."""
+
+    candidate: list[bool]
+    incumbent: list[bool]
+
+    @property
+    def n(self) -> int:
+        return len(self.candidate)
+
+    @property
+    def discordant(self) -> tuple[int, int]:
+        """(tasks only the candidate got right, tasks only the incumbent got right)."""
+        only_candidate = sum(1 for c, i in zip(self.candidate, self.incumbent) if c and not i)
+        only_incumbent = sum(1 for c, i in zip(self.candidate, self.incumbent) if i and not c)
+        return only_candidate, only_incumbent
+
+
+def paired(candidate: dict[str, bool], incumbent: dict[str, bool]) -> Paired:
+    """The tasks both evaluations judged, in a stable order; ValueError when they share none (nothing to compare)."""
+    common = sorted(set(candidate) & set(incumbent))
+    if not common:
+        raise ValueError("the candidate and the incumbent were judged on no common held-out task: the gate needs "
+                         "both evaluated on the same tasks")
+    return Paired([bool(candidate[k]) for k in common], [bool(incumbent[k]) for k in common])
+
+
+def mcnemar_p(only_candidate: int, only_incumbent: int) -> float:
+    """One-sided exact McNemar p-value for 'the candidate is better': P(X >= only_candidate), X ~ Bin(b + c, 1/2)."""
+    from scipy.stats import binom
+
+    total = only_candidate + only_incumbent
+    if total == 0:
+        return 1.0
+    return float(binom.sf(only_candidate - 1, total, 0.5))
+
+
+def error_reduction(candidate_errors: float, incumbent_errors: float) -> float:
+    """Share of the incumbent's errors the candidate avoids; -inf when the incumbent made none and the candidate
+    some, 0 when neither did (nothing to reduce)."""
+    if incumbent_errors <= 0:
+        return 0.0 if candidate_errors <= 0 else -math.inf
+    return (incumbent_errors - candidate_errors) / incumbent_errors
+
+
+def _bootstrap(pairs: Paired, settings: GateSettings) -> tuple[list[float], list[float]]:
+    """Resampled (accuracy difference, error reduction) over tasks, pairs kept together."""
+    import numpy as np
+
+    rng = np.random.default_rng(settings.seed)
+    cand = np.asarray(pairs.candidate, dtype=float)
+    inc = np.asarray(pairs.incumbent, dtype=float)
+    index = rng.integers(0, pairs.n, size=(settings.bootstrap, pairs.n))
+    cand_acc, inc_acc = cand[index].mean(axis=1), inc[index].mean(axis=1)
+    diff = cand_acc - inc_acc
+    inc_err, cand_err = 1 - inc_acc, 1 - cand_acc
+    with np.errstate(divide="ignore", invalid="ignore"):
+        reduction = np.where(inc_err > 0, (inc_err - cand_err) / np.where(inc_err > 0, inc_err, 1.0),
+                             np.where(cand_err > 0, -np.inf, 0.0))
+    return sorted(diff.tolist()), sorted(reduction.tolist())
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    index = min(len(ordered) - 1, max(0, int(math.floor(q * (len(ordered) - 1)))))
+    return ordered[index]
+
+
+def _pct(value: float) -> str:
+    return "-inf" if value == -math.inf else f"{value:+.1%}"
+
+
+def superiority_gate(pairs: Paired, settings: GateSettings, incumbent_name: str = "incumbent") -> GateOutcome:
+    cand_acc, inc_acc = sum(pairs.candidate) / pairs.n, sum(pairs.incumbent) / pairs.n
+    reduction = error_reduction(1 - cand_acc, 1 - inc_acc)
+    only_c, only_i = pairs.discordant
+    p = mcnemar_p(only_c, only_i)
+    diffs, reductions = _bootstrap(pairs, settings)
+    level = 1 - 2 * settings.alpha  # two-sided interval whose lower end is the one-sided bound at alpha
+    low, high = _quantile(reductions, settings.alpha), _quantile(reductions, 1 - settings.alpha)
+    d_low, d_high = _quantile(diffs, settings.alpha), _quantile(diffs, 1 - settings.alpha)
+    significant = p <= settings.alpha
+    large = reduction >= settings.min_error_reduction
+    passed = significant and large
+    if passed:
+        why = "passed"
+    elif 1 - inc_acc <= 0:
+        why = f"not passed: {incumbent_name} made no error on these tasks, so no candidate can make fewer"
+    elif not large:
+        why = f"not passed: {_pct(reduction)} fewer errors, {settings.min_error_reduction:.0%} required"
+    else:
+        why = f"not passed: not significant (p = {p:.3g} > alpha {settings.alpha:g})"
+    message = (f"superiority on {pairs.n} paired tasks: accuracy {cand_acc:.1%} vs {incumbent_name} {inc_acc:.1%} "
+               f"({d_low:+.1%} to {d_high:+.1%} at {level:.0%}); errors {1 - cand_acc:.1%} vs {1 - inc_acc:.1%}, "
+               f"{_pct(reduction)} fewer ({_pct(low)} to {_pct(high)}); McNemar {only_c} vs {only_i} discordant, "
+               f"one-sided p = {p:.3g}; {why}")
+    return GateOutcome(passed, round(reduction, 6) if math.isfinite(reduction) else -1e9, settings.min_error_reduction,
+                       message, "superiority", {
+                           "n": pairs.n, "candidate_accuracy": cand_acc, "incumbent_accuracy": inc_acc,
+                           "error_reduction": reduction if math.isfinite(reduction) else None,
+                           "error_reduction_interval": [low if math.isfinite(low) else None,
+                                                        high if math.isfinite(high) else None],
+                           "accuracy_difference": cand_acc - inc_acc, "accuracy_difference_interval": [d_low, d_high],
+                           "interval_level": level, "test": "exact McNemar, one-sided", "p_value": p,
+                           "alpha": settings.alpha, "discordant": [only_c, only_i]})
+
+
+def non_inferiority_gate(pairs: Paired, settings: GateSettings, candidate_cost: float, incumbent_cost: float,
+                         incumbent_name: str = "incumbent") -> GateOutcome:
+    cand_acc, inc_acc = sum(pairs.candidate) / pairs.n, sum(pairs.incumbent) / pairs.n
+    diffs, _ = _bootstrap(pairs, settings)
+    lower = _quantile(diffs, settings.alpha)  # one-sided (1 - alpha) lower bound of candidate - incumbent
+    worst = -lower  # the incumbent's advantage at its upper confidence bound
+    if candidate_cost > 0:
+        ratio = incumbent_cost / candidate_cost
+    else:
+        ratio = math.inf if incumbent_cost > 0 else 0.0
+    close = worst <= settings.margin
+    cheap = ratio >= settings.min_cost_ratio
+    if close and cheap:
+        why = "passed"
+    elif not close:
+        why = f"not passed: {incumbent_name} may be up to {worst:.1%} better, at most {settings.margin:.1%} allowed"
+    else:
+        why = f"not passed: {ratio:.1f}x cheaper, at least {settings.min_cost_ratio:g}x required"
+    shown_ratio = "no per-request price" if ratio == math.inf else f"{ratio:.1f}x"
+    message = (f"non-inferiority at lower cost on {pairs.n} paired tasks: accuracy {cand_acc:.1%} vs "
+               f"{incumbent_name} {inc_acc:.1%}; {incumbent_name}'s advantage at most {worst:+.1%} at "
+               f"{1 - settings.alpha:.0%} (margin {settings.margin:.1%}); cost per 1k requests ${candidate_cost:.2f} "
+               f"vs ${incumbent_cost:.2f} ({shown_ratio} cheaper, {settings.min_cost_ratio:g}x required); {why}")
+    return GateOutcome(close and cheap, round(worst, 6), settings.margin, message, "non_inferiority", {
+        "n": pairs.n, "candidate_accuracy": cand_acc, "incumbent_accuracy": inc_acc,
+        "accuracy_difference": cand_acc - inc_acc, "accuracy_difference_lower_bound": lower,
+        "interval_level": 1 - settings.alpha, "alpha": settings.alpha, "margin": settings.margin,
+        "cost_ratio": ratio if math.isfinite(ratio) else None, "min_cost_ratio": settings.min_cost_ratio})
+
+
+def promotion_gate(candidate: Any, incumbent: Any, settings: GateSettings,
+                   incumbent_name: str = "incumbent") -> GateOutcome:
+    """The profile's gate over two evaluations (EvalMetrics with per-task `outcomes`) of the same tasks."""
+    if settings.kind == "open":
+        return GateOutcome(True, candidate.accuracy - incumbent.accuracy, -1.0,
+                           f"open gate (no quality bar): accuracy {candidate.accuracy:.1%} vs {incumbent_name} "
+                           f"{incumbent.accuracy:.1%}", "open", {})
+    pairs = paired(candidate.outcomes, incumbent.outcomes)
+    if settings.kind == "non_inferiority":
+        return non_inferiority_gate(pairs, settings, candidate.cost_per_1k_usd, incumbent.cost_per_1k_usd,
+                                    incumbent_name)
+    return superiority_gate(pairs, settings, incumbent_name)
+
+
+def forgetting_gate(candidate_probe: float, base_probe: float, settings: GateSettings) -> GateOutcome:
+    drop = base_probe - candidate_probe
+    return GateOutcome(drop <= settings.max_forgetting_drop, round(drop, 4), settings.max_forgetting_drop,
+                       f"general probe {candidate_probe:.0%} vs base {base_probe:.0%} (drop {drop:+.0%}); "
+                       f"at most {settings.max_forgetting_drop:.0%} drop allowed", "forgetting")
