@@ -43,6 +43,7 @@ from agent_rl.arbiter.service import (
     UnknownScenario,
 )
 from agent_rl.arbiter.text_checks import storable_keys_and_values, storable_text, visible_text
+from agent_rl.curation.live import check_feedback
 from agent_rl.pool import UnknownEpisodeError
 
 log = logging.getLogger("agent_rl.arbiter")
@@ -80,10 +81,12 @@ class FeedbackRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     episode_id: str = Field(min_length=1, max_length=64)
-    verdict: str = Field(min_length=1, max_length=2000, description="e.g. 'up', 'down' or a short comment")
+    verdict: str = Field(min_length=1, max_length=2000, description="'up', 'down' (or 'correct', 'wrong', ...), or "
+                                                                   "a reward in [-1, 1] such as '0.5'")
 
     _check_text = field_validator("episode_id", "verdict")(storable_text)
     _check_visible = field_validator("verdict")(visible_text)
+    _check_verdict = field_validator("verdict")(check_feedback)
 
 
 # A JSON number in [0, 1]: strict, so `true`, "1" or "0.5" are refused instead of moving traffic.

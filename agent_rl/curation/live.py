@@ -56,6 +56,23 @@ def feedback_reward(feedback: Any) -> float | None:
     return 1.0 if verdict else -1.0
 
 
+def check_feedback(verdict: str) -> str:
+    """A feedback verdict the loop can use, else ValueError saying what it accepts: a verdict word ('up', 'down',
+    'correct', ...), a JSON verdict, or a finite reward in REWARD_RANGE (bare or as {"reward": x}). Refused at the
+    API so a typo or an out-of-range number is not stored to be quarantined (or counted as unrated) without a word."""
+    low, high = REWARD_RANGE
+    accepted = f"a verdict such as 'up' or 'down', or a reward between {low:g} and {high:g}"
+    try:
+        reward = feedback_reward(verdict)
+    except (TypeError, ValueError):
+        reward = None
+    if reward is None:
+        raise ValueError(f"is not a verdict: use {accepted}")
+    if not math.isfinite(reward) or not low <= reward <= high:
+        raise ValueError(f"is out of range: use {accepted}")
+    return verdict
+
+
 def judge_by_feedback(row: Mapping[str, Any]) -> dict[str, Any]:
     """A gateway episode with its users' feedback as outcome and reward (other episodes are returned as they are).
 

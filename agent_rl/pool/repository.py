@@ -27,6 +27,7 @@ from sqlalchemy.pool import StaticPool
 from agent_rl import settings
 from agent_rl.pool import migrations, schema
 from agent_rl.records import Episode, utcnow
+from agent_rl.spec_credentials import credential_problem
 from agent_rl.utc import as_utc
 
 MAX_VERSION_LENGTH = 200
@@ -405,6 +406,9 @@ class PoolRepository:
                 raise ValueError(f"specs[{version!r}]: no weight given for this policy version")
             if not isinstance(spec, str) or not spec.strip():
                 raise ValueError(f"specs[{version!r}] must be a non-empty string")
+            problem = credential_problem(spec)
+            if problem:  # whatever its weight: a stored spec is shown to whoever reads the routing
+                raise ValueError(f"specs[{version!r}] {problem}; nothing was stored")
         if not isinstance(reason, str) or not reason.strip():
             raise ValueError("reason must be a non-empty string saying why the routing changes")
         if not isinstance(actor, str) or not actor.strip():

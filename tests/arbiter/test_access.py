@@ -196,6 +196,31 @@ def test_routing_weights_must_be_numbers_in_0_1(start_arbiter, monkeypatch, weig
         assert ok.status_code == 200 and ok.json()["weights"] == {"a": 0.25, "b": 0.75}
 
 
+SECRET_SPECS = [
+    'openai:{"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key": "sk-live-routing-secret-77aa"}',
+    'openai:{"base_url": "http://127.0.0.1:9/v1", "model": "m", "headers": {"Authorization": "hunter2-routing"}}',
+    'openai:{"base_url": "http://user:hunter2-routing@127.0.0.1:9/v1", "model": "m"}',
+    "lora:Bearer abcdefghijklmnop-routing",
+]
+
+
+@pytest.mark.parametrize("spec", SECRET_SPECS)
+def test_a_spec_carrying_a_credential_is_refused_at_any_weight_and_never_stored(start_arbiter, monkeypatch, spec):
+    monkeypatch.setenv("AGENT_RL_ADMIN_TOKEN", ADMIN_TOKEN)
+    with start_arbiter() as live:
+        for weights in ({"a": 1.0, "staged": 0.0}, {"staged": 1.0}):
+            response = live.client.put("/v1/routing", headers=bearer(ADMIN_TOKEN), json={
+                "weights": weights, "specs": {"a": "heuristic", "staged": spec} if "a" in weights else {"staged": spec},
+                "reason": "stage an upstream at 0%"})
+            assert response.status_code == 422, response.text
+            assert "staged" in response.text
+            assert "hunter2" not in response.text and "secret-77aa" not in response.text
+        assert live.pool.routing_history() == []
+        with pytest.raises(ValueError, match="nothing was stored"):
+            live.pool.set_routing({"a": 1.0, "staged": 0.0}, {"a": "heuristic", "staged": spec}, reason="r", actor="t")
+        assert live.pool.routing_history() == [] and "staged" not in live.pool.get_routing().specs
+
+
 # -- 6. blank questions ---------------------------------------------------------------------------------
 
 BLANK = ["   ", "\t\n", "\u00a0\u00a0", "\u200b", "\u200b\u200c\u200d\u2060\ufeff", "\u3000 \u2007", "\u00ad", "\u0301",
@@ -216,6 +241,22 @@ def test_blank_questions_and_verdicts_are_422_and_store_nothing(scoped, demo_wor
         refused = scoped.client.post("/v1/feedback", json={"episode_id": episode_id, "verdict": verdict}, headers=bearer(ALICE))
         assert refused.status_code == 422, (verdict, refused.text)
     assert scoped.pool.get(episode_id).feedback is None
+
+
+def test_feedback_outside_what_the_loop_can_use_is_422_naming_the_field_and_stores_nothing(scoped, demo_world):
+    home, _ = _inboxes(demo_world)
+    episode_id = _ask(scoped, ALICE, inbox=home, question="When is the meeting?").json()["episode_id"]
+    for verdict in ("7", "-3", "1.5", "nan", "inf", "-inf", "maybe", '{"reward": 2}', '{"reward": "NaN"}'):
+        refused = scoped.client.post("/v1/feedback", json={"episode_id": episode_id, "verdict": verdict},
+                                     headers=bearer(ALICE))
+        assert refused.status_code == 422, (verdict, refused.text)
+        detail = refused.json()["detail"][0]
+        assert detail["loc"] == ["verdict"] and ("not a verdict" in detail["msg"] or "out of range" in detail["msg"])
+    assert scoped.pool.get(episode_id).feedback is None
+    for verdict in ("up", "thumbs_down", "0.5", "-1", '{"reward": 0.25}'):
+        ok = scoped.client.post("/v1/feedback", json={"episode_id": episode_id, "verdict": verdict},
+                                headers=bearer(ALICE))
+        assert ok.status_code == 200, (verdict, ok.text)
 
 
 def test_a_failed_pool_write_logs_no_question(start_arbiter, demo_world, store_url, caplog):

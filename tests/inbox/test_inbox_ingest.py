@@ -260,6 +260,22 @@ def test_maildir_links_out_of_the_export_are_reported_not_followed(tmp_path, sql
     assert not any("confidential" in reason or str(outside) in reason for reason in reasons.values())
 
 
+def test_maildir_hard_links_are_reported_not_read(tmp_path, sqlite_store):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.").write_text(SECRET)
+    box = tmp_path / "export" / "maildir" / "allen-p" / "inbox"
+    box.mkdir(parents=True)
+    (box / "1.").write_text(GOOD)
+    os.link(outside / "secret.", box / "2.")  # the same file under a second name, inside the export
+
+    report = ingest(tmp_path / "export", sqlite_store, progress=False)
+    reasons = dict(report.skipped)
+    assert set(reasons) == {"allen-p/inbox/2."} and "hard link" in reasons["allen-p/inbox/2."]
+    assert report.inserted == 1 and sqlite_store.count() == 1
+    assert not any("confidential" in reason or str(outside) in reason for reason in reasons.values())
+
+
 def test_maildir_whose_maildir_folder_is_a_link_outside_reads_nothing_from_there(tmp_path, sqlite_store):
     real = tmp_path / "elsewhere" / "allen-p" / "inbox"
     real.mkdir(parents=True)

@@ -232,9 +232,11 @@ def _read_regular(name: str, dir_fd: int) -> tuple[bytes | None, str]:
             return None, f"symbolic link; {_LINK_NOT_FOLLOWED}"
         return None, f"cannot read: {exc.strerror}"
     with os.fdopen(fd, "rb") as handle:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            return None, _not_regular(_kind(mode))
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None, _not_regular(_kind(info.st_mode))
+        if info.st_nlink > 1:  # another name may lie outside the export: the file is not the export's alone
+            return None, f"hard link (a file with {info.st_nlink} names); {_LINK_NOT_FOLLOWED}"
         try:
             return handle.read(), ""
         except OSError as exc:
