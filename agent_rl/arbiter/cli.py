@@ -117,6 +117,23 @@ def new_key_command(
     typer.echo(token)
 
 
+@app.command("revoke-key")
+def revoke_key_command(
+    key_id: Annotated[str, typer.Option("--id", help="Name of the key to revoke (as `new-key --id` gave it)")],
+    keys_file: Annotated[Path, typer.Option("--keys-file", help="JSON key file the key is in")],
+) -> None:
+    """Revoke an API key: remove it from the key file; a running arbiter refuses it within a second (no restart)."""
+    from agent_rl.arbiter.keys import KeyConfigError, revoke_key
+
+    try:
+        entry = revoke_key(keys_file, key_id)
+    except KeyConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(f"revoked key {entry.id!r} (tenant {entry.tenant!r}) in {keys_file}; running arbiters that read this "
+               "file refuse it from now on", err=True)
+
+
 @traffic_app.command("replay")
 def replay_command(
     url: Annotated[str, typer.Option(help="Base URL of the arbiter, e.g. http://127.0.0.1:8700")],

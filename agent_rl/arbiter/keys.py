@@ -16,13 +16,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import secrets
+import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError, field_validator
+
+log = logging.getLogger(__name__)
 
 KEYS_ENV = "AGENT_RL_API_KEYS"
 KEYS_FILE_ENV = "AGENT_RL_API_KEYS_FILE"
@@ -136,22 +141,77 @@ class KeyRing:
         if path is None and environ.get(KEYS_FILE_ENV):
             path = Path(environ[KEYS_FILE_ENV])
         if path is not None:
-            try:
-                raw = path.read_bytes()
-            except OSError as exc:
-                raise KeyConfigError(f"API key file {path}: cannot be read ({exc.strerror or exc})") from exc
-            return cls.parse(raw, f"API key file {path}")
+            return KeyFile(path)
         if environ.get(KEYS_ENV):
             return cls.parse(environ[KEYS_ENV], f"${KEYS_ENV}")
         return cls((), "no configuration")
 
 
-def add_key(path: Path, key: ApiKey) -> None:
-    """Add `key` to the JSON key file at `path` (created if missing), replaced atomically: a reader (a
-    starting arbiter) sees the old list or the new one, never half a file."""
-    keys = KeyRing.load(path=path).keys() if path.exists() else []
-    KeyRing([*keys, key], f"API key file {path}")  # refuses a repeated id or token before anything is written
-    text = json.dumps([k.model_dump(mode="json") for k in [*keys, key]], indent=2) + "\n"
+def _read_key_file(path: Path) -> KeyRing:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise KeyConfigError(f"API key file {path}: cannot be read ({exc.strerror or exc})") from exc
+    return KeyRing.parse(raw, f"API key file {path}")
+
+
+def _file_state(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_ino, info.st_mtime_ns, info.st_size
+
+
+class KeyFile(KeyRing):
+    """The keys of a JSON key file, re-read when the file changes (checked at most every `check_s` seconds), so a
+    key added or revoked (`agent-rl arbiter revoke-key`) takes effect in a running arbiter without a restart.
+
+    A file that no longer reads or parses keeps the last good keys and logs the problem (never the file's
+    contents): the writers replace the file atomically, so this only follows a hand edit gone wrong."""
+
+    def __init__(self, path: Path, check_s: float = 1.0) -> None:
+        self.path, self.check_s = Path(path), check_s
+        self._state = _file_state(self.path)
+        ring = _read_key_file(self.path)  # a broken file at start-up is an error, as before
+        super().__init__(ring.keys(), ring.source)
+        self._checked = time.monotonic()
+        self._lock = threading.Lock()
+
+    def _refresh(self) -> None:
+        now = time.monotonic()
+        if now - self._checked < self.check_s:
+            return
+        with self._lock:
+            self._checked = now
+            state = _file_state(self.path)
+            if state == self._state:
+                return
+            try:
+                ring = _read_key_file(self.path)
+            except KeyConfigError as exc:
+                log.error("API key file %s changed but cannot be used, keeping the %d keys read before: %s",
+                          self.path, len(self._by_hash), exc.args[0] if exc.args else "unreadable")
+                self._state = state
+                return
+            self._by_hash, self._state = ring._by_hash, state
+            log.info("API key file %s re-read: %d keys", self.path, len(self._by_hash))
+
+    def __len__(self) -> int:
+        self._refresh()
+        return super().__len__()
+
+    def keys(self) -> list[ApiKey]:
+        self._refresh()
+        return super().keys()
+
+    def find(self, token: str) -> ApiKey | None:
+        self._refresh()
+        return super().find(token)
+
+
+def _write_keys(path: Path, keys: Sequence[ApiKey]) -> None:
+    text = json.dumps([k.model_dump(mode="json") for k in keys], indent=2) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -159,3 +219,22 @@ def add_key(path: Path, key: ApiKey) -> None:
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def revoke_key(path: Path, key_id: str) -> ApiKey:
+    """Remove the key named `key_id` from the key file (replaced atomically); a running arbiter stops accepting it
+    within a second. KeyConfigError when the file has no such key."""
+    keys = _read_key_file(path).keys()
+    kept = [k for k in keys if k.id != key_id]
+    if len(kept) == len(keys):
+        raise KeyConfigError(f"API key file {path}: no key with id {key_id!r}")
+    _write_keys(path, kept)
+    return next(k for k in keys if k.id == key_id)
+
+
+def add_key(path: Path, key: ApiKey) -> None:
+    """Add `key` to the JSON key file at `path` (created if missing), replaced atomically: a reader (a
+    starting arbiter) sees the old list or the new one, never half a file."""
+    keys = _read_key_file(path).keys() if path.exists() else []
+    KeyRing([*keys, key], f"API key file {path}")  # refuses a repeated id or token before anything is written
+    _write_keys(path, [*keys, key])

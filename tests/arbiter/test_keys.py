@@ -86,3 +86,39 @@ def test_serve_refuses_a_bad_key_file_before_binding(tmp_path):
     path.write_text('[{"id": "a"}]')
     result = CliRunner().invoke(app, ["arbiter", "serve", "--api-keys", str(path), "--port", "1"])
     assert result.exit_code == 2 and str(path) in result.output and "sha256" in result.output
+
+
+def test_a_revoked_key_is_refused_by_the_running_arbiter_without_a_restart(tmp_path, sqlite_url):
+    import time
+
+    import httpx
+
+    from agent_rl.arbiter.config import ArbiterConfig
+    from agent_rl.arbiter.server import running_arbiter
+
+    keys_file = tmp_path / "keys.json"
+    runner = CliRunner()
+    tokens = {}
+    for key_id in ("bot", "other"):
+        made = runner.invoke(app, ["arbiter", "new-key", "--id", key_id, "--tenant", "acme", "--context", "*",
+                                   "--keys-file", str(keys_file)])
+        assert made.exit_code == 0, made.output
+        tokens[key_id] = made.stdout.strip().splitlines()[-1]
+
+    def models(token: str, url: str) -> int:
+        return httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {token}"}, timeout=30).status_code
+
+    with running_arbiter(ArbiterConfig(pool_url=sqlite_url, api_keys_file=keys_file), log_level="warning") as url:
+        assert models(tokens["bot"], url) == 200 and models(tokens["other"], url) == 200
+        revoked = runner.invoke(app, ["arbiter", "revoke-key", "--id", "bot", "--keys-file", str(keys_file)])
+        assert revoked.exit_code == 0, revoked.output
+        assert tokens["bot"] not in keys_file.read_text()
+        deadline = time.monotonic() + 10
+        while models(tokens["bot"], url) != 401 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert models(tokens["bot"], url) == 401 and models(tokens["other"], url) == 200
+        keys_file.write_text("{not json")  # a hand edit gone wrong keeps the last good keys
+        time.sleep(1.2)
+        assert models(tokens["other"], url) == 200 and models(tokens["bot"], url) == 401
+    missing = runner.invoke(app, ["arbiter", "revoke-key", "--id", "nobody", "--keys-file", str(tmp_path / "k2.json")])
+    assert missing.exit_code == 2 and "cannot be read" in missing.output
