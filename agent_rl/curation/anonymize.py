@@ -74,6 +74,7 @@ ID_KEYS = ("id", "message_id", "citations", "sources", "source_ids", "scenario_i
 # A capitalised word, not inside an address ("sherry@enron.com"), yet Lotus Notes' "Taylor@ECT" counts.
 _CAPITALIZED = re.compile(r"(?<![\w@.])[^\W\d_a-z][\w'\-]*(?!\w|@(?![A-Z]{2,}\b))")
 _EMAILISH = re.compile(r"[\w.+\-'\ufffd]+@[\w\-]+(?:\.[\w\-]+)*")  # U+FFFD: a mis-decoded byte in an address
+_PLAIN_KEY = re.compile(r"[a-z_][a-z0-9_]{0,63}")  # a field name: "order_id", "phone", "sent_after"
 _NAME_WORD = r"[^\W\d_][^\W\d_'’\-]*(?:['’\-][^\W\d_]+)*"
 _NAME_RUN = re.compile(rf"{_NAME_WORD}(?:[ \t]+(?:[^\W\d_]\.|{_NAME_WORD}))*")
 _FIRST_LAST = re.compile(r"\b([A-Z][a-z'\-]+) (?=([A-Z][a-z'\-]+)\b)")
@@ -472,11 +473,19 @@ class Anonymizer:
             return self._ids(value)
         if isinstance(value, str):
             return fn(value)
-        if isinstance(value, Mapping):
-            return {k: self._walk(v, fn, k if isinstance(k, str) else None) for k, v in value.items()}
+        if isinstance(value, Mapping):  # keys are text too: {"marguerite@x.com": {...}} must not pass unseen
+            return {self._key(k, fn): self._walk(v, fn, k if isinstance(k, str) else None) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return type(value)(self._walk(v, fn) for v in value)
         return value
+
+    @staticmethod
+    def _key(key: Any, fn: Callable[[str], str]) -> Any:
+        """A JSON object's key, anonymized like any text unless it is a plain identifier ("order_id", "phone"),
+        which names a field and holds nothing personal; an address, a name or a number as a key is rewritten."""
+        if not isinstance(key, str) or _PLAIN_KEY.fullmatch(key):
+            return key
+        return fn(key)
 
     def _json_text(self, text: Any, fn: Callable[[str], str]) -> Any:
         """Text that holds JSON (tool results, string arguments) is anonymized leaf by leaf."""
@@ -940,7 +949,8 @@ def episode_texts(episode: Mapping[str, Any]) -> list[str]:
         if isinstance(value, str):
             out.append(value)
         elif isinstance(value, Mapping):
-            for v in value.values():
+            for k, v in value.items():
+                walk(k)
                 walk(v)
         elif isinstance(value, (list, tuple)):
             for v in value:

@@ -21,7 +21,7 @@ import json
 import random
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -245,9 +245,17 @@ class LeakAuditor:
     def scan(self, file: str, record: str, value: Any, field: str = "") -> list[Finding]:
         """Every leak in a record (a mapping, list or string), with the path of the field it sits in."""
         findings: list[Finding] = []
-        for path, text in _leaves(value, field):
+        for path, text in _leaves(value, field, self._key_label):
             findings.extend(self._scan_text(file, record, path, text))
         return findings
+
+    def _key_label(self, key: str) -> str:
+        """How a JSON key appears in a finding's field path: as itself when it is a plain identifier that holds
+        nothing personal, else as a fingerprint (a key can be an address or a name, and a path is printed)."""
+        if _IDENTIFIER.fullmatch(key) and not any(True for _ in self._scan_text("", "", "", key)):
+            return key
+        digest = hmac.new(self._salt, key.lower().encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+        return f"<key #{digest[:12]}>"
 
     def _scan_text(self, file: str, record: str, field: str, text: str) -> Iterable[Finding]:
         lower = text.lower()
@@ -337,23 +345,30 @@ class LeakAuditor:
         return any(w.lower() in stop or w.lower() in _NOT_NAMES for w in words)
 
 
-def _leaves(value: Any, path: str) -> Iterable[tuple[str, str]]:
-    """(field path, text) of every string inside, JSON held in strings included."""
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,63}")
+
+
+def _leaves(value: Any, path: str, label: Callable[[str], str] = str) -> Iterable[tuple[str, str]]:
+    """(field path, text) of every string inside, JSON held in strings included, and every key of every object
+    (personal data can be a key: {"marguerite@x.com": {...}}); `label` says how a key is named in a path."""
     if isinstance(value, str):
         stripped = value.lstrip()
         if stripped[:1] in ("{", "["):
             try:
-                yield from _leaves(json.loads(value), path)
+                yield from _leaves(json.loads(value), path, label)
                 return
             except ValueError:
                 pass
         yield path, value
     elif isinstance(value, Mapping):
         for key, item in value.items():
-            yield from _leaves(item, f"{path}.{key}" if path else str(key))
+            name = label(str(key))
+            where = f"{path}.{name}" if path else name
+            yield f"{where} (key)", str(key)
+            yield from _leaves(item, where, label)
     elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            yield from _leaves(item, f"{path}[{i}]")
+            yield from _leaves(item, f"{path}[{i}]", label)
 
 
 def _luhn(digits: str) -> bool:

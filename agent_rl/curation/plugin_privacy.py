@@ -58,7 +58,8 @@ def _strings(value: Any) -> Iterable[str]:
     if isinstance(value, str):
         yield value
     elif isinstance(value, Mapping):
-        for item in value.values():
+        for key, item in value.items():
+            yield str(key)
             yield from _strings(item)
     elif isinstance(value, list):
         for item in value:
