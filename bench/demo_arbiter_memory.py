@@ -24,7 +24,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipelines.demo import arbiter_memory, arbiter_process, put_routing, replay  # noqa: E402
+from pipelines.demo import arbiter_memory, arbiter_process, put_routing, reader_auth, replay  # noqa: E402
 
 
 def serve(specs: dict[str, str], weights: dict[str, float], requests: int, port: int) -> dict:
@@ -44,7 +44,7 @@ def serve(specs: dict[str, str], weights: dict[str, float], requests: int, port:
                    key_prefix=f"mem-{port}-{int(time.time())}", quiet=True)
             seconds = time.perf_counter() - started
             memory = arbiter_memory(url)
-            served = httpx.get(f"{url}/healthz", timeout=10).json().get("episodes_written")
+            served = httpx.get(f"{url}/healthz", headers=reader_auth(), timeout=10).json().get("episodes_written")
     return {**(memory or {}), "seconds": round(seconds, 1), "episodes_written": served}
 
 

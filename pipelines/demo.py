@@ -88,12 +88,18 @@ def put_routing(url: str, token: str, weights: dict[str, float], specs: dict[str
         raise RuntimeError(f"routing change refused: {response.status_code} {response.text}")
 
 
+def reader_auth() -> dict[str, str]:
+    """The demo's API key (set by arbiter_process): reading the routing and the serving figures needs one."""
+    key = os.environ.get("AGENT_RL_API_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 def wait_for_routing(url: str, pool, timeout_s: float = 30.0) -> None:
     """Until the arbiter routes by what the sensors just wrote to the pool (it re-reads it every second)."""
     wanted = pool.get_routing().weights
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if httpx.get(f"{url}/v1/routing", timeout=10).json().get("weights") == wanted:
+        if httpx.get(f"{url}/v1/routing", headers=reader_auth(), timeout=10).json().get("weights") == wanted:
             return
         time.sleep(0.3)
     raise RuntimeError(f"the arbiter did not pick up routing {wanted} within {timeout_s:.0f} s")
@@ -384,7 +390,7 @@ def arbiter_memory(url: str) -> dict | None:
     """The arbiter's serving figures (/healthz): versions loaded on its shared base, resident memory now and at
     its peak, adapter and cache memory; None when it does not answer."""
     try:
-        serving = httpx.get(f"{url}/healthz", timeout=10).json().get("serving") or {}
+        serving = httpx.get(f"{url}/healthz", headers=reader_auth(), timeout=10).json().get("serving") or {}
     except (httpx.HTTPError, ValueError):
         return None
     mb = 1024 * 1024

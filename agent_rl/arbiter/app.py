@@ -269,6 +269,20 @@ def _require_admin(request: Request, token_env: str) -> None:
         raise ApiError(403, "forbidden", "the admin token is wrong")
 
 
+def _require_reader(request: Request, service: ArbiterService, token_env: str) -> ApiKey | None:
+    """Who may read the arbiter's state (routing, metrics, health details): the admin (None) or any valid API
+    key (the key); 401 for anyone else. Strangers learn neither the versions nor the traffic."""
+    given = _bearer(request, "API key or admin token")
+    expected = os.environ.get(token_env)
+    if expected and hmac.compare_digest(given.encode(), expected.encode()):
+        return None
+    key = service.keys.find(given) if len(service.keys) else None
+    if key is None:
+        raise ApiError(401, "invalid credentials", "send an API key or the admin token",
+                       {"WWW-Authenticate": 'Bearer error="invalid_token"'})
+    return key
+
+
 def _require_key(request: Request, service: ArbiterService) -> ApiKey:
     """The caller's API key; 401 without a valid one. The admin token is not an API key."""
     if not len(service.keys):
@@ -351,6 +365,9 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
     @app.get("/healthz")
     async def healthz(request: Request) -> dict[str, Any]:
         service = service_of(request)
+        if "authorization" not in request.headers:  # open to probes, and minimal: alive, which worker
+            return {"status": "ok", "worker": os.getpid()}
+        _require_reader(request, service, config.admin_token_env)
         # episodes_written counts this worker process's episodes; `worker` tells the processes apart.
         return {
             "status": "ok",
@@ -365,7 +382,9 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics(request: Request) -> PlainTextResponse:
-        """The serving figures of /healthz in Prometheus text format (this worker process)."""
+        """The serving figures of /healthz in Prometheus text format (this worker process); scrapers send the
+        admin token or an API key as a bearer token (Prometheus: `authorization: {credentials: ...}`)."""
+        _require_reader(request, service_of(request), config.admin_token_env)
         return PlainTextResponse(prometheus_text(service_of(request).serving_metrics()),
                                  media_type="text/plain; version=0.0.4")
 
@@ -429,11 +448,15 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
 
     @app.get("/v1/routing", response_model=RoutingView)
     async def get_routing(request: Request) -> RoutingView:
+        """The split: the admin sees each version's spec, an API key only the version names and their shares
+        (a spec names an upstream's address and key variable, which no tenant needs)."""
+        key = _require_reader(request, service_of(request), config.admin_token_env)
         try:
             routing, is_default = await service_of(request).routing()
         except Exception as exc:
             raise ApiError(503, "benchmark pool unavailable", f"{type(exc).__name__} while reading routing") from exc
-        return RoutingView(weights=routing.weights, specs=routing.specs, default=is_default)
+        specs = routing.specs if key is None else {}
+        return RoutingView(weights=routing.weights, specs=specs, default=is_default)
 
     @app.put("/v1/routing", response_model=RoutingView, openapi_extra=_json_body(RoutingUpdate))
     async def put_routing(request: Request) -> RoutingView:

@@ -190,7 +190,7 @@ def test_routing_weights_must_be_numbers_in_0_1(start_arbiter, monkeypatch, weig
                                    headers={**bearer(ADMIN_TOKEN), "Content-Type": "application/json"})
         assert response.status_code == 422, response.text
         assert response.json()["error"] == "invalid routing" and "weights" in json.dumps(response.json()["detail"])
-        assert live.pool.routing_history() == [] and live.client.get("/v1/routing").json()["default"] is True
+        assert live.pool.routing_history() == [] and live.client.get("/v1/routing", headers=bearer(ADMIN_TOKEN)).json()["default"] is True
         ok = live.client.put("/v1/routing", json={"weights": {"a": 0.25, "b": 0.75}, "specs": {"a": "heuristic", "b": "heuristic"},
                                                   "reason": "fine"}, headers=bearer(ADMIN_TOKEN))
         assert ok.status_code == 200 and ok.json()["weights"] == {"a": 0.25, "b": 0.75}

@@ -348,7 +348,7 @@ def test_idle_episodes_are_written(sqlite_url):
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN_A, max_retries=0)
         messages, episode = run_agent(client, "What is 5 * 5?")
         wait_for_episodes(sqlite_url, 1)
-        assert httpx.get(f"{url}/healthz").json()["gateway"]["live_episodes"] == 0
+        assert httpx.get(f"{url}/healthz", headers=bearer(TOKEN_A)).json()["gateway"]["live_episodes"] == 0
     assert canonical(all_episodes(sqlite_url)[episode].messages) == canonical(messages)
 
 
@@ -411,7 +411,7 @@ def test_errors_are_openai_shaped_and_write_nothing(sqlite_url):
         assert statuses[-1].status_code == 429 and statuses[-1].headers["retry-after"]
         assert statuses[-1].json()["error"]["code"] == "rate_limit_exceeded"
         assert {r.status_code for r in statuses} == {400, 429}
-        assert httpx.get(f"{url}/healthz").json()["gateway"]["live_episodes"] == 0
+        assert httpx.get(f"{url}/healthz", headers=bearer(TOKEN_A)).json()["gateway"]["live_episodes"] == 0
     assert all_episodes(sqlite_url) == {}  # refused and malformed requests left no episode behind
 
 
@@ -518,14 +518,14 @@ def test_a_pool_outage_mid_run_loses_no_episode(tmp_path):
                 refused = end(url, TOKEN_A, explicit)
                 assert refused.status_code == 503 and refused.json()["error"]["code"] == "pool_unavailable"
                 assert refused.headers["retry-after"]
-                health = httpx.get(f"{url}/healthz").json()["gateway"]
+                health = httpx.get(f"{url}/healthz", headers=bearer(TOKEN_A)).json()["gateway"]
                 assert health["unwritten_episodes"] == 4
                 time.sleep(max(0.0, 3.0 - (time.monotonic() - outage_started)))  # a 3-second outage
             finally:
                 pg.start()
             assert end(url, TOKEN_A, explicit).status_code == 200  # ending again is safe
             stored = wait_for_episodes(pg.url, 7)
-            assert httpx.get(f"{url}/healthz").json()["gateway"]["unwritten_episodes"] == 0
+            assert httpx.get(f"{url}/healthz", headers=bearer(TOKEN_A)).json()["gateway"]["unwritten_episodes"] == 0
         assert set(stored) == {*before, *during, explicit}
 
 
@@ -546,7 +546,7 @@ def test_live_episodes_beyond_the_cap_are_written_not_dropped(sqlite_url):
     with gateway(sqlite_url, {"calc": 1.0}, {"calc": "calc-bot"}, gateway_max_live=3) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN_A, max_retries=0)
         ids = [run_agent(client, f"What is {i} + {i}?")[1] for i in range(5)]
-        assert httpx.get(f"{url}/healthz").json()["gateway"]["live_episodes"] <= 3
+        assert httpx.get(f"{url}/healthz", headers=bearer(TOKEN_A)).json()["gateway"]["live_episodes"] <= 3
         assert set(wait_for_episodes(sqlite_url, 2)) >= set(ids[:2])  # the least recently active ones
     assert set(all_episodes(sqlite_url)) == set(ids)
 

@@ -19,6 +19,7 @@ from agent_rl.environments.email.inbox.store import open_inbox_store
 from reliability_support import API_TOKEN, arbiter_process, build_world
 
 ADMIN_TOKEN = "Zq7-isolation-admin-token-c41f0e"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
 @pytest.fixture
@@ -173,7 +174,7 @@ def test_routing_changes_without_the_token_are_refused_and_the_token_is_never_lo
                 response = client.put("/v1/routing", json={**ROUTING, **extra}, headers=headers)
                 assert response.status_code in (401, 403, 422), (case, response.status_code, response.text)
                 assert ADMIN_TOKEN not in response.text, case
-                assert client.get("/v1/routing").json()["default"] is True, f"{case}: routing changed"
+                assert client.get("/v1/routing", headers=ADMIN).json()["default"] is True, f"{case}: routing changed"
             # A token sent where it does not belong (the query string) is refused like any other attempt.
             leaked = client.put(f"/v1/routing?token={ADMIN_TOKEN}", json=ROUTING)
             assert leaked.status_code == 401
@@ -187,7 +188,12 @@ def test_routing_changes_without_the_token_are_refused_and_the_token_is_never_lo
             assert asked.status_code == 200
             ok = client.put("/v1/routing", json={**ROUTING, "actor": "lead"}, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
             assert ok.status_code == 200, ok.text
-            assert client.get("/v1/routing").json()["default"] is False
+            assert client.get("/v1/routing", headers=ADMIN).json()["default"] is False
+            # Reading the routing needs a credential; an API key sees the versions, not their specs.
+            assert client.get("/v1/routing").status_code == 401
+            seen = client.get("/v1/routing", headers={"Authorization": f"Bearer {API_TOKEN}"}).json()
+            assert seen["weights"] and seen["specs"] == {}
+            assert client.get("/metrics").status_code == 401 and set(client.get("/healthz").json()) == {"status", "worker"}
     log = arbiter.log_text()
     assert "PUT /v1/routing" in log and "routing changed by lead" in log  # the debug/access log was captured
     assert "?[query redacted]" in log and ADMIN_TOKEN not in log and API_TOKEN not in log
