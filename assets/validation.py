@@ -217,9 +217,9 @@ def _log_to_mlflow(context, mlflow: MlflowResource, report: dict) -> None:
 
 def _gate(context: dg.AssetCheckExecutionContext, name: str) -> dg.AssetCheckResult:
     gate = json.loads(report_path(context.partition_key).read_text())["gates"][name]
-    details = {k: v for k, v in (gate.get("details") or {}).items() if isinstance(v, (int, float, str))}
-    interval = (gate.get("details") or {}).get("error_reduction_interval") or \
-        (gate.get("details") or {}).get("accuracy_difference_interval")
+    figures = gate.get("details") or {}
+    details = {k: v for k, v in figures.items() if isinstance(v, (int, float, str))}
+    interval = figures.get("error_reduction_interval") or figures.get("accuracy_difference_interval")
     return dg.AssetCheckResult(passed=bool(gate["passed"]), description=gate["message"],
                                metadata={"gate": gate.get("kind") or name, "observed": gate["observed"],
                                          "required": gate["required"], **details,

@@ -260,12 +260,16 @@ def _bearer(request: Request, what: str) -> str:
     return given.strip()
 
 
-def _require_admin(request: Request, token_env: str) -> None:
+def _is_admin_token(given: str, token_env: str) -> bool:
+    """Whether `given` is the configured admin token (compared in constant time); False when none is configured."""
     expected = os.environ.get(token_env)
-    if not expected:
+    return bool(expected) and hmac.compare_digest(given.encode(), expected.encode())
+
+
+def _require_admin(request: Request, token_env: str) -> None:
+    if not os.environ.get(token_env):
         raise ApiError(403, "routing changes are disabled", f"no admin token is configured: set {token_env} on the arbiter")
-    given = _bearer(request, "admin token")
-    if not hmac.compare_digest(given.encode(), expected.encode()):
+    if not _is_admin_token(_bearer(request, "admin token"), token_env):
         raise ApiError(403, "forbidden", "the admin token is wrong")
 
 
@@ -273,8 +277,7 @@ def _require_reader(request: Request, service: ArbiterService, token_env: str) -
     """Who may read the arbiter's state (routing, metrics, health details): the admin (None) or any valid API
     key (the key); 401 for anyone else. Strangers learn neither the versions nor the traffic."""
     given = _bearer(request, "API key or admin token")
-    expected = os.environ.get(token_env)
-    if expected and hmac.compare_digest(given.encode(), expected.encode()):
+    if _is_admin_token(given, token_env):
         return None
     key = service.keys.find(given) if len(service.keys) else None
     if key is None:

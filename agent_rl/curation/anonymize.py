@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from agent_rl.curation.leak_check import census_names
+from agent_rl.curation.leak_check import PLAIN_KEY, census_names
 from agent_rl.curation.names import NameFinder
 from agent_rl.curation.surrogates import (
     STREET_SUFFIXES,
@@ -74,7 +74,6 @@ ID_KEYS = ("id", "message_id", "citations", "sources", "source_ids", "scenario_i
 # A capitalised word, not inside an address ("sherry@enron.com"), yet Lotus Notes' "Taylor@ECT" counts.
 _CAPITALIZED = re.compile(r"(?<![\w@.])[^\W\d_a-z][\w'\-]*(?!\w|@(?![A-Z]{2,}\b))")
 _EMAILISH = re.compile(r"[\w.+\-'\ufffd]+@[\w\-]+(?:\.[\w\-]+)*")  # U+FFFD: a mis-decoded byte in an address
-_PLAIN_KEY = re.compile(r"[a-z_][a-z0-9_]{0,63}")  # a field name: "order_id", "phone", "sent_after"
 _NAME_WORD = r"[^\W\d_][^\W\d_'’\-]*(?:['’\-][^\W\d_]+)*"
 _NAME_RUN = re.compile(rf"{_NAME_WORD}(?:[ \t]+(?:[^\W\d_]\.|{_NAME_WORD}))*")
 _FIRST_LAST = re.compile(r"\b([A-Z][a-z'\-]+) (?=([A-Z][a-z'\-]+)\b)")
@@ -483,7 +482,7 @@ class Anonymizer:
     def _key(key: Any, fn: Callable[[str], str]) -> Any:
         """A JSON object's key, anonymized like any text unless it is a plain identifier ("order_id", "phone"),
         which names a field and holds nothing personal; an address, a name or a number as a key is rewritten."""
-        if not isinstance(key, str) or _PLAIN_KEY.fullmatch(key):
+        if not isinstance(key, str) or PLAIN_KEY.fullmatch(key):
             return key
         return fn(key)
 

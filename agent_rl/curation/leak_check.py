@@ -44,6 +44,10 @@ _NOT_NAMES = frozenset(
 )
 
 
+# A JSON key that names a field ("order_id", "phone", "sent_after") and holds nothing personal.
+PLAIN_KEY = re.compile(r"[a-z_][a-z0-9_]{0,63}")
+
+
 @functools.lru_cache(maxsize=1)
 def census_names() -> tuple[frozenset[str], frozenset[str]]:
     """Lowercase first and last names of the US census lists that the `names` package ships."""
@@ -252,7 +256,7 @@ class LeakAuditor:
     def _key_label(self, key: str) -> str:
         """How a JSON key appears in a finding's field path: as itself when it is a plain identifier that holds
         nothing personal, else as a fingerprint (a key can be an address or a name, and a path is printed)."""
-        if _IDENTIFIER.fullmatch(key) and not any(True for _ in self._scan_text("", "", "", key)):
+        if PLAIN_KEY.fullmatch(key) and not any(True for _ in self._scan_text("", "", "", key)):
             return key
         digest = hmac.new(self._salt, key.lower().encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
         return f"<key #{digest[:12]}>"
@@ -343,9 +347,6 @@ class LeakAuditor:
     def _stop(*words: str) -> bool:
         stop = _stop_words()
         return any(w.lower() in stop or w.lower() in _NOT_NAMES for w in words)
-
-
-_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,63}")
 
 
 def _leaves(value: Any, path: str, label: Callable[[str], str] = str) -> Iterable[tuple[str, str]]:

@@ -62,10 +62,7 @@ def check_feedback(verdict: str) -> str:
     API so a typo or an out-of-range number is not stored to be quarantined (or counted as unrated) without a word."""
     low, high = REWARD_RANGE
     accepted = f"a verdict such as 'up' or 'down', or a reward between {low:g} and {high:g}"
-    try:
-        reward = feedback_reward(verdict)
-    except (TypeError, ValueError):
-        reward = None
+    reward = feedback_reward(verdict)
     if reward is None:
         raise ValueError(f"is not a verdict: use {accepted}")
     if not math.isfinite(reward) or not low <= reward <= high:

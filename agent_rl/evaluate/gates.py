@@ -97,21 +97,15 @@ def error_reduction(candidate_errors: float, incumbent_errors: float) -> float:
     return (incumbent_errors - candidate_errors) / incumbent_errors
 
 
-def _bootstrap(pairs: Paired, settings: GateSettings) -> tuple[list[float], list[float]]:
-    """Resampled (accuracy difference, error reduction) over tasks, pairs kept together."""
+def _bootstrap(pairs: Paired, settings: GateSettings) -> list[tuple[float, float]]:
+    """Resampled (candidate accuracy, incumbent accuracy) over tasks, pairs kept together."""
     import numpy as np
 
     rng = np.random.default_rng(settings.seed)
     cand = np.asarray(pairs.candidate, dtype=float)
     inc = np.asarray(pairs.incumbent, dtype=float)
     index = rng.integers(0, pairs.n, size=(settings.bootstrap, pairs.n))
-    cand_acc, inc_acc = cand[index].mean(axis=1), inc[index].mean(axis=1)
-    diff = cand_acc - inc_acc
-    inc_err, cand_err = 1 - inc_acc, 1 - cand_acc
-    with np.errstate(divide="ignore", invalid="ignore"):
-        reduction = np.where(inc_err > 0, (inc_err - cand_err) / np.where(inc_err > 0, inc_err, 1.0),
-                             np.where(cand_err > 0, -np.inf, 0.0))
-    return sorted(diff.tolist()), sorted(reduction.tolist())
+    return list(zip(cand[index].mean(axis=1).tolist(), inc[index].mean(axis=1).tolist()))
 
 
 def _quantile(ordered: list[float], q: float) -> float:
@@ -128,7 +122,9 @@ def superiority_gate(pairs: Paired, settings: GateSettings, incumbent_name: str 
     reduction = error_reduction(1 - cand_acc, 1 - inc_acc)
     only_c, only_i = pairs.discordant
     p = mcnemar_p(only_c, only_i)
-    diffs, reductions = _bootstrap(pairs, settings)
+    resampled = _bootstrap(pairs, settings)
+    diffs = sorted(c - i for c, i in resampled)
+    reductions = sorted(error_reduction(1 - c, 1 - i) for c, i in resampled)
     level = 1 - 2 * settings.alpha  # two-sided interval whose lower end is the one-sided bound at alpha
     low, high = _quantile(reductions, settings.alpha), _quantile(reductions, 1 - settings.alpha)
     d_low, d_high = _quantile(diffs, settings.alpha), _quantile(diffs, 1 - settings.alpha)
@@ -161,7 +157,7 @@ def superiority_gate(pairs: Paired, settings: GateSettings, incumbent_name: str 
 def non_inferiority_gate(pairs: Paired, settings: GateSettings, candidate_cost: float, incumbent_cost: float,
                          incumbent_name: str = "incumbent") -> GateOutcome:
     cand_acc, inc_acc = sum(pairs.candidate) / pairs.n, sum(pairs.incumbent) / pairs.n
-    diffs, _ = _bootstrap(pairs, settings)
+    diffs = sorted(c - i for c, i in _bootstrap(pairs, settings))
     lower = _quantile(diffs, settings.alpha)  # one-sided (1 - alpha) lower bound of candidate - incumbent
     worst = -lower  # the incumbent's advantage at its upper confidence bound
     if candidate_cost > 0:
