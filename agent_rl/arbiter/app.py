@@ -34,6 +34,7 @@ from agent_rl.arbiter.gateway import Gateway, GatewayError, PoolDown, add_gatewa
 from agent_rl.arbiter.keys import KEYS_ENV, KEYS_FILE_ENV, ApiKey
 from agent_rl.arbiter.metrics import prometheus_text
 from agent_rl.arbiter.policies import PolicyLoadError
+from agent_rl.arbiter.routing import public_version
 from agent_rl.arbiter.service import (
     ArbiterService,
     OutOfScope,
@@ -286,6 +287,16 @@ def _require_reader(request: Request, service: ArbiterService, token_env: str) -
     return key
 
 
+def _shown_serving(stats: dict[str, Any], key: ApiKey | None) -> dict[str, Any]:
+    """Serving figures as the reader may see them: a key sees versions and bases by their public names (a spec
+    or a model path names upstream addresses, key variables and the operator's files)."""
+    if key is None:
+        return stats
+    bases = [{**base, "base": public_version(base["base"]), "versions": [public_version(v) for v in base["versions"]]}
+             for base in stats.get("bases", [])]
+    return {**stats, "policies_loaded": [public_version(v) for v in stats.get("policies_loaded", [])], "bases": bases}
+
+
 def _require_key(request: Request, service: ArbiterService) -> ApiKey:
     """The caller's API key; 401 without a valid one. The admin token is not an API key."""
     if not len(service.keys):
@@ -370,25 +381,26 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
         service = service_of(request)
         if "authorization" not in request.headers:  # open to probes, and minimal: alive, which worker
             return {"status": "ok", "worker": os.getpid()}
-        _require_reader(request, service, config.admin_token_env)
+        key = _require_reader(request, service, config.admin_token_env)
+        serving = _shown_serving(service.serving_metrics(), key)
         # episodes_written counts this worker process's episodes; `worker` tells the processes apart.
         return {
             "status": "ok",
-            "policies_loaded": service.policies.loaded(),
+            "policies_loaded": serving["policies_loaded"],
             "episodes_written": service.episodes_written,
             "gateway": {"live_episodes": len(request.app.state.gateway.live),
                         "unwritten_episodes": len(request.app.state.gateway.pending),
                         "episodes_written": request.app.state.gateway.written},
             "worker": os.getpid(),
-            "serving": service.serving_metrics(),
+            "serving": serving,
         }
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics(request: Request) -> PlainTextResponse:
         """The serving figures of /healthz in Prometheus text format (this worker process); scrapers send the
         admin token or an API key as a bearer token (Prometheus: `authorization: {credentials: ...}`)."""
-        _require_reader(request, service_of(request), config.admin_token_env)
-        return PlainTextResponse(prometheus_text(service_of(request).serving_metrics()),
+        key = _require_reader(request, service_of(request), config.admin_token_env)
+        return PlainTextResponse(prometheus_text(_shown_serving(service_of(request).serving_metrics(), key)),
                                  media_type="text/plain; version=0.0.4")
 
     @app.post("/v1/ask", response_model=AskResponse, openapi_extra=_json_body(AskRequest))
@@ -421,7 +433,7 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
             answer=episode.final_answer,
             sources=episode.sources,
             episode_id=episode.episode_id,
-            policy_version=episode.policy_version,
+            policy_version=public_version(episode.policy_version),
             outcome=str(episode.outcome),
             reward=episode.reward,
         )
@@ -458,8 +470,10 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
             routing, is_default = await service_of(request).routing()
         except Exception as exc:
             raise ApiError(503, "benchmark pool unavailable", f"{type(exc).__name__} while reading routing") from exc
-        specs = routing.specs if key is None else {}
-        return RoutingView(weights=routing.weights, specs=specs, default=is_default)
+        if key is None:
+            return RoutingView(weights=routing.weights, specs=routing.specs, default=is_default)
+        return RoutingView(weights={public_version(v): w for v, w in routing.weights.items()}, specs={},
+                           default=is_default)
 
     @app.put("/v1/routing", response_model=RoutingView, openapi_extra=_json_body(RoutingUpdate))
     async def put_routing(request: Request) -> RoutingView:

@@ -64,6 +64,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agent_rl.agent.policy import Policy, PolicyTurn
 from agent_rl.arbiter.keys import ApiKey
 from agent_rl.arbiter.policies import PolicyLoadError
+from agent_rl.arbiter.routing import public_version
 from agent_rl.arbiter.upstreams import OpenAIUpstream, UpstreamError
 from agent_rl.records import Episode, Outcome, utcnow
 
@@ -691,7 +692,7 @@ class Gateway:
         complete = False
         try:
             async for chunk in policy.events(response):
-                chunk["model"] = episode.version
+                chunk["model"] = public_version(episode.version)
                 first = first or chunk
                 if chunk.get("usage"):
                     usage = chunk["usage"]
@@ -733,9 +734,11 @@ class Gateway:
                 ended = self._ends(episode, message)
                 if ended:
                     self._end_soon(episode)
-                meta = {"episode_id": episode.episode_id, "policy_version": episode.version, "episode_ended": ended}
+                meta = {"episode_id": episode.episode_id, "policy_version": public_version(episode.version),
+                        "episode_ended": ended}
                 base = {"id": (first or {}).get("id", f"chatcmpl-{uuid.uuid4().hex}"), "object": "chat.completion.chunk",
-                        "created": (first or {}).get("created", int(time.time())), "model": episode.version}
+                        "created": (first or {}).get("created", int(time.time())),
+                        "model": public_version(episode.version)}
                 final = held or {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None,
                                                       "finish_reason": finish or ("tool_calls" if calls else "stop")}]}
                 queue.put_nowait(_sse_bytes({**final, "agent_rl": meta}))
@@ -819,11 +822,12 @@ class Gateway:
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": episode.version,
+            "model": public_version(episode.version),
             "choices": [{"index": 0, "message": message, "logprobs": None,
                          "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
             "usage": {**usage, "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]},
-            "agent_rl": {"episode_id": episode.episode_id, "policy_version": episode.version, "episode_ended": ended},
+            "agent_rl": {"episode_id": episode.episode_id, "policy_version": public_version(episode.version),
+                         "episode_ended": ended},
         }
 
 
@@ -919,7 +923,7 @@ def add_gateway_routes(app: FastAPI, require_key: Callable[[Request], ApiKey],
         require_key(request)
         split = gateway_of(request).service.router.current()
         now = int(time.time())
-        names = ["agent-rl", *split.versions]
+        names = ["agent-rl", *(public_version(v) for v in split.versions)]
         return {"object": "list", "data": [{"id": name, "object": "model", "created": now, "owned_by": "agent-rl"}
                                            for name in names]}
 
@@ -957,7 +961,7 @@ def add_gateway_routes(app: FastAPI, require_key: Callable[[Request], ApiKey],
         if not found:
             raise GatewayError(404, "no live episode with this id", param="episode_id")
         return {"episode_id": episode_id, "ended": True, "written": True,
-                "policy_version": record.policy_version if record else None,
+                "policy_version": public_version(record.policy_version) if record else None,
                 "turns": record.turns if record else 0}
 
 

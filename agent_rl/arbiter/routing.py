@@ -12,6 +12,7 @@ import bisect
 import hashlib
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -22,6 +23,19 @@ from sqlalchemy.exc import SQLAlchemyError
 from agent_rl.pool import PoolRepository, Routing
 
 log = logging.getLogger(__name__)
+
+# A version name a tenant may see as it is: a short name such as `v3`, `mlflow:champion` or `openai:gpt-4o`.
+_SHOWN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,79}")
+
+
+def public_version(version: str) -> str:
+    """The name callers see for a version. A version routed by its spec alone (`openai:{"base_url": ...}`,
+    `lora:{...}`) would show an upstream's address, a key variable or an adapter path: callers see its kind and
+    a fingerprint instead, stable so that responses of one version stay comparable."""
+    if _SHOWN_NAME.fullmatch(version):
+        return version
+    kind = version.split(":", 1)[0] if re.fullmatch(r"[a-z][a-z0-9_]{0,19}:.*", version, re.S) else "version"
+    return f"{kind}-{hashlib.sha256(version.encode()).hexdigest()[:12]}"
 
 
 @dataclass(frozen=True)

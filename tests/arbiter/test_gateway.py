@@ -437,6 +437,36 @@ def test_upstream_failures_answer_clearly_and_record_nothing(sqlite_url, openai_
     assert UPSTREAM_KEY_ENV in caplog.text  # the operators learn where to look
 
 
+def test_tenants_see_a_version_name_never_the_upstreams_address_or_key_variable(sqlite_url, openai_stub,
+                                                                                 upstream_key, monkeypatch):
+    """A version routed by its spec alone would name the upstream's address and key variable in every response;
+    tenants see its kind and a fingerprint, the admin the spec."""
+    openai_stub.script(stub_responder)
+    spec = stub_spec(openai_stub)
+    monkeypatch.setenv("AGENT_RL_ADMIN_TOKEN", "gateway-admin-7f1e")
+    with gateway(sqlite_url, {spec: 1.0}, {}) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN_A, max_retries=0)
+        seen: list[str] = []
+        completion = client.chat.completions.create(model="agent-rl", messages=[{"role": "user", "content": "hi"}])
+        seen += [completion.model, completion.model_extra["agent_rl"]["policy_version"]]
+        openai_stub.streams = True
+        for chunk in client.chat.completions.create(model="agent-rl", messages=[{"role": "user", "content": "yo"}],
+                                                    stream=True):
+            seen += [chunk.model, (chunk.model_extra or {}).get("agent_rl", {}).get("policy_version", chunk.model)]
+        seen += [m.id for m in client.models.list()]
+        episode = completion.model_extra["agent_rl"]["episode_id"]
+        seen.append(end(url, TOKEN_A, episode).json()["policy_version"])
+        reads = [httpx.get(f"{url}{path}", headers=bearer(TOKEN_A)) for path in ("/v1/routing", "/healthz", "/metrics")]
+        admin = httpx.get(f"{url}/v1/routing", headers=bearer("gateway-admin-7f1e")).json()
+    shown = {name for name in seen if name != "agent-rl"}
+    assert len(shown) == 1 and shown.pop().startswith("openai-")
+    for text in [*seen, *(r.text for r in reads)]:
+        assert openai_stub.url not in text and "127.0.0.1" not in text and UPSTREAM_KEY_ENV not in text
+    assert all(r.status_code == 200 for r in reads)
+    assert list(admin["weights"]) == [spec]  # the admin, who wrote it, reads the spec
+    assert {e.policy_version for e in all_episodes(sqlite_url).values()} == {spec}  # the pool keeps the real name
+
+
 def test_openai_specs_refuse_keys_without_repeating_them():
     with pytest.raises(PolicyLoadError) as caught:
         load_policy('openai:{"base_url": "http://127.0.0.1:1/v1", "model": "m", "api_key": "sk-do-not-store"}')
