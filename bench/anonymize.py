@@ -13,6 +13,11 @@ bodies, inside sentence templates written here and nowhere in the rules, among o
 amounts, dates and ids that must stay. Phones, street addresses, card and bank account numbers and
 personal addresses are planted the same way. Precision counts detected spans of a type that overlap
 nothing planted of that type.
+
+A third corpus plants personal data as JSON object keys, as tools return it (a contact book keyed by address, a
+directory keyed by name, call logs keyed by phone) in gateway episodes' tool results and arguments: key recall
+(no part of a planted key left anywhere in the anonymized episode) is reported next to the recall of the
+values planted under those keys, and the corpus's throughput.
 Prints a JSON report as its last line.
 """
 
@@ -36,6 +41,7 @@ from agent_rl.curation.surrogates import luhn_check_digit  # noqa: E402
 
 TARGET_SPEEDUP = 10.0
 TARGET_NAME_RECALL = 0.99
+TARGET_KEY_RECALL = 0.99
 
 
 def planted_card(rng: random.Random) -> str:
@@ -260,6 +266,89 @@ def run_planted(n_bodies: int, seed: int) -> dict:
             "per_entity": table}
 
 
+def build_planted_keys(n_episodes: int, seed: int):
+    """Gateway episodes whose tool results and arguments carry names, addresses and phones as JSON keys, and for
+    each episode the planted (where, kind, parts) triples: where is "key" or "value"."""
+    rng = random.Random(seed + 104729)
+    first_names, last_names = census_names()
+
+    def phone() -> str:
+        area, exchange, line = rng.randrange(201, 990), rng.randrange(201, 990), rng.randrange(10000)
+        return rng.choice([f"({area}) {exchange}-{line:04d}", f"{area}-{exchange}-{line:04d}", f"+1 {area} {exchange} {line:04d}"])
+
+    def person() -> tuple[str, list[str]]:
+        first, last = rng.choice(first_names), _surname(rng.choice(last_names))
+        return rng.choice([(f"{first} {last}", [first, last]), (f"{last}, {first}", [first, last])])
+
+    def address(parts: list[str]) -> str:
+        domain = rng.choice(["gmail.com", "yahoo.com", "lakeside-mail.com", "hotmail.co.uk"])
+        return f"{parts[0].lower()}.{parts[-1].lower()}{rng.randrange(100)}@{domain}"
+
+    episodes, planted = [], []
+    for i in range(n_episodes):
+        sections = rng.choice([("contacts", "directory"), ("directory", "calls"), ("contacts", "calls")])
+        items: list[tuple[str, str, list[str]]] = []
+        contacts, directory, calls = {}, {}, {}
+        for _ in range(rng.randrange(1, 4)):
+            name, parts = person()
+            mail, number, called = address(parts), phone(), phone()
+            contacts[mail] = {"phone": number, "tier": rng.choice(["gold", "basic"])}
+            directory[name] = {"desk": f"B{rng.randrange(1, 40)}", "room": rng.randrange(100, 900)}
+            calls[called] = {"minutes": rng.randrange(1, 60), "outcome": rng.choice(["answered", "voicemail"])}
+            if "contacts" in sections:
+                items += [("key", "EMAIL", [mail]), ("value", "PHONE", [number])]
+            if "directory" in sections:
+                items.append(("key", "PERSON", parts))
+            if "calls" in sections:
+                items.append(("key", "PHONE", [called]))
+        looked_up = next(iter(contacts))
+        items.append(("key", "EMAIL", [looked_up]))  # the tool call's argument
+        tables = {"contacts": contacts, "directory": directory, "calls": [calls]}
+        result = {name: tables[name] for name in sections}
+        episodes.append({
+            "episode_id": f"ep-keys-{i}", "created_at": "2026-11-20T00:00:00+00:00", "environment": "gateway",
+            "context": "gateway", "task_category": "lookup", "question": "Who should I call about the renewal?",
+            "policy_version": "prod", "outcome": "unjudged", "reward": None, "feedback": "up",
+            "messages": [
+                {"role": "user", "content": "Who should I call about the renewal?"},
+                {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+                    "name": "lookup", "arguments": json.dumps({"by_address": {looked_up: True}})}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": json.dumps(result)},
+                {"role": "assistant", "content": "I found the account's contacts."},
+            ],
+        })
+        planted.append(items)
+    return episodes, planted
+
+
+def run_planted_keys(n_episodes: int, seed: int) -> dict:
+    """Key and value recall on the JSON-keys corpus, by kind, and its throughput."""
+    from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, build_directory
+
+    episodes, planted = build_planted_keys(n_episodes, seed)
+    anonymizer = Anonymizer(AnonymizerConfig(key="bench-keys-key"), build_directory([]))
+    t = time.perf_counter()
+    out = anonymizer.anonymize_episodes(episodes)
+    seconds = time.perf_counter() - t
+    counts: dict[str, dict[str, int]] = {}
+    for items, episode in zip(planted, out):
+        text = json.dumps(episode, ensure_ascii=False)
+        for where, kind, parts in items:
+            row = counts.setdefault(f"{where}:{kind}", {"planted": 0, "caught": 0})
+            row["planted"] += 1
+            left = [p for p in parts if re.search(rf"(?<![\w-]){re.escape(p)}(?![\w-])", text, re.I)]
+            row["caught"] += not left
+
+    def share(where: str) -> float:
+        rows = [c for name, c in counts.items() if name.startswith(where + ":")]
+        return round(sum(c["caught"] for c in rows) / max(1, sum(c["planted"] for c in rows)), 4)
+
+    return {"episodes": len(episodes), "key_recall": share("key"), "value_recall": share("value"),
+            "per_kind": {name: round(c["caught"] / c["planted"], 4) for name, c in sorted(counts.items())},
+            "planted_keys": sum(c["planted"] for name, c in counts.items() if name.startswith("key:")),
+            "episodes_per_s": round(len(episodes) / seconds, 1)}
+
+
 
 def naive_engines():
     """Presidio as documented: full spaCy pipeline, all predefined recognizers (made offline), default anonymizer."""
@@ -309,7 +398,14 @@ def main() -> None:
     parser.add_argument("--naive-sample", type=int, default=250)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--planted-bodies", type=int, default=420)
+    parser.add_argument("--key-episodes", type=int, default=300)
+    parser.add_argument("--keys-only", action="store_true", help="only the JSON-keys corpus (a quick check)")
     args = parser.parse_args()
+    if args.keys_only:
+        load_engines()
+        print(json.dumps({"benchmark": "anonymize-json-keys", **run_planted_keys(args.key_episodes, args.seed),
+                          "target": {"key_recall": TARGET_KEY_RECALL}}))
+        return
 
     t = time.perf_counter()
     emails, scenarios, episodes, planted = build_export(args.inboxes, args.emails, args.seed)
@@ -346,6 +442,7 @@ def main() -> None:
     speedup = ours_rate / naive_rate
     planted_report = run_planted(args.planted_bodies, args.seed)
     name_recall = planted_report["per_entity"]["PERSON"]["recall"] or 0.0
+    keys_report = run_planted_keys(args.key_episodes, args.seed)
     report = {
         "benchmark": "anonymize",
         "episodes": len(episodes),
@@ -360,9 +457,11 @@ def main() -> None:
         "ours_recall_full_export": ours_recall_all,
         "privacy_report": ours.privacy_report(),
         "planted": planted_report,
-        "target": {"speedup": TARGET_SPEEDUP, "recall": "ours >= naive", "planted_name_recall": TARGET_NAME_RECALL},
+        "json_keys": keys_report,
+        "target": {"speedup": TARGET_SPEEDUP, "recall": "ours >= naive", "planted_name_recall": TARGET_NAME_RECALL,
+                   "json_key_recall": TARGET_KEY_RECALL},
         "meets_target": bool(speedup >= TARGET_SPEEDUP and ours_recall["all"] >= naive_recall["all"]
-                             and name_recall >= TARGET_NAME_RECALL),
+                             and name_recall >= TARGET_NAME_RECALL and keys_report["key_recall"] >= TARGET_KEY_RECALL),
     }
     print(json.dumps(report))
 

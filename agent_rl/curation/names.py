@@ -76,6 +76,9 @@ _LOWER_PAIR = re.compile(r"(?<![\w@.])([a-z]{2,})[ \t]+(?=([a-z]{2,})(?![\w@]))"
 _LOWER_WORD = re.compile(r"(?<![\w@.\-])[a-z]{3,}(?![\w@\-]|\.\w)")  # not "twana" of "twana.proby@..."
 _UPPER_PAIR = re.compile(r"(?<![\w@./])([A-Z]{2,})(?=[ \t]+(?:[A-Z]\.?[ \t]+)?([A-Z]{2,}(?:-[A-Z]{2,})?)(?![\w@/]))")
 _GAP = re.compile(r"[ \t]+(?:\n[ \t]*)?|[ \t]*\.[ \t]+")  # a space, a soft-wrapped line break, an initial's dot
+# A line that is only "Surname, Given" (a directory entry, a JSON key naming a record), an initial allowed.
+_INVERTED_LINE = re.compile(r"(?m)^[ \t]*([^\W\d_]+(?:['’\-][^\W\d_]+)*),[ \t]*([^\W\d_]+(?:['’\-][^\W\d_]+)*)"
+                            r"(?:[ \t]+[A-Z]\.?)?[ \t]*$")
 
 
 @functools.lru_cache(maxsize=1)
@@ -157,6 +160,7 @@ class NameFinder:
         for run in self._runs(text):
             found.extend(self._judge(text, run))
         found.extend(self._header_lines(text))
+        found.extend(self._inverted_lines(text))
         found.extend(self._lowercase_pairs(text))
         found.extend(self._upper_pairs(text))
         return _merge(found)
@@ -168,6 +172,16 @@ class NameFinder:
             if self.is_name_part(first) and first in self.first and all(
                     p not in self.common and p not in _ORG_WORDS for p in last.split("-")):
                 yield m.start(1), m.end(2)
+
+    def _inverted_lines(self, text: str) -> Iterable[tuple[int, int]]:
+        """ "Jover, Nerissa" alone on its line or as a whole key: two capitalised words around a comma that no
+        dictionary knows, or that a name list holds ("Houston, Texas" is a place: both words are common)."""
+        for m in _INVERTED_LINE.finditer(text):
+            words = [m.group(1), m.group(2)]
+            lowers = [w.lower() for w in words]
+            if (all(_capitalised(w) and len(w) > 1 for w in words) and not any(w in _ORG_WORDS for w in lowers)
+                    and all(self._unknown(w) or self.is_name_part(w) for w in lowers)):
+                yield m.start(1), m.start(1) + len(text[m.start(1):m.end()].rstrip())
 
     def _lowercase_pairs(self, text: str) -> Iterable[tuple[int, int]]:
         """ "an email to donna lowry": a known first name then a known last name, both uncapitalised."""

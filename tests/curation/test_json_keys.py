@@ -56,3 +56,17 @@ def test_the_auditor_finds_a_personal_key_and_names_its_path_without_it():
         shown = f"{finding} {finding.field}"
         assert "marguerite" not in shown.lower() and "lakeside" not in shown.lower()
     assert any("(key)" in f.field and "<key #" in f.field for f in findings)
+
+
+def test_a_directory_keyed_by_surname_comma_given_name_loses_the_names_and_keeps_places():
+    """A tool's directory keyed "Jover, Nerissa" left both names: the comma split the run, and neither word alone
+    looked like anyone. A line that is only "Surname, Given" is a person; "Houston, Texas" is a place and stays."""
+    anonymizer = Anonymizer(AnonymizerConfig(key="k"), build_directory([]))
+    result = {"directory": {"Jover, Nerissa": {"desk": "B36"}, "Degori, Tanya K.": {"desk": "B2"},
+                            "Houston, Texas": {"desk": "B9"}}}
+    text = json.dumps(anonymizer.anonymize_episodes([{**episode(), "messages": [
+        {"role": "tool", "tool_call_id": "c1", "content": json.dumps(result)}]}])[0])
+    for part in ("Jover", "Nerissa", "Degori", "Tanya"):
+        assert part not in text
+    assert "Houston, Texas" in text
+    assert anonymizer.anonymize_texts(["Houston, Texas", "Portland, Oregon"]) == ["Houston, Texas", "Portland, Oregon"]
