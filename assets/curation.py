@@ -47,8 +47,8 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
     partition = context.partition_key
     rows = load_jsonl(export_path(partition))
     # The email assistant keeps its rubric's expectations; a plug-in is checked against what it declares; the
-    # gateway's live episodes against what their clients declared, judged by their users' feedback. An episode of
-    # another environment is quarantined either way (the run trains one policy on one environment).
+    # gateway's live episodes against what their clients declared, judged by their users' feedback. The export
+    # holds this run's environments only: other agents' episodes in the pool wait for their own runs.
     if environment.is_live:
         rows = [judge_by_feedback(row) for row in rows]
         config = live_validation_config(rows)
@@ -60,7 +60,9 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
     out = stage_dir("validated_episodes", partition)
     digest = save_jsonl(result.clean, out / "episodes.jsonl")
     report = {k: v for k, v in result.report.items() if isinstance(v, (int, float, str, dict, list))}
-    report.update(count_in=len(rows), clean=len(result.clean),
+    # A plug-in declaring 4 categories can never show 5: the diversity gate asks for what the run can have.
+    declared = None if environment.is_live else len(config.categories)
+    report.update(count_in=len(rows), clean=len(result.clean), declared_categories=declared,
                   category_names=sorted({r["task_category"] for r in result.clean if r.get("task_category")}))
     (out / "report.json").write_text(json.dumps(report, default=str, indent=1))
     reasons = Counter(reason.split(":")[0] for _, rs in result.quarantined for reason in rs)
@@ -78,10 +80,15 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
 
 def _gate_check(context: dg.AssetCheckExecutionContext, curation: CurationResource, name: str):
     report = json.loads((stage_dir("validated_episodes", context.partition_key) / "report.json").read_text())
-    gates = gate_results(report["count_in"], report["clean"], set(report["category_names"]), curation.gates())
+    config = curation.gates()
+    declared = report.get("declared_categories")
+    if declared is not None and declared < config.min_categories:
+        config = config.model_copy(update={"min_categories": declared})
+    gates = gate_results(report["count_in"], report["clean"], set(report["category_names"]), config)
     gate = next(g for g in gates if g.name == name)
     return dg.AssetCheckResult(passed=gate.passed, description=gate.message,
-                               metadata={"observed": gate.observed, "required": gate.required})
+                               metadata={"observed": gate.observed, "required": gate.required,
+                                         "declared_categories": declared if declared is not None else "n/a"})
 
 
 @dg.asset_check(asset=validated_episodes, blocking=True, description="At least `min_points` clean episodes.")
@@ -94,7 +101,8 @@ def clean_ratio(context: dg.AssetCheckExecutionContext, curation: CurationResour
     return _gate_check(context, curation, "clean_ratio")
 
 
-@dg.asset_check(asset=validated_episodes, blocking=True, description="At least `min_categories` task categories.")
+@dg.asset_check(asset=validated_episodes, blocking=True,
+                description="At least `min_categories` task categories (all of them when the environment declares fewer).")
 def category_diversity(context: dg.AssetCheckExecutionContext, curation: CurationResource):
     return _gate_check(context, curation, "diversity")
 

@@ -8,6 +8,7 @@ import dagster as dg
 from agent_rl import settings
 from agent_rl.curation.datasets import save_jsonl
 from assets.partitions import weekly
+from resources.environment import EnvironmentResource
 from resources.stores import PoolResource
 
 
@@ -16,19 +17,24 @@ def export_path(partition: str):
 
 
 @dg.asset(group_name="pool", partitions_def=weekly,
-          description="Episodes created in the partition's week, exported in cursor order (re-runs give the same rows).")
-def pool_episodes(context: dg.AssetExecutionContext, pool: PoolResource):
+          description="The run's environment's episodes created in the partition's week, exported in cursor order "
+                      "(re-runs give the same rows); other agents' episodes in the same pool are left to their runs.")
+def pool_episodes(context: dg.AssetExecutionContext, pool: PoolResource, environment: EnvironmentResource):
     window = context.partition_time_window
     repo = pool.open()
+    mine = environment.episode_environments
     rows = [
         episode.model_dump(mode="json")
-        for page in repo.iter_export(window.start, window.end)
+        for page in repo.iter_export(window.start, window.end, environments=mine)
         for episode in page.episodes
     ]
+    others = {name: n for name, n in repo.count_by_environment(window.start, window.end).items() if name not in mine}
     digest = save_jsonl(rows, export_path(context.partition_key))
     versions = Counter(row["policy_version"] for row in rows)
     return dg.MaterializeResult(metadata={
         "rows": len(rows),
+        "environment": ", ".join(mine),
+        "other_environments": dg.MetadataValue.json(others),
         "window": f"{window.start.isoformat()} .. {window.end.isoformat()}",
         "content_hash": digest,
         "per_version": dg.MetadataValue.json(dict(versions)),

@@ -138,6 +138,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
                                  incumbent_name=f"production's {incumbent_version}")
     forgetting = forgetting_gate(candidate_probe or 0.0, probes["base"] or 0.0, evaluation.gates())
     report = {
+        "dagster_run_id": context.run_id,  # readers take the report of the run they ran, never a leftover
         "incumbent": {"version": incumbent_version, "spec": incumbent_spec, "simulation": simulation},
         "choice": {"candidate": choice.name, "reason": choice.reason, "grpo_disqualified": hacked,
                    "grpo_skipped": skipped},

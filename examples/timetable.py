@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
+from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
 from agent_rl.environments import Environment, FinalAnswer, Judgement, Task, Trajectory
 from agent_rl.records import Outcome, Split
 
@@ -60,6 +62,33 @@ class TimetableSession:
         return "Reply sent."
 
 
+class TimetableTeacher(Policy):
+    """Reads the stations from the question, finds the train, reads it, replies: the agent a team runs before any
+    training (it stands for production in `make demo ENV=examples.timetable:TimetableEnvironment` and seeds pools)."""
+
+    version = "teacher"
+
+    def act(self, conversations, tools, max_new_tokens=256):
+        return [self._turn(messages) for messages in conversations]
+
+    def _turn(self, messages):
+        question = messages[-1]["content"] if messages[-1]["role"] == "user" else next(
+            m["content"] for m in messages if m["role"] == "user")
+        origin, destination = re.search(r"from (\w+) to (\w+)", question).groups()
+        found = [t for t, (o, d, *_) in TRAINS.items() if (o, d) == (origin, destination)]
+        step = sum(1 for m in messages if m["role"] == "assistant")
+        if step == 0:
+            return PolicyTurn(tool_calls=[ToolCall("find_trains", {"origin": origin, "destination": destination})])
+        if not found:
+            return PolicyTurn(tool_calls=[ToolCall("reply", {"answer": "I don't know", "trains": []})])
+        if step == 1:
+            return PolicyTurn(tool_calls=[ToolCall("train_details", {"train_id": found[0]})])
+        _, _, departs, platform, minutes = TRAINS[found[0]]
+        answer = (f"Platform {platform}" if "platform" in question else f"{minutes} minutes" if "minutes" in question
+                  else departs)
+        return PolicyTurn(tool_calls=[ToolCall("reply", {"answer": answer, "trains": [found[0]]})])
+
+
 class TimetableEnvironment(Environment):
     name = "timetable"
     categories = ("departure", "platform", "duration", "no_connection")
@@ -84,6 +113,9 @@ class TimetableEnvironment(Environment):
                               prompt=f"When does the train from {a} to {b} leave?", reference="I don't know",
                               category="no_connection", split=Split.TEST if i % 4 == 0 else Split.TRAIN))
         return [t for t in tasks if t.split == split]
+
+    def teacher(self) -> Policy:
+        return TimetableTeacher()
 
     def open(self, task: Task) -> TimetableSession:
         return TimetableSession()

@@ -198,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
         plugin = None if args.env == "email" else load_environment(args.env)
     except EnvironmentError as exc:
         parser.error(str(exc))
+    if plugin is not None and args.production is None and plugin.name not in SIMULATED_PRODUCTION \
+            and plugin.teacher() is None:
+        parser.error(f"environment {args.env!r} offers no teacher policy to stand for the agent production runs "
+                     "before training: pass --production SPEC (a policy spec the arbiter serves)")
     profile = "fast" if args.fast else "demo"
     os.environ["AGENT_RL_PROFILE"] = profile
     os.environ["AGENT_RL_ENV"] = args.env  # the resources (EnvironmentResource, model name) and the arbiter read it
@@ -257,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
 
     token = secrets.token_urlsafe(16)
     pool = PoolRepository(settings.pool_url())
+    run_started = datetime.now(timezone.utc)
     partition = weekly.get_partition_keys()[-1]
     crashed: list[str] = []
     weeks: list[dict] = []
@@ -301,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                 # A failed gate is the loop working (nothing registered); a crashed step is the demo failing.
                 check_steps = {f"{c.asset_key.to_python_identifier()}_{c.check_name}" for c in failed_checks}
                 crashed += [e.step_key for e in result.get_step_failure_events() if e.step_key not in check_steps]
-            row["report"] = read_report(partition)
+            row["report"] = read_report(partition, result.run_id)
 
             decision = None
             if registered:
@@ -321,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
             elif row["report"]:
                 decision = "not registered: " + "; ".join(
                     f"{name} {gate['message']}" for name, gate in row["report"]["gates"].items() if not gate["passed"])
+            elif failed_checks:
+                decision = "stopped before validation by " + "; ".join(
+                    f"{c.asset_key.to_user_string()}.{c.check_name}: {c.description}" for c in failed_checks)
             else:
                 decision = "not registered: the run stopped before validation"
             row["decision"] = decision or "A/B test undecided"
@@ -333,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         health = read_loop_health()
         if not result.success or health is None:
             crashed.append("loop_health")
-    print_summary(pool, weeks, started, health)
+    print_summary(pool, weeks, started, health, since=run_started)
     if crashed:
         print(f"FAILED steps: {', '.join(crashed)} (see {log_file} and the run in the Dagster UI)")
         return 1
@@ -372,11 +380,14 @@ def describe_simulation(spec: str) -> str:
             f"1,000 runs as published ({profile.source})")
 
 
-def read_report(partition: str) -> dict | None:
+def read_report(partition: str, run_id: str) -> dict | None:
+    """The evaluation report that run `run_id` wrote; None when that run did not reach validation (what the
+    partition's folder holds then is an earlier run's, maybe another agent's)."""
     from agent_rl import settings
 
     report_file = settings.artifact_dir("evaluation_report", partition) / "report.json"
-    return json.loads(report_file.read_text()) if report_file.exists() else None
+    report = json.loads(report_file.read_text()) if report_file.exists() else None
+    return report if report and report.get("dagster_run_id") == run_id else None
 
 
 def read_loop_health() -> dict | None:
@@ -400,9 +411,12 @@ def arbiter_memory(url: str) -> dict | None:
             "cache_mb": round(serving.get("cache_bytes", 0) / mb, 1)}
 
 
-def print_summary(pool, weeks: list[dict], started: float, health: dict | None = None) -> None:
+def print_summary(pool, weeks: list[dict], started: float, health: dict | None = None,
+                  since: datetime | None = None) -> None:
     print("\n================ summary ================")
-    last = next((w["report"] for w in reversed(weeks) if w.get("report")), None)
+    last = weeks[-1].get("report") if weeks else None  # this run's last week: no older week's table instead
+    if weeks and not last:
+        print(f"week {weeks[-1]['week']}: no held-out evaluation ({weeks[-1]['decision']})")
     if last:
         incumbent = last["incumbent"]
         label = " (SIMULATED: published latency and cost)" if incumbent.get("simulation") else ""
@@ -438,7 +452,8 @@ def print_summary(pool, weeks: list[dict], started: float, health: dict | None =
                   f"MB); on its shared base: {', '.join(memory['versions']) or 'no model'} (adapters "
                   f"{memory['adapter_mb']} MB, caches {memory['cache_mb']} MB); loaded: "
                   f"{', '.join(memory['policies']) or '-'}")
-    for change in pool.routing_history()[-4:]:
+    # This run's routing changes: the pool's history also holds other agents' and earlier runs'.
+    for change in [c for c in pool.routing_history() if since is None or c.changed_at >= since][-4:]:
         print(f"routing {change.changed_at:%H:%M:%S} by {change.actor or '-'}: {change.new_weights} ({change.reason})")
     if health:
         print(f"\nloop health over {len(health.get('runs', []))} retraining runs: " + "; ".join(

@@ -62,6 +62,13 @@ class EnvironmentResource(ConfigurableResource):
         """The gateway's live episodes: no tasks, world or tools of ours."""
         return is_live(self.name)
 
+    @property
+    def episode_environments(self) -> list[str]:
+        """The `environment` its episodes carry in the pool: a run exports these and leaves other agents' alone."""
+        if self.is_live:
+            return [LIVE_ENVIRONMENT]
+        return [env.name for env in self.loads()]
+
     def load(self) -> Environment:
         """The (first) environment."""
         if self.is_live:

@@ -65,3 +65,38 @@ def test_each_week_has_its_held_out_line_and_a_week_without_validation_says_so()
               "choice": {"candidate": "sft"}}
     assert held_out_line(report) == "sft 72.3% / 11.7%, grpo -, incumbent 87.2% / 7.4% | sft"
     assert "before validation" in held_out_line(None)
+
+
+def test_a_week_stopped_by_a_gate_prints_that_gate_and_no_evaluation_table(capsys):
+    """The summary shows what this run did: a week stopped at a curation gate names the gate with its figures
+    and prints no held-out table, not even an earlier week's."""
+    from pipelines.demo import print_summary
+
+    class Pool:
+        def routing_history(self):
+            return []
+
+    earlier = {"incumbent": {"version": "o3-sim", "spec": "api-sim:o3", "simulation": True},
+               "metrics": {"sft": {"accuracy": 0.681, "hallucination_rate": 0.2}}, "forgetting_probe": {},
+               "choice": {"reason": "sft", "candidate": "sft"},
+               "gates": {}}
+    gate = "stopped before validation by validated_episodes.clean_ratio: 50.0% of 10800 exported episodes are clean"
+    weeks = [{"week": 1, "served_by": "heuristic 100%", "traffic": {}, "decision": "not registered", "report": earlier},
+             {"week": 2, "served_by": "heuristic 100%", "traffic": {}, "decision": gate, "report": None}]
+    print_summary(Pool(), weeks, started=0.0)
+    out = capsys.readouterr().out
+    assert "held-out evaluation, week" not in out and "o3-sim" not in out and "accuracy  " not in out
+    assert "week 2: no held-out evaluation (stopped before validation by validated_episodes.clean_ratio: 50.0%" in out
+
+
+def test_the_summary_reads_the_report_of_its_own_run_only(tmp_path):
+    import json
+
+    from agent_rl import settings
+    from pipelines.demo import read_report
+
+    path = settings.artifact_dir("evaluation_report", "2026-11-23") / "report.json"
+    path.write_text(json.dumps({"dagster_run_id": "email-run", "metrics": {}}))
+    assert read_report("2026-11-23", "email-run") == {"dagster_run_id": "email-run", "metrics": {}}
+    assert read_report("2026-11-23", "support-run") is None  # another run's leftover, maybe another agent's
+    assert read_report("2026-11-30", "email-run") is None

@@ -87,8 +87,8 @@ class RolloutController:
             return None
         challenger = version_id(found.version)
         state = self.current_state()
-        if state is not None and state.challenger == challenger:
-            return None  # already under test, promoted or rolled back
+        if state is not None and state.challenger == challenger and (state.model_name or self.model_name) == self.model_name:
+            return None  # already under test, promoted or rolled back (another agent's model numbers alike)
         if state is not None and not state.finished:
             self.log(f"challenger {challenger} waits: the test of {state.challenger} is still running")
             return None
@@ -99,7 +99,8 @@ class RolloutController:
         if not baseline:
             baseline = {BASE_VERSION: 1.0}
         champion = incumbent_of(baseline)
-        new = RolloutState.start(champion, challenger, self.config, now=now, baseline_weights=baseline)
+        new = RolloutState.start(champion, challenger, self.config, now=now, baseline_weights=baseline,
+                                 model_name=self.model_name)
         weights = new.weights()
         self.pool.set_routing(
             weights,

@@ -198,6 +198,9 @@ class RolloutState(BaseModel):
         default_factory=dict,
         description="The routing before the test (the champion and any other version routed then). During the "
         "test they keep their shares scaled by 1 - the challenger's share; a rollback restores exactly this.")
+    model_name: str | None = Field(
+        None, description="The registered model the challenger is a version of: agents sharing one pool number "
+        "their versions alike (v1 of the email model is not v1 of the support model).")
 
     @model_validator(mode="after")
     def _distinct_versions(self) -> RolloutState:
@@ -219,6 +222,7 @@ class RolloutState(BaseModel):
         config: RolloutConfig,
         now: datetime | None = None,
         baseline_weights: dict[str, float] | None = None,
+        model_name: str | None = None,
     ) -> RolloutState:
         """A new A/B test at the first step (10% by default). `baseline_weights` is the routing the challenger
         arrives in (default: the champion alone)."""
@@ -233,6 +237,7 @@ class RolloutState(BaseModel):
             step_started_at=now,
             step_start_trials={champion: 0, challenger: 0},
             baseline_weights=baseline,
+            model_name=model_name,
         )
         event = RolloutEvent(
             at=now, action="start", step_share=share, weights=state.weights(), reason="A/B test started"

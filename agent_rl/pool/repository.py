@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -278,9 +278,12 @@ class PoolRepository:
         end: datetime | None,
         policy_version: str | None = None,
         scenario_id: str | None = None,
+        environments: Sequence[str] | None = None,
     ) -> list[Any]:
         c = schema.episodes.c
         where: list[Any] = []
+        if environments is not None:
+            where.append(c.environment.in_(list(environments)))
         if start is not None:
             where.append(c.created_at >= as_utc(start))
         if end is not None:
@@ -297,14 +300,16 @@ class PoolRepository:
         end: datetime | None = None,
         after_cursor: ExportCursor | str | None = None,
         limit: int = 1000,
+        environments: Sequence[str] | None = None,
     ) -> ExportPage:
-        """Episodes with start <= created_at < end, after `after_cursor`, oldest first, at most `limit`."""
+        """Episodes with start <= created_at < end, after `after_cursor`, oldest first, at most `limit`; with
+        `environments`, only the episodes of those environments (one agent's week in a pool several agents share)."""
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
         if isinstance(after_cursor, str):
             after_cursor = ExportCursor.from_token(after_cursor)
         c = schema.episodes.c
-        where = self._filters(start, end)
+        where = self._filters(start, end, environments=environments)
         if after_cursor is not None:
             stamp = as_utc(after_cursor.created_at)
             where.append(or_(c.created_at > stamp, and_(c.created_at == stamp, c.episode_id > after_cursor.episode_id)))
@@ -321,10 +326,11 @@ class PoolRepository:
         end: datetime | None = None,
         after_cursor: ExportCursor | str | None = None,
         page_size: int = 1000,
+        environments: Sequence[str] | None = None,
     ) -> Iterator[ExportPage]:
         """Every page of an export, until the range is exhausted."""
         while True:
-            page = self.export(start, end, after_cursor, page_size)
+            page = self.export(start, end, after_cursor, page_size, environments=environments)
             if page.episodes:
                 yield page
             if page.exhausted:
@@ -343,6 +349,13 @@ class PoolRepository:
         )
         with self.engine.connect() as conn:
             return int(conn.execute(stmt).scalar() or 0)
+
+    def count_by_environment(self, start: datetime | None = None, end: datetime | None = None) -> dict[str, int]:
+        """Episodes per environment in a window: what a week's export of one agent leaves to the others."""
+        c = schema.episodes.c
+        stmt = select(c.environment, func.count()).where(*self._filters(start, end)).group_by(c.environment)
+        with self.engine.connect() as conn:
+            return {environment: int(n) for environment, n in conn.execute(stmt)}
 
     def count_by_version(self, start: datetime | None = None, end: datetime | None = None) -> dict[str, int]:
         c = schema.episodes.c

@@ -5,13 +5,11 @@ and evaluated on the held-out tasks by the same runner."""
 
 from __future__ import annotations
 
-import re
 
 import pytest
 
 from agent_rl.agent.local_policy import LocalPolicy
 from agent_rl.agent.models import build_tiny_model
-from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
 from agent_rl.agent.runner import Play, play_episodes
 from agent_rl.curation.datasets import save_jsonl, sft_rows
 from agent_rl.curation.validate import GateConfig, config_for, evaluate_gates, validate_episodes
@@ -20,33 +18,7 @@ from agent_rl.pool import PoolRepository
 from agent_rl.records import Outcome, Split
 from agent_rl.train.config import SFTSettings
 from agent_rl.train.sft import train_sft
-from examples.timetable import TRAINS, TimetableEnvironment
-
-
-class TimetableTeacher(Policy):
-    """Reads the stations from the question, finds the train, reads it, replies: what a seeding agent does."""
-
-    version = "teacher"
-
-    def act(self, conversations, tools, max_new_tokens=256):
-        return [self._turn(messages) for messages in conversations]
-
-    def _turn(self, messages):
-        question = messages[-1]["content"] if messages[-1]["role"] == "user" else next(
-            m["content"] for m in messages if m["role"] == "user")
-        origin, destination = re.search(r"from (\w+) to (\w+)", question).groups()
-        found = [t for t, (o, d, *_) in TRAINS.items() if (o, d) == (origin, destination)]
-        step = sum(1 for m in messages if m["role"] == "assistant")
-        if step == 0:
-            return PolicyTurn(tool_calls=[ToolCall("find_trains", {"origin": origin, "destination": destination})])
-        if not found:
-            return PolicyTurn(tool_calls=[ToolCall("reply", {"answer": "I don't know", "trains": []})])
-        if step == 1:
-            return PolicyTurn(tool_calls=[ToolCall("train_details", {"train_id": found[0]})])
-        _, _, departs, platform, minutes = TRAINS[found[0]]
-        answer = (f"Platform {platform}" if "platform" in question else f"{minutes} minutes" if "minutes" in question
-                  else departs)
-        return PolicyTurn(tool_calls=[ToolCall("reply", {"answer": answer, "trains": [found[0]]})])
+from examples.timetable import TimetableEnvironment, TimetableTeacher
 
 
 @pytest.mark.slow

@@ -52,9 +52,16 @@ def test_a_teacher_spec_plays_the_environments_teacher_with_its_options():
     assert Counter(e.outcome.value for e in again) == outcomes["flawed"]  # a replay fails the same way
 
 
+class NoTeacher(TimetableEnvironment):
+    """A plug-in that offers no policy to play its tasks (the contract's default)."""
+
+    def teacher(self):
+        return None
+
+
 @pytest.mark.parametrize("spec, complaint", [
     ("teacher:nowhere", "environment 'nowhere': unknown"),
-    ("teacher:examples.timetable:TimetableEnvironment", "offers no teacher"),
+    ("teacher:tests.environments.test_plugin_wiring:NoTeacher", "offers no teacher"),
     ('teacher:{"success_rate": 0.5}', 'needs "environment"'),
     ('teacher:{"environment": "support", "accuracy": 0.5}', "does not take \\['accuracy'\\]"),
     ('teacher:{"environment": "support", "success_rate": 2}', "success_rate must be in"),
