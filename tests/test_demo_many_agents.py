@@ -38,7 +38,7 @@ def test_three_agents_run_their_own_weeks_in_one_home(tmp_path):
         assert done.returncode == 0, f"{agent}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     for agent, out in outputs.items():
         summary = out.split("================ summary ================")[1]
-        assert "clean_ratio" not in out, f"{agent} counted another agent's episodes as unclean"
+        assert "check failed: validated_episodes.clean_ratio" not in out, f"{agent} counted others' episodes"
         assert re.search(r"loop health over 1 retraining runs", summary), f"{agent}: loop health mixed agents"
         week = re.search(r"^\s+1 \| (.*)$", summary, re.M).group(1)
         assert "not registered: the run stopped before validation" not in week
