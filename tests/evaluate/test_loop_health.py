@@ -211,6 +211,7 @@ def _stand_in_retraining_job(uri: str):
 
 def test_loop_health_asset_reads_the_retraining_runs_of_the_instance(uri, tmp_path, monkeypatch):
     from assets.monitoring import loop_health as loop_health_asset
+    from resources.environment import EnvironmentResource
     from resources.registry import MlflowResource
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
@@ -220,7 +221,7 @@ def test_loop_health_asset_reads_the_retraining_runs_of_the_instance(uri, tmp_pa
         for partition in PLAN:
             job.execute_in_process(partition_key=partition, instance=instance, raise_on_error=False)
         result = dg.materialize([loop_health_asset], instance=instance,
-                                resources={"mlflow": MlflowResource(tracking_uri=uri)})
+                                resources={"mlflow": MlflowResource(tracking_uri=uri), "environment": EnvironmentResource()})
     assert result.success
     meta = result.asset_materializations_for_node("loop_health")[0].metadata
     assert meta["retraining_runs"].value == 4
