@@ -60,7 +60,7 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
     out = stage_dir("validated_episodes", partition)
     digest = save_jsonl(result.clean, out / "episodes.jsonl")
     report = {k: v for k, v in result.report.items() if isinstance(v, (int, float, str, dict, list))}
-    # A plug-in declaring 4 categories can never show 5: the diversity gate asks for what the run can have.
+    # What the diversity gate may ask of this run (gate_results); a gateway's categories are whatever clients send.
     declared = None if environment.is_live else len(config.categories)
     report.update(count_in=len(rows), clean=len(result.clean), declared_categories=declared,
                   category_names=sorted({r["task_category"] for r in result.clean if r.get("task_category")}))
@@ -80,11 +80,9 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
 
 def _gate_check(context: dg.AssetCheckExecutionContext, curation: CurationResource, name: str):
     report = json.loads((stage_dir("validated_episodes", context.partition_key) / "report.json").read_text())
-    config = curation.gates()
     declared = report.get("declared_categories")
-    if declared is not None and declared < config.min_categories:
-        config = config.model_copy(update={"min_categories": declared})
-    gates = gate_results(report["count_in"], report["clean"], set(report["category_names"]), config)
+    gates = gate_results(report["count_in"], report["clean"], set(report["category_names"]), curation.gates(),
+                         declared_categories=declared)
     gate = next(g for g in gates if g.name == name)
     return dg.AssetCheckResult(passed=gate.passed, description=gate.message,
                                metadata={"observed": gate.observed, "required": gate.required,

@@ -87,7 +87,7 @@ class RolloutController:
             return None
         challenger = version_id(found.version)
         state = self.current_state()
-        if state is not None and state.challenger == challenger and (state.model_name or self.model_name) == self.model_name:
+        if state is not None and state.challenger == challenger and state.model_name in (None, self.model_name):
             return None  # already under test, promoted or rolled back (another agent's model numbers alike)
         if state is not None and not state.finished:
             self.log(f"challenger {challenger} waits: the test of {state.challenger} is still running")

@@ -596,9 +596,15 @@ def evaluate_gates(result: ValidationResult, config: GateConfig | None = None) -
     return gate_results(count_in, len(result.clean), categories, config)
 
 
-def gate_results(count_in: int, clean: int, categories: set[str], config: GateConfig | None = None) -> list[GateResult]:
-    """The gates from the counts alone (what a blocking check re-reads from the validation report)."""
+def gate_results(count_in: int, clean: int, categories: set[str], config: GateConfig | None = None,
+                 declared_categories: int | None = None) -> list[GateResult]:
+    """The gates from the counts alone (what a blocking check re-reads from the validation report).
+
+    With `declared_categories` (how many the environment has), diversity asks for at most that many: a plug-in
+    declaring 4 categories can never show 5."""
     config = config or GateConfig()
+    if declared_categories is not None and declared_categories < config.min_categories:
+        config = config.model_copy(update={"min_categories": declared_categories})
     ratio = clean / count_in if count_in else 0.0
     return [
         GateResult("volume", clean >= config.min_points, clean, config.min_points,
