@@ -11,12 +11,14 @@ import dagster as dg
 from agent_rl.agent.models import resolve_model
 from agent_rl.curation.datasets import load_jsonl
 from agent_rl.curation.live import GRPO_SKIPPED
+from agent_rl.train.starting_point import starting_point
 from agent_rl.reward.hacking import GENERIC_KINDS, KINDS, HackingConfig, measure_reward_hacking
 from assets.curation import grpo_dataset, sft_dataset, stage_dir, world_path
 from assets.partitions import weekly
 from resources.compute import TrainingCompute
 from resources.environment import EnvironmentResource
 from resources.registry import MlflowResource
+from resources.stores import PoolResource
 from resources.training import TrainingResource
 
 
@@ -59,19 +61,37 @@ def sft_adapters(partition: str) -> list:
 
 
 @dg.asset(group_name="training", partitions_def=weekly, deps=[sft_dataset],
-          description="LoRA adapter from SFT on successful trajectories (assistant tokens only).")
+          description="LoRA adapter from SFT on successful trajectories (assistant tokens only), continuing the "
+                      "adapter production serves when it is ours (training.start_from).")
 def sft_adapter(context: dg.AssetExecutionContext, compute: TrainingCompute, training: TrainingResource,
-                mlflow: MlflowResource):
+                mlflow: MlflowResource, pool: PoolResource):
     partition = context.partition_key
+    incumbent, _ = pool.incumbent(training.base_model)
+    start = starting_point(training.start_from, incumbent, training.base_model, model_name=mlflow.model_name,
+                           tracking_uri=mlflow.uri())
+    context.log.info(f"SFT starts from {start.description}")
     config = {
         "model_path": str(resolve_model(training.base_model)),
         "rows_jsonl": str(stage_dir("sft_dataset", partition) / "train.jsonl"),
         "out_dir": str(stage_dir("sft_adapter", partition)),
         "settings": training.sft().model_dump(mode="json"),
         "tracking": _tracking(context, mlflow),
+        **({"init_adapter": str(start.adapter)} if start.adapter is not None else {}),
     }
     result = compute.run(context, "sft", config)
-    return dg.MaterializeResult(metadata=_metadata(result))
+    (stage_dir("sft_adapter", partition) / STARTED_FROM).write_text(json.dumps(
+        {"version": start.version, "description": start.description}))
+    return dg.MaterializeResult(metadata={**_metadata(result), "started_from": start.description,
+                                          "started_from_version": start.lineage()})
+
+
+STARTED_FROM = "started_from.json"
+
+
+def sft_started_from(partition: str) -> dict:
+    """What the partition's SFT continued: {"version": "v3" or None, "description": ...} (registry lineage)."""
+    path = stage_dir("sft_adapter", partition) / STARTED_FROM
+    return json.loads(path.read_text()) if path.exists() else {"version": None, "description": "unknown"}
 
 
 @dg.asset(group_name="training", partitions_def=weekly, deps=[sft_adapter, grpo_dataset, "anonymized_environment"],

@@ -10,7 +10,6 @@ import json
 import dagster as dg
 
 from agent_rl import registry
-from agent_rl.ab.controller import BASE_VERSION, incumbent_of
 from agent_rl.curation.datasets import load_jsonl, save_jsonl
 from agent_rl.evaluate.harness import evaluate_environments, evaluate_policy, forgetting_probe, torch_threads
 from agent_rl.evaluate.metrics import EvalMetrics
@@ -27,7 +26,14 @@ from agent_rl.records import Scenario
 from agent_rl.evaluate.replay import evaluate_replay
 from assets.curation import anonymized_plugins, anonymized_tasks, held_out_live, stage_dir
 from assets.partitions import weekly
-from assets.training import grpo_adapter, grpo_hacking, grpo_skipped, sft_adapters, trained_adapters
+from assets.training import (
+    grpo_adapter,
+    grpo_hacking,
+    grpo_skipped,
+    sft_adapters,
+    sft_started_from,
+    trained_adapters,
+)
 from resources.environment import EnvironmentResource
 from resources.evaluation import EvaluationResource
 from resources.registry import MlflowResource
@@ -37,20 +43,6 @@ from resources.training import TrainingResource
 
 def report_path(partition: str):
     return stage_dir("evaluation_report", partition) / "report.json"
-
-
-def production_incumbent(pool: PoolResource, base_model: str) -> tuple[str, str]:
-    """(version, spec) of what production serves now: the largest share of the routing table; the prompted base
-    model only where nothing was ever routed."""
-    repository = pool.open()
-    try:
-        routing = repository.get_routing()
-    finally:
-        repository.close()
-    version = incumbent_of(routing.weights)
-    if version is None:
-        return BASE_VERSION, base_model
-    return version, routing.specs.get(version) or version
 
 
 def _simulation_label(policy) -> dict | None:
@@ -93,7 +85,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
             if len(pairs) > 1:
                 per_environment[name] = {env: m.model_dump() for env, m in each.items()}
             return combined.metrics, combined.episodes
-    incumbent_version, incumbent_spec = production_incumbent(pool, training.base_model)
+    incumbent_version, incumbent_spec = pool.incumbent(training.base_model)
     _, hacked = grpo_hacking(partition)
     skipped = grpo_skipped(partition)
     loaders = {
@@ -272,6 +264,7 @@ def registered_model(context: dg.AssetExecutionContext, training: TrainingResour
         tags={"dagster_run_id": context.run_id, "partition": partition, **hashes,
               "trained_with": "sft+grpo" if chosen == "grpo" else "sft",
               "incumbent_at_validation": report["incumbent"]["version"],
+              "started_from": sft_started_from(partition)["version"] or "base",
               "environment": ", ".join(environment.names)},
         alias="challenger", name=mlflow.model_name, tracking_uri=mlflow.uri(),
     )

@@ -32,3 +32,18 @@ class PoolResource(ConfigurableResource):
         from agent_rl.pool.repository import PoolRepository
 
         return PoolRepository(self.resolved_url())
+
+    def incumbent(self, base_model: str) -> tuple[str, str]:
+        """(version, spec) of what production serves now: the largest share of the routing table; the prompted
+        base model only where nothing was ever routed."""
+        from agent_rl.ab.controller import BASE_VERSION, incumbent_of
+
+        repository = self.open()
+        try:
+            routing = repository.get_routing()
+        finally:
+            repository.close()
+        version = incumbent_of(routing.weights)
+        if version is None:
+            return BASE_VERSION, base_model
+        return version, routing.specs.get(version) or version

@@ -19,6 +19,9 @@ class TrainingResource(ConfigurableResource):
     profile: Literal["cpu", "gpu"] = "cpu"
     sft_overrides: dict[str, Any] = Field(default_factory=dict, description="SFTSettings fields to change, e.g. "
                                           '{"max_steps": 48} (agent_rl/train/config.py)')
+    start_from: Literal["champion", "base"] = Field(
+        default="champion", description="where SFT starts: the adapter production serves when it is a registered "
+        "model of ours on this base (champion), else a fresh adapter on the base model; or always the base (base)")
     grpo_overrides: dict[str, Any] = Field(default_factory=dict, description="GRPOSettings fields to change, e.g. "
                                            '{"max_steps": 2, "prompt_filter": {"mode": "none"}}')
 

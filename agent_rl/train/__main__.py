@@ -1,7 +1,8 @@
 """`python -m agent_rl.train sft|grpo --config JSON_FILE`: a training stage as a process, plain or under Dagster Pipes.
 
 Config file (JSON):
-  sft:  {"model_path", "rows_jsonl", "out_dir", "settings": {...SFTSettings}, "tracking": {...}}
+  sft:  {"model_path", "rows_jsonl", "out_dir", "settings": {...SFTSettings}, "tracking": {...}}, and
+        "init_adapter" (optional): an adapter of the same base to keep training instead of a fresh one
   grpo: {"model_path", "sft_adapter", "grpo_rows_jsonl", "inbox_store_url", "out_dir",
          "settings": {...GRPOSettings}, "solve_rates": {scenario_id: rate} (optional), "tracking": {...}}
         a plug-in environment instead of the inbox: "environment" (a name or import path) or "environment_file"
@@ -70,7 +71,7 @@ def run_stage(stage: str, config: dict[str, Any], path: str = "config", extra_ca
         _require(config, ("model_path", "rows_jsonl", "out_dir"), stage, path)
         result = sft_module.train_sft(config["model_path"], config["rows_jsonl"], config["out_dir"],
                                       SFTSettings(**config.get("settings", {})), tracker=tracker,
-                                      callbacks=extra_callbacks)
+                                      callbacks=extra_callbacks, init_adapter=config.get("init_adapter"))
     else:
         environment = config.get("environment")
         files = config.get("environment_files") or ([config["environment_file"]] if config.get("environment_file")
@@ -98,6 +99,7 @@ def _materialization_metadata(stage: str, summary: dict[str, Any]) -> dict[str, 
         "seconds": round(summary.get("seconds", 0.0), 2),
         "mlflow_run_id": summary.get("mlflow_run_id"),
         "resumed_from": summary.get("resumed_from"),
+        "started_from": summary.get("started_from"),
     }
     if stage == "sft":
         metadata.update(tokens_per_second=round(summary.get("tokens_per_second", 0.0), 1),

@@ -72,6 +72,7 @@ class SFTResult:
     retain_rows: int = 0
     static_prefix_tokens: int = 0  # the shared opening block computed once per step (0: every row in full)
     static_prefix_passes: int = 0
+    started_from: str | None = None  # the adapter training continued (None: a fresh adapter on the base)
 
     @property
     def cut_rows(self) -> int:
@@ -399,8 +400,12 @@ def train_sft(
     settings: SFTSettings | None = None,
     tracker: Tracker | None = None,
     callbacks: list | None = None,
+    init_adapter: str | Path | None = None,
 ) -> SFTResult:
-    """Train a LoRA adapter on `rows_jsonl` ({"messages", "tools"} per line); the adapter lands in out_dir/adapter."""
+    """Train a LoRA adapter on `rows_jsonl` ({"messages", "tools"} per line); the adapter lands in out_dir/adapter.
+
+    `init_adapter`: a LoRA adapter of the same base to keep training (what production serves, when it is ours)
+    instead of a fresh one; its rank and target modules are the adapter's own, not `settings.lora`."""
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer
@@ -424,9 +429,18 @@ def train_sft(
         raise ValueError(f"no usable SFT rows in {rows_jsonl}: {len(rows)} read, all dropped "
                          f"({'; '.join(sorted({d.reason.split(':')[0] for d in data.dropped}))})")
 
+    init_adapter = Path(init_adapter) if init_adapter else None
+    if init_adapter is not None and not (init_adapter / "adapter_config.json").is_file():
+        raise ValueError(f"init_adapter {str(init_adapter)!r} is not a PEFT adapter directory (no adapter_config.json)")
     torch.manual_seed(settings.compute.seed)
     model = load_model(model_path, settings.compute)
-    retained = rehearsal(model, tokenizer, len(data.input_ids), settings)
+    retained = rehearsal(model, tokenizer, len(data.input_ids), settings)  # the base's own answers, adapter or not
+    peft_config = lora_config(settings.lora)
+    if init_adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(init_adapter), is_trainable=True)
+        peft_config = None
     dataset = Dataset.from_dict({"input_ids": data.input_ids + retained.input_ids,
                                  "labels": data.labels + retained.labels})
     config = SFTConfig(
@@ -445,15 +459,17 @@ def train_sft(
             params={"model_path": str(model_path), "settings": settings.model_dump(mode="json"),
                     "rows": len(rows), "rows_used": len(data.input_ids), "rows_dropped": len(data.dropped),
                     "retain_rows": len(retained.input_ids),
+                    "started_from": str(init_adapter) if init_adapter is not None else "base",
                     "longest_row_tokens": data.longest, "trained_tokens_per_epoch": data.trained_tokens},
             dataset_hashes={"sft_rows": rows_hash},
         )
     callback = MetricsCallback(stage)
     trainer = _lean_trainer_class()(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
-                         peft_config=lora_config(settings.lora), callbacks=[callback, *(callbacks or [])])
+                         peft_config=peft_config, callbacks=[callback, *(callbacks or [])])
     trainer.static_prefix = StaticPrefix.find(tokenizer, rows, data.input_ids) if settings.static_prefix else None
     resume = resumable_checkpoint(out_dir, inputs_fingerprint(
-        rows_hash, str(model_path), settings.model_dump_json(exclude=RUN_LENGTH_FIELDS)))
+        rows_hash, str(model_path), settings.model_dump_json(exclude=RUN_LENGTH_FIELDS),
+        *([init_adapter] if init_adapter is not None else [])))
     if resume:
         log.info("resuming SFT from %s", resume)
     started = time.perf_counter()
@@ -491,6 +507,7 @@ def train_sft(
         retain_rows=len(retained.input_ids),
         static_prefix_tokens=len(trainer.static_prefix or ()),
         static_prefix_passes=trainer.static_prefix.computed if trainer.static_prefix else 0,
+        started_from=str(init_adapter) if init_adapter is not None else None,
     )
     if stage is not None:
         stage.log_metrics({"tokens_per_second": result.tokens_per_second, "cut_rows": result.cut_rows,

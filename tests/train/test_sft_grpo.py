@@ -781,3 +781,32 @@ def test_a_kl_anchor_or_fresh_adapter_trains_a_new_adapter_over_the_merged_sft_p
         sft_only = sft_policy(ids).logits
         by_hand = PeftModel.from_pretrained(sft_policy, str(result.adapter_dir))(ids).logits
     assert torch.allclose(served, by_hand, atol=1e-4) and not torch.allclose(served, sft_only, atol=1e-4)
+
+
+def test_sft_continues_a_given_adapter_instead_of_starting_a_fresh_one(train_data, tmp_path):
+    """What the loop does when production runs a model of ours: the week's SFT keeps training the champion's
+    adapter. With a vanishing learning rate the continued adapter is the champion's; a fresh one is not."""
+    from safetensors.torch import load_file
+
+    from agent_rl.train.sft import train_sft
+
+    settings = SFTSettings(max_steps=2, save_steps=2, per_device_train_batch_size=2, learning_rate=1e-2)
+    champion = train_sft(train_data["tiny"], train_data["sft"], tmp_path / "champion", settings)
+    still = settings.model_copy(update={"learning_rate": 1e-12, "lora": settings.lora.model_copy(update={"r": 4})})
+    continued = train_sft(train_data["tiny"], train_data["sft"], tmp_path / "continued", still,
+                          init_adapter=champion.adapter_dir)
+    fresh = train_sft(train_data["tiny"], train_data["sft"], tmp_path / "fresh", still)
+    assert continued.started_from == str(champion.adapter_dir) and fresh.started_from is None
+
+    def weights(result):
+        return load_file(str(result.adapter_dir / "adapter_model.safetensors"))
+
+    before, after, new = weights(champion), weights(continued), weights(fresh)
+    assert before.keys() == after.keys()  # the champion's shape (rank 16), not the settings' rank 4
+    assert all(float((before[k] - after[k]).abs().max()) < 1e-6 for k in before)
+    lora_b = [k for k in before if "lora_B" in k]
+    assert lora_b and any(float(before[k].abs().max()) > 1e-4 for k in lora_b)  # the champion learnt something
+    assert all(float(new[k].abs().max()) < 1e-6 for k in new if "lora_B" in k)  # a fresh adapter starts at zero
+
+    with pytest.raises(ValueError, match="not a PEFT adapter directory"):
+        train_sft(train_data["tiny"], train_data["sft"], tmp_path / "bad", still, init_adapter=tmp_path)
