@@ -100,11 +100,14 @@ def grpo_adapter(context: dg.AssetExecutionContext, compute: TrainingCompute, tr
                  mlflow: MlflowResource, environment: EnvironmentResource):
     partition = context.partition_key
     skipped = skipped_path(partition)
-    if environment.is_live:  # nothing to roll out in: SFT alone is the candidate (validation reads the marker)
-        context.log.warning(GRPO_SKIPPED)
+    # Nothing to roll out in (the gateway's tools run in the client), or GRPO turned off for this run: SFT alone is
+    # the candidate (validation reads the marker).
+    reason = GRPO_SKIPPED if environment.is_live else None if training.grpo_enabled else GRPO_OFF
+    if reason:
+        context.log.warning(reason)
         skipped.parent.mkdir(parents=True, exist_ok=True)
-        skipped.write_text(json.dumps({"reason": GRPO_SKIPPED}))
-        return dg.MaterializeResult(metadata={"skipped": GRPO_SKIPPED})
+        skipped.write_text(json.dumps({"reason": reason}))
+        return dg.MaterializeResult(metadata={"skipped": reason})
     skipped.unlink(missing_ok=True)
     env_dir = stage_dir("anonymized_environment", partition)
     # The email assistant rolls out in the anonymized inbox; a plug-in in its anonymized world, as curation saved it.
@@ -121,6 +124,10 @@ def grpo_adapter(context: dg.AssetExecutionContext, compute: TrainingCompute, tr
     }
     result = compute.run(context, "grpo", config)
     return dg.MaterializeResult(metadata=_metadata(result))
+
+
+GRPO_OFF = "GRPO skipped: turned off in this run's training settings (training.grpo_enabled = false); SFT alone " \
+           "is the candidate"
 
 
 def rollouts_path(partition: str):

@@ -9,9 +9,10 @@ import json
 
 import dagster as dg
 
-from agent_rl import registry
+from agent_rl import registry, settings
 from agent_rl.curation.datasets import load_jsonl, save_jsonl
 from agent_rl.evaluate.harness import evaluate_environments, evaluate_policy, forgetting_probe, torch_threads
+from agent_rl.evaluate.cache import EvaluationCache, inputs_fingerprint, weights_fingerprint
 from agent_rl.evaluate.metrics import EvalMetrics
 from agent_rl.evaluate.report import (
     category_markdown,
@@ -43,6 +44,21 @@ from resources.training import TrainingResource
 
 def report_path(partition: str):
     return stage_dir("evaluation_report", partition) / "report.json"
+
+
+def registered_weights(spec: str, mlflow: MlflowResource) -> str | None:
+    """The weights fingerprint of a registered version routed as `mlflow:vN`; None for anything else (an API
+    model, a rule-based agent, a configured policy): those are played every time."""
+    ref = spec.removeprefix("mlflow:")
+    if not spec.startswith("mlflow:") or not (ref.startswith("v") and ref[1:].isdigit()):
+        return None
+    try:
+        path, manifest = registry.download_version(version=ref[1:], name=mlflow.model_name, tracking_uri=mlflow.uri())
+    except LookupError:
+        return None
+    if "adapters" not in manifest:
+        return None
+    return weights_fingerprint(manifest["base_model"], [path / a for a in manifest["adapters"]])
 
 
 def _simulation_label(policy) -> dict | None:
@@ -103,9 +119,27 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
     episode_files: dict[str, str] = {}
     probes: dict[str, float | None] = {}
     simulation = None
+    # A model evaluated before on the same held-out world (the incumbent was v0 or last week's candidate) is not
+    # played again: its result is keyed by its weights, every file of the world and the settings.
+    cache = EvaluationCache(settings.artifact_dir("evaluation_cache"))
+    inputs = inputs_fingerprint(env, evaluation.eval_config().model_dump_json() + measure)
+    weights = {"sft": weights_fingerprint(training.base_model, sft_adapters(partition)),
+               "grpo": weights_fingerprint(training.base_model, trained_adapters(partition)) if "grpo" in loaders
+               else None,
+               "incumbent": registered_weights(incumbent_spec, mlflow)}
     for name, load in loaders.items():
-        context.log.info(f"evaluating {name}" + (f" ({incumbent_version}: {incumbent_spec})" if name == "incumbent"
-                                                  else ""))
+        label = f" ({incumbent_version}: {incumbent_spec})" if name == "incumbent" else ""
+        hit = cache.get(weights[name], inputs) if weights[name] else None
+        if hit is not None:
+            results[name], episodes, probes[name] = hit
+            for episode in episodes:
+                episode.policy_version = name
+            if episodes:
+                episode_files[name] = save_held_out(episodes, stage_dir("evaluation_report", partition), name)
+            context.log.info(f"{name}{label}: the same weights were evaluated on this held-out world before; "
+                             f"reusing that result (accuracy {results[name].accuracy:.1%})")
+            continue
+        context.log.info(f"evaluating {name}{label}")
         with torch_threads(evaluation.torch_threads):
             policy = load()
             results[name], episodes = evaluate(policy, name)
@@ -117,6 +151,8 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
             is_model = hasattr(policy, "model")
             probes[name] = forgetting_probe(policy, items=probe_items) if is_model else None
             del policy
+        if weights[name]:
+            cache.put(weights[name], inputs, results[name], episodes, probes[name])
     with torch_threads(evaluation.torch_threads):
         base = load_policy(training.base_model)
         probes["base"] = forgetting_probe(base, items=probe_items)

@@ -81,8 +81,14 @@ def arbiter_process(port: int, scenarios: Path, token: str):
             process.kill()
 
 
-def put_routing(url: str, token: str, weights: dict[str, float], specs: dict[str, str]) -> None:
-    response = httpx.put(f"{url}/v1/routing", json={"weights": weights, "specs": specs, "reason": "demo setup"},
+def _fields(resource) -> dict:
+    """A configured resource's field values, as run config takes them."""
+    return {name: getattr(resource, name) for name in type(resource).model_fields}
+
+
+def put_routing(url: str, token: str, weights: dict[str, float], specs: dict[str, str],
+                reason: str = "demo setup") -> None:
+    response = httpx.put(f"{url}/v1/routing", json={"weights": weights, "specs": specs, "reason": reason},
                          headers={"Authorization": f"Bearer {token}"}, timeout=600)
     if response.status_code != 200:
         raise RuntimeError(f"routing change refused: {response.status_code} {response.text}")
@@ -140,15 +146,21 @@ def output_to(log_file: Path):
             console.close()
 
 
-def run_job(defs, name: str, instance, log_file: Path, max_steps: dict[str, int], **kwargs):
-    """A job of the code location with the demo's console logger (progress on screen, full log in the file)."""
+def run_job(defs, name: str, instance, log_file: Path, max_steps: dict[str, int], resources: dict | None = None,
+            **kwargs):
+    """A job of the code location with the demo's console logger (progress on screen, full log in the file);
+    `resources`: field values that replace the profile's for this run only ({"evaluation": {"gate": "open"}})."""
     from pipelines.console import console_logger
 
     with output_to(log_file) as console:
         job = defs.resolve_job_def(name).with_logger_defs(
             {"demo_console": console_logger(log_file, max_steps, out=console)})
         # Logger definitions take effect only when the run config selects them.
-        return job.execute_in_process(instance=instance, run_config={"loggers": {"demo_console": {}}}, **kwargs)
+        # A resource's run config replaces all its fields (those it leaves out fall back to the class defaults, not
+        # the profile's): give every field, the profile's values under the changes.
+        run_config = {"loggers": {"demo_console": {}}, "resources": {
+            name: {"config": {**_fields(defs.resources[name]), **fields}} for name, fields in (resources or {}).items()}}
+        return job.execute_in_process(instance=instance, run_config=run_config, **kwargs)
 
 
 def traffic_figures(pool, since: datetime) -> dict[str, dict[str, float]]:
@@ -188,9 +200,19 @@ def main(argv: list[str] | None = None) -> int:
                              "(default: 0.1 fast, 0 full: a 135M model on CPU answers ~1 request in 5 s)")
     parser.add_argument("--env", default=os.environ.get("AGENT_RL_ENV") or "email",
                         help="the agent to improve: email (default), support, or a plug-in 'package.module:Class'")
+    parser.add_argument("--incumbent", default=os.environ.get("INCUMBENT") or "ours",
+                        help="who runs production when the weeks start: 'ours' (default: v0, a model of ours that "
+                             "the same job trained on the traffic the API model served before, registered as "
+                             "champion), or the API model itself by its routing name (o3-sim for email, gpt-4o-sim "
+                             "for support, teacher for a plug-in or the fast demo): the distillation story, where the "
+                             "candidate must be no worse at a fraction of the cost (gate non_inferiority)")
+    parser.add_argument("--v0-steps", type=int, default=None,
+                        help="SFT steps that trained v0 (default: half the profile's, the team's quick first model)")
     args = parser.parse_args(argv)
     if args.weeks < 1:
         parser.error(f"--weeks must be at least 1, got {args.weeks}")
+    if args.v0_steps is not None and args.v0_steps < 1:
+        parser.error(f"--v0-steps must be at least 1, got {args.v0_steps}")
     from agent_rl.environments.core import EnvironmentError
     from agent_rl.environments.registry import load_environment
 
@@ -241,6 +263,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         production_spec = args.production or SIMULATED_PRODUCTION.get(plugin.name, (f"teacher:{args.env}", ""))[0]
     production = production_version(production_spec)
+    ours = args.incumbent == "ours"
+    if not ours and args.incumbent != production:
+        parser.error(f"--incumbent {args.incumbent!r}: expected 'ours' or {production!r} (the API model this demo "
+                     "simulates; --production chooses another)")
+    # Against an API model the question is the distillation's: as good at a fraction of the cost. The fast
+    # profile's tiny model keeps its open gate (it cannot be as good as anything).
+    week_resources = {} if ours or args.fast else {"evaluation": {"gate": "non_inferiority"}}
+    v0_steps = args.v0_steps or max(1, max_steps["sft_adapter"] // 2)
 
     with step(f"prepare the policy model ({base_model})"):
         print(f"model at {resolve_model(base_model)}")
@@ -277,11 +307,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"arbiter at {url} while the demo runs: POST /v1/ask, and the OpenAI-compatible gateway at "
               f"{url}/v1/chat/completions (point an openai client's base_url at {url}/v1 with the demo's API key, "
               "$AGENT_RL_API_KEY of this process)", flush=True)
+        v0 = None
+        if ours:
+            v0 = ship_v0(defs, instance, log_file, max_steps, partition, url, token, pool, train, seed_requests,
+                         v0_steps, production)
+            if v0.get("crashed"):
+                crashed.append(v0["crashed"])
         for week in range(1, args.weeks + 1):
             row: dict = {"week": week}
             served_before = pool.get_routing().weights
             row["served_by"] = ", ".join(f"{v} {w:.0%}" for v, w in sorted(served_before.items(), key=lambda i: -i[1]))
-            n = seed_requests if week == 1 else args.week_requests
+            n = seed_requests if week == 1 and not (v0 and v0.get("version")) else args.week_requests
             week_started = datetime.now(timezone.utc)
             with step(f"week {week}: {n} production requests through the arbiter ({row['served_by']})"):
                 replay(url, train, n, concurrency=16, key_prefix=f"week{week}-{int(time.time())}")
@@ -290,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
 
             with step(f"week {week}: retraining job on partition {partition} "
                       "(curation → SFT → GRPO → validation → registry)"):
-                result = run_job(defs, "retraining_job", instance, log_file, max_steps,
+                result = run_job(defs, "retraining_job", instance, log_file, max_steps, resources=week_resources,
                                  partition_key=partition, raise_on_error=False)
                 with output_to(log_file):  # MLflow's own INFO lines belong in the log, not on the console
                     end_mlflow_parent_run(resources["mlflow"].uri(), result.run_id, result.success)
@@ -341,11 +377,66 @@ def main(argv: list[str] | None = None) -> int:
         health = read_loop_health()
         if not result.success or health is None:
             crashed.append("loop_health")
-    print_summary(pool, weeks, started, health, since=run_started)
+    print_summary(pool, weeks, started, health, since=run_started, v0=v0)
     if crashed:
         print(f"FAILED steps: {', '.join(crashed)} (see {log_file} and the run in the Dagster UI)")
         return 1
     return 0
+
+
+def ship_v0(defs, instance, log_file: Path, max_steps: dict[str, int], partition: str, url: str, token: str, pool,
+            train, requests: int, steps: int, api_version: str) -> dict:
+    """v0, the model of ours production runs when the weeks start, made the way a team makes its first one: the API
+    model served production (`requests` replayed requests, the pool's history), the same retraining job trained on
+    that pool (SFT alone, `steps` steps, from the base) and measured it on the held-out tasks; there was no model of
+    ours to beat, so no improvement gate (the team's call to self-host; every other check holds). Registered, given
+    the `champion` alias and all of production's traffic. Returns what the summary shows of it."""
+    from agent_rl import registry
+    from agent_rl.ab.controller import version_id
+
+    with step(f"before the weeks: {requests} production requests served by the API model ({api_version})"):
+        replay(url, train, requests, concurrency=16, key_prefix=f"v0-{int(time.time())}")
+        print(f"pool holds {pool.count()} episodes")
+    v0: dict = {"api": api_version, "requests": requests, "steps": steps}
+    with step(f"v0: the retraining job on that pool, SFT alone ({steps} steps from the base), no improvement gate"):
+        result = run_job(defs, "retraining_job", instance, log_file, {**max_steps, "sft_adapter": steps},
+                         partition_key=partition,
+                         raise_on_error=False, resources={
+                             "training": {"sft_overrides": {**defs.resources["training"].sft_overrides,
+                                                            "max_steps": steps},
+                                          "grpo_enabled": False, "start_from": "base"},
+                             "evaluation": {"gate": "open"}})
+        report = read_report(partition, result.run_id)
+        registered = any(e.asset_key.to_user_string() == "registered_model"
+                         for e in result.get_asset_materialization_events())
+        if not registered:
+            failed = [f"{c.asset_key.to_user_string()}.{c.check_name}: {c.description}"
+                      for c in result.get_asset_check_evaluations() if not c.passed]
+            print(f"v0 was not registered ({'; '.join(failed) or 'a step failed'}): production stays on "
+                  f"{api_version}", flush=True)
+            return {**v0, "crashed": None if failed else "v0 retraining run"}
+        where = {"name": defs.resources["mlflow"].model_name, "tracking_uri": defs.resources["mlflow"].uri()}
+        number = registry.get_version("challenger", **where).version
+        version = version_id(number)
+        registry.set_alias("champion", number, **where)
+        registry.delete_alias("challenger", **where)
+        registry.tag_version(number, {"rollout": "shipped as v0", "rollout.cause": (
+            f"the team's first self-hosted model: SFT alone on the traffic {api_version} served; no model of ours "
+            "to beat")}, **where)
+        put_routing(url, token, {version: 1.0}, {version: f"mlflow:{version}"},
+                    reason=f"v0 shipped: {version} (run {result.run_id[:8]}) replaces {api_version}")
+        wait_for_routing(url, pool)
+        metrics = (report or {}).get("metrics", {}).get("sft") or {}
+        v0.update(version=version, run_id=result.run_id, model=where["name"], accuracy=metrics.get("accuracy"),
+                  wrong=metrics.get("hallucination_rate"), n=metrics.get("n"))
+        print(f"production now runs {version} (v0), the registered champion of {where['name']}: held-out accuracy "
+              f"{_share(v0['accuracy'])}, wrong {_share(v0['wrong'])} on {v0['n']} tasks (measured; Dagster run "
+              f"{result.run_id})", flush=True)
+    return v0
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
 
 
 # What stands for production before training in a plug-in's demo: its teacher failing the share of requests a named
@@ -412,8 +503,14 @@ def arbiter_memory(url: str) -> dict | None:
 
 
 def print_summary(pool, weeks: list[dict], started: float, health: dict | None = None,
-                  since: datetime | None = None) -> None:
+                  since: datetime | None = None, v0: dict | None = None) -> None:
     print("\n================ summary ================")
+    if v0 and v0.get("version"):
+        print(f"v0: {v0['version']} of {v0['model']}, SFT alone ({v0['steps']} steps from the base) on the "
+              f"{v0['requests']} requests {v0['api']} served before; held-out accuracy {_share(v0['accuracy'])}, "
+              f"wrong {_share(v0['wrong'])} (measured, {v0['n']} tasks); shipped as champion with 100% of production")
+    elif v0:
+        print(f"v0 was not shipped: production stayed on {v0['api']}")
     last = weeks[-1].get("report") if weeks else None  # this run's last week: no older week's table instead
     if weeks and not last:
         print(f"week {weeks[-1]['week']}: no held-out evaluation ({weeks[-1]['decision']})")
@@ -422,13 +519,17 @@ def print_summary(pool, weeks: list[dict], started: float, health: dict | None =
         label = " (SIMULATED: published latency and cost)" if incumbent.get("simulation") else ""
         print(f"held-out evaluation, week {weeks[-1]['week']}: incumbent = production's {incumbent['version']} "
               f"({incumbent['spec']}){label}")
+        # No latency column here: a batched held-out evaluation's wall time per episode is not what a request costs
+        # served (the traffic table below has that, measured through the arbiter).
         columns = ("accuracy", "hallucination_rate", "failure_rate", "valid_tool_call_rate", "avg_turns",
-                   "latency_ms_p50", "cost_per_1k_usd")
+                   "cost_per_1k_usd")
         print(f"{'model':12}" + "".join(f"{c:>21}" for c in columns))
         for name in ("sft", "grpo", "incumbent"):
             metrics = last["metrics"].get(name)
             if metrics:
                 print(f"{name:12}" + "".join(f"{metrics.get(c, 0.0):>21.3f}" for c in columns))
+        print("(cost_per_1k_usd of a model of ours: its held-out tokens at $0.10 / $0.30 per million prompt / "
+              "completion tokens, the evaluation's price for a small hosted model; of a -sim: the published figure)")
         probes = ", ".join(f"{k} {v:.0%}" for k, v in last["forgetting_probe"].items() if v is not None)
         print(f"forgetting probe: {probes}")
         print(f"candidate: {last['choice']['reason']}")
@@ -439,8 +540,11 @@ def print_summary(pool, weeks: list[dict], started: float, health: dict | None =
         traffic = "; ".join(f"{v}: n {t['n']}, acc {t['accuracy']:.1%}, ${t['cost_per_1k_usd']:.2f}/1k, "
                             f"{t['latency_s_p50']:.2f} s" for v, t in row["traffic"].items())
         print(f"{row['week']:>4} | {row['served_by']} | {traffic} | {row['decision']}")
-    print("(a version ending in -sim is the rule-based agent playing an API model: its accuracy is measured, its "
-          "latency and cost are the model's published figures)")
+    print("(latency: median seconds from request to answer through the arbiter, this machine; cost: what the "
+          "arbiter charged per 1,000 requests: $0 for a model served here, whose price is this machine's time)")
+    if any(v.endswith("-sim") for row in weeks for v in row["traffic"]):
+        print("(a version ending in -sim is the rule-based agent playing an API model: its accuracy is measured, its "
+              "latency and cost are the model's published figures)")
     if len(weeks) > 1:
         print("\nweek | held-out accuracy / wrong answers: SFT alone, SFT + GRPO, production's incumbent | candidate")
         for row in weeks:

@@ -22,6 +22,8 @@ class TrainingResource(ConfigurableResource):
     start_from: Literal["champion", "base"] = Field(
         default="champion", description="where SFT starts: the adapter production serves when it is a registered "
         "model of ours on this base (champion), else a fresh adapter on the base model; or always the base (base)")
+    grpo_enabled: bool = Field(default=True, description="run GRPO after SFT; false: SFT alone is the candidate "
+                               "(a first model shipped quickly, or a budget that GRPO does not fit)")
     grpo_overrides: dict[str, Any] = Field(default_factory=dict, description="GRPOSettings fields to change, e.g. "
                                            '{"max_steps": 2, "prompt_filter": {"mode": "none"}}')
 

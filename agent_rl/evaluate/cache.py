@@ -1,0 +1,76 @@
+"""Held-out results of a model already evaluated on the same tasks, reused instead of played again.
+
+Why: once production runs a model of ours, each week's incumbent is a model the loop evaluated before (v0 when it
+was made, last week's candidate), and playing its held-out episodes again costs as much as evaluating a candidate
+(minutes per model on a CPU). A result is reused only when everything that decides it is the same: the weights
+(base model and adapter files, in order), every file of the held-out world and the evaluation settings; greedy
+decoding then plays the same episodes. Any difference is another key, so a stale result is never read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from agent_rl.evaluate.metrics import EvalMetrics
+from agent_rl.records import Episode
+
+WEIGHT_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+def weights_fingerprint(base_model: str, adapters: list[str | Path]) -> str | None:
+    """One hash over what a stacked model computes with; None when an adapter lacks its weight files."""
+    digest = hashlib.sha256(f"base:{base_model}".encode())
+    for adapter in adapters:
+        for name in WEIGHT_FILES:
+            path = Path(adapter) / name
+            if not path.is_file():
+                return None
+            digest.update(name.encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def inputs_fingerprint(folder: Path, settings: str) -> str:
+    """One hash over every file of the held-out world (names and bytes) and the evaluation settings."""
+    digest = hashlib.sha256(settings.encode())
+    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(folder)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+class EvaluationCache:
+    """Results by (weights, inputs) key under `folder`, one JSON file each, written whole or not at all."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+
+    def _path(self, weights: str, inputs: str) -> Path:
+        return self.folder / f"{weights[:24]}-{inputs[:24]}.json"
+
+    def get(self, weights: str, inputs: str) -> tuple[EvalMetrics, list[Episode], float | None] | None:
+        path = self._path(weights, inputs)
+        if not path.is_file():
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("weights") != weights or data.get("inputs") != inputs:
+                return None
+            return (EvalMetrics.model_validate(data["metrics"]),
+                    [Episode.model_validate(e) for e in data["episodes"]], data.get("probe"))
+        except (ValueError, KeyError, TypeError):
+            return None  # unreadable: evaluate again (and overwrite it)
+
+    def put(self, weights: str, inputs: str, metrics: EvalMetrics, episodes: list[Episode],
+            probe: float | None) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        data = {"weights": weights, "inputs": inputs, "metrics": metrics.model_dump(mode="json"),
+                "episodes": [e.model_dump(mode="json") for e in episodes], "probe": probe}
+        handle, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump(data, out)
+        os.replace(tmp, self._path(weights, inputs))
