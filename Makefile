@@ -51,12 +51,15 @@ test-fast: $(STAMP)
 WEEKS ?= 1
 # `make demo ENV=support`: the customer-support agent instead of the email assistant (or a plug-in import path).
 ENV ?= email
+# Who runs production when the weeks start: `make demo INCUMBENT=ours` (v0, a model of ours; demo-fast's default) or
+# the API model (`o3-sim`, `gpt-4o-sim` for support: the distillation story, gate non_inferiority; demo's default).
+INCUMBENT ?=
 
 demo: $(STAMP)
-	$(BIN)/python -m pipelines.demo --weeks $(WEEKS) --env $(ENV)
+	$(BIN)/python -m pipelines.demo --weeks $(WEEKS) --env $(ENV) $(if $(INCUMBENT),--incumbent $(INCUMBENT))
 
 demo-fast: $(STAMP)
-	$(BIN)/python -m pipelines.demo --fast --weeks $(WEEKS) --env $(ENV)
+	$(BIN)/python -m pipelines.demo --fast --weeks $(WEEKS) --env $(ENV) $(if $(INCUMBENT),--incumbent $(INCUMBENT))
 
 # Dagster and MLflow side by side on loopback, on the storage and with the profile the demo used (its sensors
 # then judge the demo's A/B test by the demo's thresholds).

@@ -81,9 +81,21 @@ def arbiter_process(port: int, scenarios: Path, token: str):
             process.kill()
 
 
-def _fields(resource) -> dict:
-    """A configured resource's field values, as run config takes them."""
-    return {name: getattr(resource, name) for name in type(resource).model_fields}
+def resource_config(defs, changes: dict[str, dict]) -> dict:
+    """Run config that changes some fields of some resources for one run. A resource's run config replaces all its
+    fields (those it leaves out fall back to the class defaults, not the profile's): every field is given, the
+    profile's values under the changes."""
+    config = {}
+    for name, fields in changes.items():
+        resource = defs.resources[name]
+        config[name] = {"config": {**{f: getattr(resource, f) for f in type(resource).model_fields}, **fields}}
+    return config
+
+
+def week_changes(ours: bool, fast: bool) -> dict[str, dict]:
+    """What a week's run changes in the profile: against an API model the question is the distillation's, as good at
+    a fraction of the cost (gate non_inferiority); the fast profile's tiny model keeps its open gate."""
+    return {} if ours or fast else {"evaluation": {"gate": "non_inferiority"}}
 
 
 def put_routing(url: str, token: str, weights: dict[str, float], specs: dict[str, str],
@@ -156,10 +168,7 @@ def run_job(defs, name: str, instance, log_file: Path, max_steps: dict[str, int]
         job = defs.resolve_job_def(name).with_logger_defs(
             {"demo_console": console_logger(log_file, max_steps, out=console)})
         # Logger definitions take effect only when the run config selects them.
-        # A resource's run config replaces all its fields (those it leaves out fall back to the class defaults, not
-        # the profile's): give every field, the profile's values under the changes.
-        run_config = {"loggers": {"demo_console": {}}, "resources": {
-            name: {"config": {**_fields(defs.resources[name]), **fields}} for name, fields in (resources or {}).items()}}
+        run_config = {"loggers": {"demo_console": {}}, "resources": resource_config(defs, resources or {})}
         return job.execute_in_process(instance=instance, run_config=run_config, **kwargs)
 
 
@@ -200,12 +209,14 @@ def main(argv: list[str] | None = None) -> int:
                              "(default: 0.1 fast, 0 full: a 135M model on CPU answers ~1 request in 5 s)")
     parser.add_argument("--env", default=os.environ.get("AGENT_RL_ENV") or "email",
                         help="the agent to improve: email (default), support, or a plug-in 'package.module:Class'")
-    parser.add_argument("--incumbent", default=os.environ.get("INCUMBENT") or "ours",
-                        help="who runs production when the weeks start: 'ours' (default: v0, a model of ours that "
-                             "the same job trained on the traffic the API model served before, registered as "
-                             "champion), or the API model itself by its routing name (o3-sim for email, gpt-4o-sim "
-                             "for support, teacher for a plug-in or the fast demo): the distillation story, where the "
-                             "candidate must be no worse at a fraction of the cost (gate non_inferiority)")
+    parser.add_argument("--incumbent", default=os.environ.get("INCUMBENT") or None,
+                        help="who runs production when the weeks start: 'ours' (v0, a model of ours that the same "
+                             "job trained on the traffic the API model served before, registered as champion; the "
+                             "fast demo's default), or the API model itself by its routing name (o3-sim for email, "
+                             "gpt-4o-sim for support, teacher for a plug-in): the distillation story, where the "
+                             "candidate must be no worse at a fraction of the cost (gate non_inferiority); the full "
+                             "demo's default, because a 135M model serves ~0.2 requests/s on 2 CPU cores and a week "
+                             "and an A/B test served by models of ours take hours there (docs/experiments.md)")
     parser.add_argument("--v0-steps", type=int, default=None,
                         help="SFT steps that trained v0 (default: half the profile's, the team's quick first model)")
     args = parser.parse_args(argv)
@@ -224,6 +235,15 @@ def main(argv: list[str] | None = None) -> int:
             and plugin.teacher() is None:
         parser.error(f"environment {args.env!r} offers no teacher policy to stand for the agent production runs "
                      "before training: pass --production SPEC (a policy spec the arbiter serves)")
+    if plugin is None:
+        production_spec = args.production or ("heuristic" if args.fast else "api-sim:o3")
+    else:
+        production_spec = args.production or SIMULATED_PRODUCTION.get(plugin.name, (f"teacher:{args.env}", ""))[0]
+    production = production_version(production_spec)
+    ours = (args.incumbent or ("ours" if args.fast else production)) == "ours"
+    if not ours and args.incumbent not in (None, production):
+        parser.error(f"--incumbent {args.incumbent!r}: expected 'ours' or {production!r} (the API model this demo "
+                     "simulates; --production chooses another)")
     profile = "fast" if args.fast else "demo"
     os.environ["AGENT_RL_PROFILE"] = profile
     os.environ["AGENT_RL_ENV"] = args.env  # the resources (EnvironmentResource, model name) and the arbiter read it
@@ -258,18 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     max_steps = {"sft_adapter": resources["training"].sft().max_steps,
                  "grpo_adapter": resources["training"].grpo().max_steps}
     seed_requests = args.seed_requests or (resources["curation"].min_points + 400)
-    if plugin is None:
-        production_spec = args.production or ("heuristic" if args.fast else "api-sim:o3")
-    else:
-        production_spec = args.production or SIMULATED_PRODUCTION.get(plugin.name, (f"teacher:{args.env}", ""))[0]
-    production = production_version(production_spec)
-    ours = args.incumbent == "ours"
-    if not ours and args.incumbent != production:
-        parser.error(f"--incumbent {args.incumbent!r}: expected 'ours' or {production!r} (the API model this demo "
-                     "simulates; --production chooses another)")
-    # Against an API model the question is the distillation's: as good at a fraction of the cost. The fast
-    # profile's tiny model keeps its open gate (it cannot be as good as anything).
-    week_resources = {} if ours or args.fast else {"evaluation": {"gate": "non_inferiority"}}
+    week_resources = week_changes(ours, args.fast)
     v0_steps = args.v0_steps or max(1, max_steps["sft_adapter"] // 2)
 
     with step(f"prepare the policy model ({base_model})"):
