@@ -51,8 +51,8 @@ test-fast: $(STAMP)
 WEEKS ?= 1
 # `make demo ENV=support`: the customer-support agent instead of the email assistant (or a plug-in import path).
 ENV ?= email
-# Who runs production when the weeks start: `make demo INCUMBENT=ours` (v0, a model of ours; demo-fast's default) or
-# the API model (`o3-sim`, `gpt-4o-sim` for support: the distillation story, gate non_inferiority; demo's default).
+# Who runs production when the weeks start: `make demo INCUMBENT=ours` (v0, a model of ours) or
+# the API model (`o3-sim`, `gpt-4o-sim` for support: the distillation story, gate non_inferiority; the default).
 INCUMBENT ?=
 
 demo: $(STAMP)

@@ -211,11 +211,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the agent to improve: email (default), support, or a plug-in 'package.module:Class'")
     parser.add_argument("--incumbent", default=os.environ.get("INCUMBENT") or None,
                         help="who runs production when the weeks start: 'ours' (v0, a model of ours that the same "
-                             "job trained on the traffic the API model served before, registered as champion; the "
-                             "fast demo's default), or the API model itself by its routing name (o3-sim for email, "
+                             "job trained on the traffic the API model served before, registered as champion), or the API model itself by its routing name (o3-sim for email, "
                              "gpt-4o-sim for support, teacher for a plug-in): the distillation story, where the "
-                             "candidate must be no worse at a fraction of the cost (gate non_inferiority); the full "
-                             "demo's default, because a 135M model serves ~0.2 requests/s on 2 CPU cores and a week "
+                             "candidate must be no worse at a fraction of the cost (gate non_inferiority); the "
+                             "default, because a 135M model serves ~0.2 requests/s on 2 CPU cores and a week "
                              "and an A/B test served by models of ours take hours there (docs/experiments.md)")
     parser.add_argument("--v0-steps", type=int, default=None,
                         help="SFT steps that trained v0 (default: half the profile's, the team's quick first model)")
@@ -240,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         production_spec = args.production or SIMULATED_PRODUCTION.get(plugin.name, (f"teacher:{args.env}", ""))[0]
     production = production_version(production_spec)
-    ours = (args.incumbent or ("ours" if args.fast else production)) == "ours"
+    ours = args.incumbent == "ours"
     if not ours and args.incumbent not in (None, production):
         parser.error(f"--incumbent {args.incumbent!r}: expected 'ours' or {production!r} (the API model this demo "
                      "simulates; --production chooses another)")
@@ -358,7 +357,11 @@ def main(argv: list[str] | None = None) -> int:
                 with step(f"week {week}: A/B test: sensors route traffic, decide on replayed test traffic"):
                     context = dg.build_sensor_context(instance=instance, resources=resources)
                     print(challenger_sensor(context))
-                    for round_number in range(args.ab_rounds):
+                    other = another_agents_test(pool, resources["mlflow"].model_name)
+                    if other:  # one routing table per arbiter: one A/B test at a time; the sensors start ours later
+                        decision = f"A/B test waits: {other} is still running on this arbiter's routing table"
+                        print(decision, flush=True)
+                    for round_number in range(0 if other else args.ab_rounds):
                         wait_for_routing(url, pool)
                         summary = replay(url, test, 100, concurrency=16, quiet=True,
                                          key_prefix=f"ab{week}-{round_number}-{int(time.time())}")
@@ -442,6 +445,20 @@ def ship_v0(defs, instance, log_file: Path, max_steps: dict[str, int], partition
               f"{_share(v0['accuracy'])}, wrong {_share(v0['wrong'])} on {v0['n']} tasks (measured; Dagster run "
               f"{result.run_id})", flush=True)
     return v0
+
+
+def another_agents_test(pool, model_name: str) -> str | None:
+    """'<model>'s test of <version>' when the A/B test running on the pool's routing table is another agent's."""
+    from agent_rl.ab.controller import STATE_KEY
+    from agent_rl.ab.rollout import RolloutState
+
+    for change in reversed(pool.routing_history()):
+        if change.stats and STATE_KEY in change.stats:
+            state = RolloutState.model_validate(change.stats[STATE_KEY])
+            if state.finished or state.model_name in (None, model_name):
+                return None
+            return f"{state.model_name}'s test of {state.challenger}"
+    return None
 
 
 def _share(value: float | None) -> str:
