@@ -10,6 +10,7 @@ import json
 import dagster as dg
 
 from agent_rl import registry, settings
+from agent_rl.ab.controller import is_registered_version
 from agent_rl.curation.datasets import load_jsonl, save_jsonl
 from agent_rl.evaluate.harness import evaluate_environments, evaluate_policy, forgetting_probe, torch_threads
 from agent_rl.evaluate.cache import EvaluationCache, inputs_fingerprint, weights_fingerprint
@@ -50,7 +51,7 @@ def registered_weights(spec: str, mlflow: MlflowResource) -> str | None:
     """The weights fingerprint of a registered version routed as `mlflow:vN`; None for anything else (an API
     model, a rule-based agent, a configured policy): those are played every time."""
     ref = spec.removeprefix("mlflow:")
-    if not spec.startswith("mlflow:") or not (ref.startswith("v") and ref[1:].isdigit()):
+    if not spec.startswith("mlflow:") or not is_registered_version(ref):
         return None
     try:
         path, manifest = registry.download_version(version=ref[1:], name=mlflow.model_name, tracking_uri=mlflow.uri())

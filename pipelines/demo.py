@@ -343,8 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"check failed: {check.asset_key.to_user_string()}.{check.check_name}: {check.description}")
                     for line in _flagged_examples(check.metadata):
                         print(f"    {line}")
-                registered = any(e.asset_key.to_user_string() == "registered_model"
-                                 for e in result.get_asset_materialization_events())
+                registered = registered_by(result)
                 print(f"retraining run {result.run_id}: {'success' if result.success else 'FAILED'}; "
                       f"challenger registered: {registered}")
                 # A failed gate is the loop working (nothing registered); a crashed step is the demo failing.
@@ -419,9 +418,7 @@ def ship_v0(defs, instance, log_file: Path, max_steps: dict[str, int], partition
                                           "grpo_enabled": False, "start_from": "base"},
                              "evaluation": {"gate": "open"}})
         report = read_report(partition, result.run_id)
-        registered = any(e.asset_key.to_user_string() == "registered_model"
-                         for e in result.get_asset_materialization_events())
-        if not registered:
+        if not registered_by(result):
             failed = [f"{c.asset_key.to_user_string()}.{c.check_name}: {c.description}"
                       for c in result.get_asset_check_evaluations() if not c.passed]
             print(f"v0 was not registered ({'; '.join(failed) or 'a step failed'}): production stays on "
@@ -447,18 +444,19 @@ def ship_v0(defs, instance, log_file: Path, max_steps: dict[str, int], partition
     return v0
 
 
+def registered_by(result) -> bool:
+    """Whether a retraining run registered a model (its gates passed and registered_model materialized)."""
+    return any(e.asset_key.to_user_string() == "registered_model" for e in result.get_asset_materialization_events())
+
+
 def another_agents_test(pool, model_name: str) -> str | None:
     """'<model>'s test of <version>' when the A/B test running on the pool's routing table is another agent's."""
-    from agent_rl.ab.controller import STATE_KEY
-    from agent_rl.ab.rollout import RolloutState
+    from agent_rl.ab.controller import latest_state
 
-    for change in reversed(pool.routing_history()):
-        if change.stats and STATE_KEY in change.stats:
-            state = RolloutState.model_validate(change.stats[STATE_KEY])
-            if state.finished or state.model_name in (None, model_name):
-                return None
-            return f"{state.model_name}'s test of {state.challenger}"
-    return None
+    state = latest_state(pool)
+    if state is None or state.finished or state.model_name in (None, model_name):
+        return None
+    return f"{state.model_name}'s test of {state.challenger}"
 
 
 def _share(value: float | None) -> str:

@@ -32,6 +32,14 @@ def incumbent_of(weights: dict[str, float]) -> str | None:
     return min(routed, key=lambda version: (-weights[version], version))
 
 
+def latest_state(pool: PoolRepository) -> RolloutState | None:
+    """The latest rollout state recorded in the pool's routing history, if any (whichever agent's test it is)."""
+    for change in reversed(pool.routing_history()):
+        if change.stats and STATE_KEY in change.stats:
+            return RolloutState.model_validate(change.stats[STATE_KEY])
+    return None
+
+
 def is_registered_version(version: str) -> bool:
     return version.startswith("v") and version[1:].isdigit()
 
@@ -67,10 +75,7 @@ class RolloutController:
 
     def current_state(self) -> RolloutState | None:
         """The latest rollout state recorded in the routing history, if any."""
-        for change in reversed(self.pool.routing_history()):
-            if change.stats and STATE_KEY in change.stats:
-                return RolloutState.model_validate(change.stats[STATE_KEY])
-        return None
+        return latest_state(self.pool)
 
     def _alias(self, alias: str) -> registry.RegisteredVersion | None:
         try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from agent_rl import registry
+from agent_rl.ab.controller import is_registered_version
 
 StartFrom = Literal["champion", "base"]
 
@@ -33,7 +34,7 @@ def starting_point(start_from: StartFrom, incumbent: str, base_model: str, *, mo
     `start_from` is `champion` and that version is one LoRA adapter on `base_model`; otherwise the base."""
     if start_from == "base":
         return StartingPoint(None, "a fresh adapter on the base model (training.start_from = base)")
-    if not (incumbent.startswith("v") and incumbent[1:].isdigit()):
+    if not is_registered_version(incumbent):
         return StartingPoint(None, f"a fresh adapter on the base model: production runs {incumbent}, not a "
                                    "registered model of ours")
     try:
