@@ -10,6 +10,8 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
+from agent_rl.json_walk import walk
+
 # JSON keys that hold a secret themselves (`api_key_env` names a variable, so it is allowed).
 SECRET_KEYS = re.compile(r"^(api_?key|apikey|key|token|access_token|auth_token|bearer|password|passwd|secret|"
                          r"client_secret|authorization|credentials?)$", re.IGNORECASE)
@@ -27,7 +29,7 @@ def credential_problem(spec: str) -> str | None:
     except ValueError:
         data = None
     if data is not None:
-        found = _secret_field(data, "")
+        found = _secret_field(data)
         if found:
             return (f"field {found!r} holds a credential: set it in an environment variable on the arbiter and name "
                     "that variable in api_key_env")
@@ -41,18 +43,9 @@ def credential_problem(spec: str) -> str | None:
     return None
 
 
-def _secret_field(value: Any, path: str) -> str | None:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            where = f"{path}.{key}" if path else str(key)
-            if SECRET_KEYS.match(str(key)) and item not in (None, ""):
-                return where
-            found = _secret_field(item, where)
-            if found:
-                return found
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            found = _secret_field(item, f"{path}[{i}]")
-            if found:
-                return found
+def _secret_field(value: Any) -> str | None:
+    """The path of the first field named like a credential that holds a value, or None."""
+    for path, _, key, item in walk(value):
+        if key is not None and SECRET_KEYS.match(str(key)) and item not in (None, ""):
+            return path
     return None

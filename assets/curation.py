@@ -18,7 +18,7 @@ from agent_rl.environments import worlds
 from agent_rl.environments.core import Task
 from agent_rl.records import Split
 from agent_rl.train.plugin_rollouts import task_rows
-from agent_rl.curation.validate import ValidationConfig, config_for, gate_results, validate_episodes
+from agent_rl.curation.validate import config_for, gate_results, validate_episodes
 from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.environments.email.scenarios.demo import load_default_scenarios
 from assets.environment import inbox, scenarios
@@ -53,7 +53,7 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
         rows = [judge_by_feedback(row) for row in rows]
         config = live_validation_config(rows)
     else:
-        config = ValidationConfig.from_rubric() if environment.is_email else config_for(environment.loads())
+        config = config_for(environment.loads())
     result = validate_episodes(rows, config)
     if result.quarantined:
         pool.open().quarantine(result.quarantined, partition=partition)
@@ -280,9 +280,7 @@ def sft_dataset(context: dg.AssetExecutionContext, curation: CurationResource, e
     if environment.is_live:
         # Held-out episodes are for validation only; each row trains with the tools its client declared.
         rows = sft_rows(split_live(episodes)[0], tools=[], **options)
-    elif environment.is_email:
-        rows = sft_rows(episodes, **options)
-    else:  # each plug-in's episodes train with its own tools
+    else:  # each environment's episodes train with its own tools
         rows = [row for env in environment.loads() for row in sft_rows(
             [e for e in episodes if str(e.get("environment")) == env.name], tools=env.tool_schemas(), **options)]
     if not rows:

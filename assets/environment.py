@@ -85,7 +85,7 @@ def _llm_scenarios(config: CorpusConfig, inbox_store: InboxStoreResource):
     """ART-E style generation for an ingested corpus: the fact-based generator only knows the demo corpus."""
     if not (config.llm_base_url and config.llm_model):
         raise dg.Failure("an ingested corpus needs an LLM endpoint to write scenarios: set llm_base_url and llm_model")
-    from agent_rl.environments.email.scenarios.chat import ChatEndpoint
+    from agent_rl.agent.chat_client import ChatEndpoint
     from agent_rl.environments.email.scenarios.demo import scenarios_path
     from agent_rl.environments.email.scenarios.generate import save_scenarios
     from agent_rl.environments.email.scenarios.llm_generator import LLMGeneratorConfig, generate_llm_scenarios

@@ -12,7 +12,7 @@ from agent_rl.agent.models import resolve_model
 from agent_rl.curation.datasets import load_jsonl
 from agent_rl.curation.live import GRPO_SKIPPED
 from agent_rl.train.starting_point import starting_point
-from agent_rl.reward.hacking import GENERIC_KINDS, KINDS, HackingConfig, measure_reward_hacking
+from agent_rl.reward.hacking import HackingConfig, environment_detectors, measure_reward_hacking
 from assets.curation import grpo_dataset, sft_dataset, stage_dir, world_path
 from assets.partitions import weekly
 from resources.compute import TrainingCompute
@@ -144,7 +144,7 @@ def grpo_skipped(partition: str) -> str | None:
     return json.loads(path.read_text())["reason"] if path.exists() else None
 
 
-def grpo_hacking(partition: str) -> tuple[list, str | None]:
+def grpo_hacking(partition: str, environment: EnvironmentResource) -> tuple[list, str | None]:
     """The reward-hacking findings of a partition's GRPO rollouts, and what triggered (None: nothing did).
     Written to hacking.json beside the adapter; validation reads the same function, so whichever runs first
     both see one verdict."""
@@ -154,9 +154,7 @@ def grpo_hacking(partition: str) -> tuple[list, str | None]:
     if not path.exists():
         return [], f"no rollouts recorded at {path}"
     rollouts = load_jsonl(path)
-    # A plug-in's rollouts are measured by the detectors that need no email tools (reward/hacking.py).
-    email = all(str(r.get("environment") or "email") == "email" for r in rollouts)
-    findings = measure_reward_hacking(rollouts, HackingConfig(), KINDS if email else GENERIC_KINDS)
+    findings = measure_reward_hacking(rollouts, HackingConfig(), environment_detectors(environment.loads()))
     (stage_dir("grpo_adapter", partition) / "hacking.json").write_text(
         json.dumps([f.as_dict() for f in findings], default=str))
     triggered = [f for f in findings if f.triggered]
@@ -171,11 +169,11 @@ def grpo_hacking(partition: str) -> tuple[list, str | None]:
                 description="No reward hacking in the training rollouts (same answer everywhere, unsupported "
                             "answers, tool-call spam, padded sources, format exploits); a failure disqualifies "
                             "SFT + GRPO at validation.")
-def no_reward_hacking(context: dg.AssetCheckExecutionContext):
+def no_reward_hacking(context: dg.AssetCheckExecutionContext, environment: EnvironmentResource):
     skipped = grpo_skipped(context.partition_key)
     if skipped:
         return dg.AssetCheckResult(passed=True, description=skipped)
-    findings, verdict = grpo_hacking(context.partition_key)
+    findings, verdict = grpo_hacking(context.partition_key, environment)
     return dg.AssetCheckResult(
         passed=verdict is None,
         description=verdict or "no reward hacking detected",

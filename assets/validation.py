@@ -103,7 +103,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
                 per_environment[name] = {env: m.model_dump() for env, m in each.items()}
             return combined.metrics, combined.episodes
     incumbent_version, incumbent_spec = pool.incumbent(training.base_model)
-    _, hacked = grpo_hacking(partition)
+    _, hacked = grpo_hacking(partition, environment)
     skipped = grpo_skipped(partition)
     loaders = {
         "sft": lambda: load_stacked(training.base_model, sft_adapters(partition), version="sft"),

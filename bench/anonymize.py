@@ -53,7 +53,7 @@ def planted_card(rng: random.Random) -> str:
 
 def build_export(n_inboxes: int, n_emails: int, seed: int):
     from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
-    from agent_rl.agent.runner import EpisodeTask, run_episodes
+    from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
     from agent_rl.environments.email.inbox.demo_corpus import generate_demo_corpus
     from agent_rl.environments.email.inbox.store import open_inbox_store
     from agent_rl.environments.email.scenarios.generate import generate_scenarios

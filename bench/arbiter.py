@@ -123,7 +123,7 @@ def _server_cpu_s(pid: int) -> float:
 def episode_cpu_ms(inbox_url: str, scenarios: list, n: int = 400) -> float:
     """CPU milliseconds to play one heuristic episode in this process (the runner, tools, inbox and judge)."""
     from agent_rl.environments.email.heuristic import HeuristicPolicy
-    from agent_rl.agent.runner import EpisodeTask, run_episodes
+    from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
 
     store = open_inbox_store(inbox_url)
     policy = HeuristicPolicy()

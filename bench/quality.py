@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
     from agent_rl.agent.local_policy import LocalPolicy
-    from agent_rl.agent.runner import EpisodeTask, run_episodes
+    from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
     from agent_rl.curation.datasets import grpo_rows, save_jsonl, sft_rows
     from agent_rl.evaluate.harness import EvalConfig, evaluate_policy, forgetting_probe
     from agent_rl.environments.email.inbox.store import open_inbox_store

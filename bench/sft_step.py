@@ -29,7 +29,7 @@ TARGET = 1.3
 def teacher_rows(n: int) -> list[dict]:
     """SFT rows from the heuristic teacher on a small demo inbox (the shape the demo trains on)."""
     from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
-    from agent_rl.agent.runner import EpisodeTask, run_episodes
+    from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
     from agent_rl.curation.datasets import sft_rows
     from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
     from agent_rl.environments.email.inbox.store import open_inbox_store

@@ -266,24 +266,9 @@ def always_valid_test(
     lift = challenger.success_rate - champion.success_rate if n_a and n_b else 0.0
     log_lr = _scalar_log_lr(lift, _scalar_pooled_variance(x_a, n_a, x_b, n_b), config.tau_squared)
     p_value = min(1.0, math.exp(-log_lr))
-    if n_a and n_b:
-        radius = _scalar_radius(_scalar_unpooled_variance(x_a, n_a, x_b, n_b), config.tau_squared, config.alpha)
-        ci_low, ci_high = max(-1.0, lift - radius), min(1.0, lift + radius)
-    else:
-        ci_low, ci_high = -1.0, 1.0
-    enough = min(n_a, n_b) >= config.min_samples_per_arm
-    return TestResult(
-        p_value=p_value,
-        lift=lift,
-        ci_low=ci_low,
-        ci_high=ci_high,
-        decision=_verdict(p_value, lift, config.alpha, enough),
-        n=n_a + n_b,
-        n_champion=n_a,
-        n_challenger=n_b,
-        relative_lift=_relative(lift, champion.success_rate),
-        method="msprt",
-    )
+    radius = (_scalar_radius(_scalar_unpooled_variance(x_a, n_a, x_b, n_b), config.tau_squared, config.alpha)
+              if n_a and n_b else None)
+    return _result(champion, challenger, config, p_value, lift, radius, "msprt")
 
 
 def fixed_horizon_z_test(
@@ -296,23 +281,28 @@ def fixed_horizon_z_test(
     lift = challenger.success_rate - champion.success_rate if n_a and n_b else 0.0
     variance = _scalar_pooled_variance(x_a, n_a, x_b, n_b)
     p_value = math.erfc(abs(lift) / math.sqrt(2.0 * variance)) if variance > 0 else 1.0
-    if n_a and n_b:
-        half = NormalDist().inv_cdf(1 - config.alpha / 2) * math.sqrt(_scalar_unpooled_variance(x_a, n_a, x_b, n_b))
-        ci_low, ci_high = max(-1.0, lift - half), min(1.0, lift + half)
-    else:
-        ci_low, ci_high = -1.0, 1.0
-    enough = min(n_a, n_b) >= config.min_samples_per_arm
+    half = (NormalDist().inv_cdf(1 - config.alpha / 2) * math.sqrt(_scalar_unpooled_variance(x_a, n_a, x_b, n_b))
+            if n_a and n_b else None)
+    return _result(champion, challenger, config, p_value, lift, half, "z_test_peeking")
+
+
+def _result(champion: ArmStats, challenger: ArmStats, config: SequentialTestConfig, p_value: float, lift: float,
+            half_width: float | None, method: str) -> TestResult:
+    """A test's result from its p-value and the half-width of its interval (None: an arm is empty, so the
+    interval is all of [-1, 1])."""
+    n_a, n_b = champion.trials, challenger.trials
+    ci_low, ci_high = (-1.0, 1.0) if half_width is None else (max(-1.0, lift - half_width), min(1.0, lift + half_width))
     return TestResult(
         p_value=p_value,
         lift=lift,
         ci_low=ci_low,
         ci_high=ci_high,
-        decision=_verdict(p_value, lift, config.alpha, enough),
+        decision=_verdict(p_value, lift, config.alpha, min(n_a, n_b) >= config.min_samples_per_arm),
         n=n_a + n_b,
         n_champion=n_a,
         n_challenger=n_b,
         relative_lift=_relative(lift, champion.success_rate),
-        method="z_test_peeking",
+        method=method,
     )
 
 

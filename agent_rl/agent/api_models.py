@@ -33,6 +33,8 @@ class ApiModelProfile(BaseModel):
     wrong_rate: float = Field(0.0, ge=0, le=1)
     idk_rate: float = Field(0.0, ge=0, le=1)
     source: str = Field(min_length=1, description="where the published figures come from")
+    environment: str = Field("email", description="the environment whose teacher plays the model with the error "
+                             "rates above (its teacher takes wrong_rate, idk_rate, seed and version)")
 
     @property
     def latency_ms(self) -> float:
@@ -64,10 +66,10 @@ def api_model_profile(name: str) -> ApiModelProfile:
 
 def simulated_api_policy(name: str, seed: int = 0) -> Policy:
     """The rule-based agent with the profile's error rates; `policy.simulation` carries latency and cost."""
-    from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
+    from agent_rl.environments.registry import load_environment
 
     profile = api_model_profile(name.strip())
-    policy = HeuristicPolicy(HeuristicConfig(wrong_rate=profile.wrong_rate, idk_rate=profile.idk_rate, seed=seed,
-                                             version=f"{SPEC_PREFIX}:{profile.name}"))
+    policy = load_environment(profile.environment).teacher(
+        wrong_rate=profile.wrong_rate, idk_rate=profile.idk_rate, seed=seed, version=f"{SPEC_PREFIX}:{profile.name}")
     policy.simulation = profile
     return policy

@@ -54,6 +54,18 @@ def is_complete(path: Path) -> bool:
     return (Path(path) / COMPLETE_MARKER).exists()
 
 
+def _save_and_publish(model: Any, tokenizer: Any, out_dir: Path, prefix: str) -> Path:
+    """Save a model and its tokenizer into a build folder beside `out_dir`, then publish it there (`_publish`)."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    build_dir = Path(tempfile.mkdtemp(prefix=prefix, dir=out_dir.parent))
+    try:
+        model.save_pretrained(build_dir)
+        tokenizer.save_pretrained(build_dir)
+        return _publish(build_dir, out_dir)
+    finally:
+        shutil.rmtree(build_dir, ignore_errors=True)
+
+
 def _publish(build_dir: Path, out_dir: Path) -> Path:
     """Move a finished build into place atomically; if another process won the race, keep theirs."""
     (build_dir / COMPLETE_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S"))
@@ -160,14 +172,7 @@ def build_tiny_model(out_dir: Path | None = None) -> Path:
         model = Qwen2ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=[im_end], pad_token_id=pad, bos_token_id=None)
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    build_dir = Path(tempfile.mkdtemp(prefix=".tiny-build-", dir=out_dir.parent))
-    try:
-        model.save_pretrained(build_dir)
-        tokenizer.save_pretrained(build_dir)
-        return _publish(build_dir, out_dir)
-    finally:
-        shutil.rmtree(build_dir, ignore_errors=True)
+    return _save_and_publish(model, tokenizer, out_dir, ".tiny-build-")
 
 
 # ------------------------------------------------------------------------------------------ SmolLM2 / any model
@@ -275,14 +280,7 @@ def prepare_model(out_dir: Path | None = None, source: str | Path | None = None)
     if tokenizer.model_max_length > 10**9:
         tokenizer.model_max_length = getattr(model.config, "max_position_embeddings", 8192)
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    build_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-build-", dir=out_dir.parent))
-    try:
-        model.save_pretrained(build_dir)
-        tokenizer.save_pretrained(build_dir)
-        return _publish(build_dir, out_dir)
-    finally:
-        shutil.rmtree(build_dir, ignore_errors=True)
+    return _save_and_publish(model, tokenizer, out_dir, f".{out_dir.name}-build-")
 
 
 def _slug(source: str) -> str:

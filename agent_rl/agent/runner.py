@@ -3,7 +3,7 @@
 Each turn the runner gathers the conversations still running and asks the policy for all of
 their next turns in one `act` call, executes the tool calls on each episode's own tool session, and
 stops a conversation when its session records a final answer, it breaks the format, or it runs out of
-budget. The environment judges the result (agent_rl/environments); for the email assistant:
+budget. The environment judges the result (agent_rl/environments); the email assistant, for example:
 - correct / wrong / idk: the answer as judged against the scenario's golden answer
   ("I don't know" on an unanswerable question is correct);
 - format_error: an unparsable tool call, an unknown tool, a turn of plain text with no tool
@@ -21,20 +21,16 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from agent_rl.agent.policy import Policy, PolicyTurn, RowRoutedPolicy, ToolCall
 from agent_rl.agent.tool_calls import decode_arguments
-from agent_rl.environments.email.tools import ToolConfig
 from agent_rl.environments.core import Environment, Task, Trajectory
 from agent_rl.environments.sessions import call_session_tool, judge_episode
-from agent_rl.environments.email.inbox.store import InboxStore
-from agent_rl.records import Episode, Outcome, Scenario
-from agent_rl.reward.judge import Judge
-from agent_rl.reward.rubric import FormatErrorKind, RubricWeights
+from agent_rl.records import Episode, Outcome
+from agent_rl.reward.rubric import FormatErrorKind
 from agent_rl.turn_budget import DEFAULT_MAX_TURNS
 
 log = logging.getLogger(__name__)
@@ -60,8 +56,6 @@ class RunnerConfig(BaseModel):
     batch_size: PositiveInt = Field(32, description="episodes played together; each turn is one policy.act call")
     prompt_price_per_m: float = Field(0.0, ge=0, description="USD per million prompt tokens")
     completion_price_per_m: float = Field(0.0, ge=0, description="USD per million completion tokens")
-    tools: ToolConfig = Field(default_factory=ToolConfig, description="the email assistant's tool limits")
-    rubric: RubricWeights = Field(default_factory=RubricWeights, description="the email assistant's rubric")
 
 
 @dataclass
@@ -71,36 +65,6 @@ class Play:
     task: Task
     policy_version: str | None = None  # defaults to policy.version
     tenant: str = "default"
-
-
-@dataclass
-class EpisodeTask:
-    """One email question to play: on which inbox, with the scenario when the golden answer is known."""
-
-    inbox: str
-    question: str
-    scenario: Scenario | None = None
-    policy_version: str | None = None  # defaults to policy.version
-    tenant: str = "default"
-    query_date: datetime | None = None  # defaults to the scenario's query date
-
-    @classmethod
-    def from_scenario(cls, scenario: Scenario, **kwargs: Any) -> EpisodeTask:
-        return cls(inbox=scenario.inbox_id, question=scenario.question, scenario=scenario, **kwargs)
-
-    def play(self) -> Play:
-        from agent_rl.environments.email.environment import live_task, scenario_task
-
-        if self.scenario is not None:
-            task = scenario_task(self.scenario)
-            if self.query_date is not None or self.inbox != task.context or self.question != task.prompt:
-                metadata = dict(task.metadata)
-                if self.query_date is not None:
-                    metadata["query_date"] = self.query_date.isoformat()
-                task = task.model_copy(update={"context": self.inbox, "prompt": self.question, "metadata": metadata})
-        else:
-            task = live_task(self.inbox, self.question, self.query_date)
-        return Play(task, self.policy_version, self.tenant)
 
 
 @dataclass
@@ -133,35 +97,6 @@ def play_episodes(policy: Policy, environment: Environment, plays: list[Play],
     for start in range(0, len(plays), config.batch_size):
         episodes.extend(_run_batch(policy, environment, plays[start : start + config.batch_size], config))
     return episodes
-
-
-def email_environment(store: InboxStore, config: RunnerConfig, judge: Judge | None = None) -> Environment:
-    from agent_rl.environments.email.environment import EmailEnvironment
-
-    return EmailEnvironment(store, tools=config.tools, rubric=config.rubric, judge=judge)
-
-
-def run_episodes(
-    policy: Policy,
-    tasks: list[EpisodeTask],
-    store: InboxStore,
-    config: RunnerConfig | None = None,
-    judge: Judge | None = None,
-) -> list[Episode]:
-    """Play email questions on `store` (the email environment's entry point)."""
-    config = config or RunnerConfig()
-    return play_episodes(policy, email_environment(store, config, judge), [t.play() for t in tasks], config)
-
-
-def run_episode(
-    policy: Policy,
-    task: EpisodeTask,
-    store: InboxStore,
-    config: RunnerConfig | None = None,
-    judge: Judge | None = None,
-) -> Episode:
-    """Play one task."""
-    return run_episodes(policy, [task], store, config, judge)[0]
 
 
 def _run_batch(policy: Policy, environment: Environment, plays: list[Play], config: RunnerConfig) -> list[Episode]:

@@ -2,7 +2,7 @@
 
 Callers of /v1/ask and /v1/feedback authenticate with an API key (`Authorization: Bearer <key>`,
 see keys.py) that limits them to their contexts; routing changes take the separate admin token.
-Every error is JSON `{"error": ..., "detail": ...}` (on the OpenAI-compatible gateway's paths, gateway.py,
+Every error is JSON `{"error": ..., "detail": ...}` (on the OpenAI-compatible gateway's paths, gateway_routes.py,
 OpenAI's `{"error": {"message", "type", "param", "code"}}` instead); bad requests are 4xx and logged (without
 bodies, credentials or the addresses asked about), a pool that cannot be written is 503. An error
 names only what the caller sent or may see: a context outside the key's scope is a bare 403, and a
@@ -18,7 +18,8 @@ import json
 import logging
 import os
 import time
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
@@ -30,7 +31,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent_rl.arbiter.config import ArbiterConfig
-from agent_rl.arbiter.gateway import Gateway, GatewayError, PoolDown, add_gateway_routes, is_gateway_path, openai_error
+from agent_rl.arbiter.gateway import Gateway, PoolDown
+from agent_rl.arbiter.gateway_routes import add_gateway_routes, is_gateway_path
+from agent_rl.arbiter.gateway_wire import GatewayError, openai_error
 from agent_rl.arbiter.keys import KEYS_ENV, KEYS_FILE_ENV, ApiKey
 from agent_rl.arbiter.metrics import prometheus_text
 from agent_rl.arbiter.policies import PolicyLoadError
@@ -338,12 +341,19 @@ def _json_body(model: type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
-def create_app(config: ArbiterConfig | None = None) -> FastAPI:
-    """The arbiter as an ASGI app; its pool, inbox connections and episode threads live for the app's lifespan."""
-    config = config or ArbiterConfig()
+def _service_of(request: Request) -> ArbiterService:
+    return request.app.state.service
+
+
+def _gateway_of(request: Request) -> Gateway:
+    return request.app.state.gateway
+
+
+def _lifespan(config: ArbiterConfig) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start the service and the gateway with the app; on shutdown, write what they hold and stop them."""
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         service = ArbiterService(config)
         app.state.service = service
         # Start-up imported transformers (tool schemas) and loaded the routed policies after the server froze
@@ -365,32 +375,28 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
             finally:
                 service.close()  # waits for running batches: every answered episode is committed
 
-    app = FastAPI(title="agent-rl arbiter", lifespan=lifespan)
-    app.add_exception_handler(RequestValidationError, _on_validation_error)
-    app.add_exception_handler(StarletteHTTPException, _on_http_error)
-    app.add_exception_handler(GatewayError, _on_gateway_error)
-    app.add_exception_handler(Exception, _on_unexpected)
-    app.add_middleware(RequestGuard, max_body_bytes=config.max_body_bytes,
-                       gateway_max_body_bytes=config.gateway_max_body_bytes)
+    return lifespan
 
-    def service_of(request: Request) -> ArbiterService:
-        return request.app.state.service
+
+def _add_status_routes(app: FastAPI, config: ArbiterConfig) -> None:
+    """/healthz and /metrics: this worker's serving figures, for the admin or any API key."""
 
     @app.get("/healthz")
     async def healthz(request: Request) -> dict[str, Any]:
-        service = service_of(request)
+        service = _service_of(request)
         if "authorization" not in request.headers:  # open to probes, and minimal: alive, which worker
             return {"status": "ok", "worker": os.getpid()}
         key = _require_reader(request, service, config.admin_token_env)
         serving = _shown_serving(service.serving_metrics(), key)
+        gateway = _gateway_of(request)
         # episodes_written counts this worker process's episodes; `worker` tells the processes apart.
         return {
             "status": "ok",
             "policies_loaded": serving["policies_loaded"],
             "episodes_written": service.episodes_written,
-            "gateway": {"live_episodes": len(request.app.state.gateway.live),
-                        "unwritten_episodes": len(request.app.state.gateway.pending),
-                        "episodes_written": request.app.state.gateway.written},
+            "gateway": {"live_episodes": len(gateway.index.live),
+                        "unwritten_episodes": len(gateway.pending),
+                        "episodes_written": gateway.written},
             "worker": os.getpid(),
             "serving": serving,
         }
@@ -399,13 +405,17 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
     async def metrics(request: Request) -> PlainTextResponse:
         """The serving figures of /healthz in Prometheus text format (this worker process); scrapers send the
         admin token or an API key as a bearer token (Prometheus: `authorization: {credentials: ...}`)."""
-        key = _require_reader(request, service_of(request), config.admin_token_env)
-        return PlainTextResponse(prometheus_text(_shown_serving(service_of(request).serving_metrics(), key)),
+        key = _require_reader(request, _service_of(request), config.admin_token_env)
+        return PlainTextResponse(prometheus_text(_shown_serving(_service_of(request).serving_metrics(), key)),
                                  media_type="text/plain; version=0.0.4")
+
+
+def _add_episode_routes(app: FastAPI) -> None:
+    """/v1/ask and /v1/feedback: the arbiter's own API for the email assistant."""
 
     @app.post("/v1/ask", response_model=AskResponse, openapi_extra=_json_body(AskRequest))
     async def ask(request: Request) -> AskResponse:
-        service = service_of(request)
+        service = _service_of(request)
         key = _require_key(request, service)
         body = await _read_body(request, AskRequest)
         try:
@@ -440,12 +450,12 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
 
     @app.post("/v1/feedback", openapi_extra=_json_body(FeedbackRequest))
     async def feedback(request: Request) -> dict[str, str]:
-        service = service_of(request)
+        service = _service_of(request)
         key = _require_key(request, service)
         body = await _read_body(request, FeedbackRequest)
         try:
             # A live gateway episode ends with feedback on it: it is written first, then the verdict recorded.
-            await request.app.state.gateway.end(key, body.episode_id)
+            await _gateway_of(request).end(key, body.episode_id)
         except PoolDown as exc:
             raise ApiError(503, "benchmark pool unavailable", "the episode could not be written yet; try again") from exc
         try:
@@ -458,16 +468,17 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
             raise ApiError(503, "benchmark pool unavailable", f"{type(exc).__name__} while recording feedback") from exc
         return {"episode_id": body.episode_id, "feedback": body.verdict.strip()}
 
-    add_gateway_routes(app, lambda request: _require_key(request, service_of(request)),
-                       lambda request: request.app.state.gateway)
+
+def _add_routing_routes(app: FastAPI, config: ArbiterConfig) -> None:
+    """/v1/routing: the split between versions, read by the admin or any API key, changed by the admin."""
 
     @app.get("/v1/routing", response_model=RoutingView)
     async def get_routing(request: Request) -> RoutingView:
         """The split: the admin sees each version's spec, an API key only the version names and their shares
         (a spec names an upstream's address and key variable, which no tenant needs)."""
-        key = _require_reader(request, service_of(request), config.admin_token_env)
+        key = _require_reader(request, _service_of(request), config.admin_token_env)
         try:
-            routing, is_default = await service_of(request).routing()
+            routing, is_default = await _service_of(request).routing()
         except Exception as exc:
             raise ApiError(503, "benchmark pool unavailable", f"{type(exc).__name__} while reading routing") from exc
         if key is None:
@@ -480,7 +491,7 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
         _require_admin(request, config.admin_token_env)
         update = await _read_body(request, RoutingUpdate, "invalid routing")
         try:
-            routing = await service_of(request).set_routing(
+            routing = await _service_of(request).set_routing(
                 update.weights, update.specs, update.reason, update.actor, update.stats
             )
         except PolicyLoadError as exc:
@@ -490,4 +501,19 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
         log.info("routing changed by %s (%s): %s", update.actor, update.reason, routing.weights)
         return RoutingView(weights=routing.weights, specs=routing.specs, default=False, updated_at=routing.updated_at)
 
+
+def create_app(config: ArbiterConfig | None = None) -> FastAPI:
+    """The arbiter as an ASGI app; its pool, inbox connections and episode threads live for the app's lifespan."""
+    config = config or ArbiterConfig()
+    app = FastAPI(title="agent-rl arbiter", lifespan=_lifespan(config))
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, _on_http_error)
+    app.add_exception_handler(GatewayError, _on_gateway_error)
+    app.add_exception_handler(Exception, _on_unexpected)
+    app.add_middleware(RequestGuard, max_body_bytes=config.max_body_bytes,
+                       gateway_max_body_bytes=config.gateway_max_body_bytes)
+    _add_status_routes(app, config)
+    _add_episode_routes(app)
+    add_gateway_routes(app, lambda request: _require_key(request, _service_of(request)), _gateway_of)
+    _add_routing_routes(app, config)
     return app

@@ -43,13 +43,15 @@ def registered_prefixes() -> list[str]:
 
 
 def _load_heuristic(config: str) -> Policy:
-    from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
+    """`heuristic` or `heuristic:{...}`: the email assistant's rule-based teacher (`teacher:email`) with options."""
+    from agent_rl.environments.registry import load_environment
 
-    if not config.strip():
-        return HeuristicPolicy()
     try:
-        return HeuristicPolicy(HeuristicConfig.model_validate_json(config))
-    except ValidationError as exc:
+        options = json.loads(config) if config.strip() else {}
+        if not isinstance(options, dict):
+            raise ValueError("options must be a JSON object")
+        return load_environment("email").teacher(**options)
+    except (ValueError, TypeError) as exc:  # a pydantic ValidationError is a ValueError
         raise PolicyLoadError(f"heuristic policy config {config!r} is invalid: {exc}") from exc
 
 

@@ -111,12 +111,13 @@ def _freeze_heap() -> None:
 
 
 def _serve_workers(config: ArbiterConfig, host: str, port: int, log_level: str, access_log: bool, workers: int) -> None:
-    from agent_rl.environments.email.tools import tool_schemas
+    from agent_rl.environments.registry import load_environment
     from agent_rl.pool import PoolRepository
 
     # Create the pool's tables once here: workers starting together would race on CREATE TABLE.
     PoolRepository(config.pool_url).close()
-    tool_schemas()  # the transformers import, done once and shared copy-on-write by the forked workers
+    # The transformers import, done once and shared copy-on-write by the forked workers.
+    load_environment(config.environment).tool_schemas()
     uv_config = uvicorn_config(config, host, port, log_level, access_log)
     sock = uv_config.bind_socket()
     sock.listen(uv_config.backlog)  # connections queue from now on, while workers start

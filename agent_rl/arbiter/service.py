@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from agent_rl import settings
-from agent_rl.agent.runner import EpisodeTask, Play, play_episodes, run_episodes
+from agent_rl.agent.runner import Play, play_episodes
+from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
 from agent_rl.agent.shared_base import AdapterPolicy, MixedVersionPolicy, resident_bytes, serving_stats
 from agent_rl.environments.email.tools import tool_schemas
 from agent_rl.arbiter.batching import EpisodeBatcher

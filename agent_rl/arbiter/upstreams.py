@@ -15,8 +15,8 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import aiohttp
 import httpx
@@ -26,6 +26,7 @@ from agent_rl.agent.http_policy import RETRYABLE_STATUS, parse_chat_completion, 
 from agent_rl.agent.policy import Policy, PolicyTurn
 
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+T = TypeVar("T")
 
 
 class UpstreamError(RuntimeError):
@@ -115,17 +116,14 @@ class OpenAIUpstream(Policy):
                              f"upstream {self.config.model!r} failed after {self.config.max_retries + 1} attempt(s): "
                              f"{problem}")
 
-    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The upstream's chat completion (a dict) for `body`, with retries of transient failures."""
-        body = {**body, "model": self.config.model, "stream": False}
-        body.pop("stream_options", None)
-        url, data = self._request(body)
+    async def _with_retries(self, send: Callable[[], Awaitable[tuple[int, T]]]) -> tuple[int, T]:
+        """The status and result of `send` (one request), sent again after a timeout, a connection error or a
+        retryable status while attempts are left; the last attempt's answer is returned whatever its status."""
         problem = ""
         for attempt in range(self.config.max_retries + 1):
             await self._backoff(attempt)
             try:
-                async with self._session().post(url, data=data) as response:
-                    status, raw = response.status, await response.read()
+                status, result = await send()
             except asyncio.TimeoutError:
                 problem = f"timed out after {self.config.timeout_s:g} s"
                 continue
@@ -135,40 +133,46 @@ class OpenAIUpstream(Policy):
             if status in RETRYABLE_STATUS and attempt < self.config.max_retries:
                 problem = f"HTTP {status}"
                 continue
-            return self._read(status, raw)
+            return status, result
         raise self._gave_up(problem)
+
+    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The upstream's chat completion (a dict) for `body`, with retries of transient failures."""
+        body = {**body, "model": self.config.model, "stream": False}
+        body.pop("stream_options", None)
+        url, data = self._request(body)
+
+        async def send() -> tuple[int, bytes]:
+            async with self._session().post(url, data=data) as response:
+                return response.status, await response.read()
+
+        status, raw = await self._with_retries(send)
+        return self._read(status, raw)
 
     async def open_stream(self, body: dict[str, Any]) -> aiohttp.ClientResponse:
         """Start a streamed completion: the upstream's response once it answered 200 (read it with `events`,
         then release it). Failures before that raise UpstreamError like `complete`, after the same retries."""
         body = {**body, "model": self.config.model, "stream": True, "stream_options": {"include_usage": True}}
         url, data = self._request(body)
-        problem = ""
-        for attempt in range(self.config.max_retries + 1):
-            await self._backoff(attempt)
-            try:
-                response = await self._session().post(url, data=data)
-            except asyncio.TimeoutError:
-                problem = f"timed out after {self.config.timeout_s:g} s"
-                continue
-            except aiohttp.ClientError as exc:
-                problem = type(exc).__name__
-                continue
+
+        async def send() -> tuple[int, aiohttp.ClientResponse | bytes]:
+            response = await self._session().post(url, data=data)
             if response.status == 200:
-                return response
+                return 200, response
             try:
                 raw = await response.read()
             except (aiohttp.ClientError, asyncio.TimeoutError):
                 raw = b""
             finally:
                 response.release()
-            if response.status in RETRYABLE_STATUS and attempt < self.config.max_retries:
-                problem = f"HTTP {response.status}"
-                continue
-            self._read(response.status, raw)  # raises for every error status
-            raise UpstreamError(502, "the upstream model gave an unreadable answer",
-                                f"upstream {self.config.model!r}: HTTP {response.status} to a stream request")
-        raise self._gave_up(problem)
+            return response.status, raw
+
+        status, answer = await self._with_retries(send)
+        if isinstance(answer, aiohttp.ClientResponse):
+            return answer
+        self._read(status, answer)  # raises for every error status
+        raise UpstreamError(502, "the upstream model gave an unreadable answer",
+                            f"upstream {self.config.model!r}: HTTP {status} to a stream request")
 
     @staticmethod
     async def events(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:

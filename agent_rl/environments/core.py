@@ -21,6 +21,7 @@ from agent_rl.records import Outcome, Split
 
 if TYPE_CHECKING:
     from agent_rl.agent.policy import Policy
+    from agent_rl.reward.hacking import Detector
 
 
 class Task(BaseModel):
@@ -159,6 +160,12 @@ class Environment(abc.ABC):
     def probe(self) -> list[ProbeItem]:
         """General questions without tools for the forgetting gate (empty: the loop's default probe)."""
         return []
+
+    def hacking_detectors(self) -> dict[str, Detector]:
+        """Reward-hacking detectors of this environment's own, run on its GRPO rollouts beside the loop's
+        generic ones (same answer everywhere, tool-call spam, format exploits): `{kind: detector}`, each a
+        `(rollouts, HackingConfig) -> Finding` (agent_rl.reward.hacking). Default: none."""
+        return {}
 
 
 def public_methods(cls: type) -> tuple[str, ...]:

@@ -21,6 +21,10 @@ BUILTINS: dict[str, str] = {
     "email": "agent_rl.environments.email.environment:EmailEnvironment",
     "support": "agent_rl.environments.support:SupportEnvironment",
 }
+# Command groups a built-in environment adds to the `agent-rl` CLI: name -> (typer app import path, help).
+BUILTIN_COMMANDS: dict[str, tuple[str, str]] = {
+    "inbox": ("agent_rl.environments.email.inbox.cli:app", "Build, ingest and search email inboxes."),
+}
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -64,3 +68,12 @@ def load_environment(spec: str, **options: Any) -> Environment:
     except TypeError as exc:
         raise EnvironmentError(spec, f"cannot be built with options {sorted(options)}: {exc}") from None
     return check_environment(environment)
+
+
+def environment_commands() -> list[tuple[str, Any, str]]:
+    """(name, typer app, help) of each built-in environment's CLI commands, for `agent-rl <name> ...`."""
+    commands = []
+    for name, (target, help_text) in BUILTIN_COMMANDS.items():
+        module_name, _, attribute = target.partition(":")
+        commands.append((name, getattr(importlib.import_module(module_name), attribute), help_text))
+    return commands

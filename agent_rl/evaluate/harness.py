@@ -16,7 +16,8 @@ from typing import Any
 from pydantic import BaseModel, Field, PositiveInt
 
 from agent_rl.agent.policy import Policy
-from agent_rl.agent.runner import EpisodeTask, RunnerConfig, run_episodes
+from agent_rl.agent.runner import Play, RunnerConfig, play_episodes
+from agent_rl.environments.email.episodes import EpisodeTask, email_environment
 from agent_rl.evaluate.metrics import EvalMetrics, compute_metrics
 from agent_rl.environments.email.inbox.store import InboxStore
 from agent_rl.records import Episode, Scenario, Split
@@ -84,17 +85,17 @@ def evaluate_policy(
         completion_price_per_m=config.completion_price_per_m,
     )
     version = version or str(getattr(policy, "version", "unknown"))
-    tasks = [EpisodeTask.from_scenario(s, policy_version=version) for s in chosen]
-    episodes = run_episodes(policy, tasks, store, runner, judge)
-    return EvalResult(version, compute_metrics(episodes, {s.id: s for s in chosen}), episodes)
+    environment = email_environment(store, judge)
+    plays = [EpisodeTask.from_scenario(s, policy_version=version).play() for s in chosen]
+    episodes = play_episodes(policy, environment, plays, runner)
+    return EvalResult(version, compute_metrics(episodes, {s.id: s for s in chosen}, tool_names=environment.tool_names()),
+                      episodes)
 
 
 def evaluate_tasks(policy: Policy, environment: Any, tasks: list[Any], config: EvalConfig | None = None,
                    version: str | None = None) -> EvalResult:
     """`evaluate_policy` for a plug-in environment: the same seeded sample of its held-out tasks, played by the
     one runner, judged by the environment, measured with its tools."""
-    from agent_rl.agent.runner import Play, play_episodes
-
     config = config or EvalConfig()
     pool = sorted((t for t in tasks if t.split == config.split), key=lambda t: t.id)
     if config.max_scenarios is not None and len(pool) > config.max_scenarios:

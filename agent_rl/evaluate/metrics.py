@@ -22,7 +22,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent_rl.environments.email.tools import TOOL_NAMES
 from agent_rl.records import Episode, Outcome, Scenario
 from agent_rl.reward.judge import is_idk
 
@@ -59,8 +58,8 @@ def _percentile(values: list[float], q: float) -> float:
     return round(ordered[index], 2)
 
 
-def _turn_validity(messages: Iterable[Mapping[str, Any]], tool_names: Collection[str] = TOOL_NAMES) -> tuple[int, int]:
-    """(valid, total) assistant turns: valid means every tool call names a known tool."""
+def _turn_validity(messages: Iterable[Mapping[str, Any]], tool_names: Collection[str] | None) -> tuple[int, int]:
+    """(valid, total) assistant turns: valid means every tool call names a known tool (None: any named tool)."""
     valid = total = 0
     for message in messages:
         if message.get("role") != "assistant":
@@ -68,15 +67,15 @@ def _turn_validity(messages: Iterable[Mapping[str, Any]], tool_names: Collection
         total += 1
         calls = message.get("tool_calls") or []
         names = [(c.get("function") or {}).get("name") for c in calls if isinstance(c, Mapping)]
-        if names and all(name in tool_names for name in names):
+        if names and all(name and (tool_names is None or name in tool_names) for name in names):
             valid += 1
     return valid, total
 
 
 def compute_metrics(episodes: list[Episode], scenarios: Mapping[str, Scenario] | None = None,
-                    tool_names: Collection[str] = TOOL_NAMES) -> EvalMetrics:
+                    tool_names: Collection[str] | None = None) -> EvalMetrics:
     """Metrics of a set of episodes; `scenarios` (by id) tells which email questions were answerable and their
-    sources; `tool_names` are the environment's tools (a call to any other is an invalid turn)."""
+    sources; `tool_names` are the environment's tools (a call to any other is an invalid turn; None: no list to check)."""
     scenarios = scenarios or {}
     n = len(episodes)
     answerable = [e for e in episodes if e.scenario_id in scenarios and scenarios[e.scenario_id].answerable]

@@ -27,7 +27,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from agent_rl.environments.email.scenarios.chat import ChatClient, ChatEndpoint, ChatEndpointError, ChatReply, extract_json
+from agent_rl.agent.chat_client import ChatClient, ChatEndpoint, ChatEndpointError, ChatReply, extract_json
 
 
 @dataclass(frozen=True)

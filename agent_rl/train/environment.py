@@ -43,19 +43,27 @@ def parse_query_date(value: Any) -> datetime | None:
 
 
 @dataclass
-class RolloutObservation:
-    """A finished rollout as the rubric and the hacking detectors see it."""
+class JudgedRollout:
+    """A finished, judged rollout: what the trainer's bookkeeping and the rollout records read of it, in the email
+    environment (RolloutObservation) and in a plug-in (plugin_rollouts.PluginObservation) alike."""
 
     question: str
     outcome: Outcome
     format_error: FormatErrorKind | None
     turns: int
-    rubric: RubricObservation
-    trace: EpisodeTrace
+    trace: Any  # the environment's trace: final_answer, sources, reads, errors
     messages: list[dict[str, Any]] = field(default_factory=list)
     tool_calls: int = 0
     tool_failures: int = 0
     budget_cut: bool = False  # ended by max_completion_length (tool results dropped), not by the policy
+
+
+@dataclass
+class RolloutObservation(JudgedRollout):
+    """A finished rollout as the rubric and the hacking detectors see it."""
+
+    trace: EpisodeTrace
+    rubric: RubricObservation = field(kw_only=True)
 
 
 class InboxEnvironment(InboxTools):

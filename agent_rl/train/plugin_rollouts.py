@@ -15,8 +15,7 @@ from typing import Any
 from agent_rl.environments.core import Environment, FinalAnswer, Judgement, Task, Trajectory
 from agent_rl.environments.sessions import judge_episode
 from agent_rl.records import Outcome
-from agent_rl.reward.rubric import FormatErrorKind
-from agent_rl.train.environment import calls_left_unanswered, scan_turns
+from agent_rl.train.environment import JudgedRollout, calls_left_unanswered, scan_turns
 
 
 def task_rows(environment: Environment, tasks: list[Task]) -> list[dict[str, Any]]:
@@ -47,19 +46,11 @@ class PluginTrace:
 
 
 @dataclass
-class PluginObservation:
+class PluginObservation(JudgedRollout):
     """A judged plug-in rollout, with the fields the trainer and rollout records use."""
 
-    question: str
-    outcome: Outcome
-    format_error: FormatErrorKind | None
-    turns: int
-    judgement: Judgement
     trace: PluginTrace
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    tool_calls: int = 0
-    tool_failures: int = 0
-    budget_cut: bool = False
+    judgement: Judgement = field(kw_only=True)
 
 
 class PluginRollout:

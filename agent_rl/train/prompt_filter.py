@@ -73,7 +73,8 @@ def sampled_solve_rates(model_path: str | Path, adapter: str | Path | None, rows
                         seed: int = 0) -> dict[str, float]:
     """Play every row `samples_per_prompt` times with the sampled SFT model; share of correct episodes per row."""
     from agent_rl.agent.local_policy import LocalPolicy
-    from agent_rl.agent.runner import EpisodeTask, RunnerConfig, run_episodes
+    from agent_rl.agent.runner import RunnerConfig
+    from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
 
     policy = LocalPolicy(model_path, adapter=adapter, temperature=settings.temperature, seed=seed, batch_size=16)
     tasks = [EpisodeTask.from_scenario(row_scenario(row)) for row in rows for _ in range(settings.samples_per_prompt)]

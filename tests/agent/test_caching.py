@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import pytest
 
 from agent_rl.environments.email.heuristic import HeuristicPolicy
-from agent_rl.agent.runner import EpisodeTask, run_episodes
+from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
 from agent_rl.environments.email.tools import cached_read, make_tools, tool_schemas
 from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
 from agent_rl.environments.email.inbox.store import open_inbox_store

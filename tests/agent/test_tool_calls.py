@@ -6,7 +6,7 @@ import pytest
 from agent_rl.agent.tool_calls import MalformedArguments, call_function, call_name, decode_arguments
 from agent_rl.environments.email.tools import TOOL_NAMES
 from agent_rl.curation.datasets import final_answer
-from agent_rl.curation.validate import ValidationConfig
+
 from agent_rl.reward.hacking import tool_calls
 
 NESTED = {"id": "c1", "type": "function", "function": {"name": "read_email", "arguments": '{"message_id": "m-1"}'}}
@@ -51,4 +51,7 @@ def test_readers_agree_on_a_conversation():
 
 
 def test_validation_knows_the_agents_tools():
-    assert ValidationConfig().tools == TOOL_NAMES
+    from agent_rl.curation.validate import config_for
+    from agent_rl.environments.email.environment import EmailEnvironment
+
+    assert config_for([EmailEnvironment()]).tools == TOOL_NAMES

@@ -514,6 +514,7 @@ def test_a_client_gone_mid_stream_loses_nothing(sqlite_url, openai_stub, upstrea
 
 def test_unjudged_live_episodes_never_become_sft_positives(sqlite_url):
     from agent_rl.curation.datasets import quality, sft_rows
+    from agent_rl.curation.live import live_validation_config
     from agent_rl.curation.validate import validate_episodes
 
     with gateway(sqlite_url, {"calc": 1.0}, {"calc": "calc-bot"}) as url:
@@ -524,7 +525,7 @@ def test_unjudged_live_episodes_never_become_sft_positives(sqlite_url):
                           json={"episode_id": episode, "verdict": "up"}).status_code == 200
     row = all_episodes(sqlite_url)[episode].model_dump(mode="json")
     assert quality(row) == 0.0 and sft_rows([row], tools=TOOLS) == []
-    result = validate_episodes([row])
+    result = validate_episodes([row], live_validation_config([row], require_reward=True))
     assert result.clean == [] and any("reward" in reason for reason in result.quarantined[0][1])
 
 

@@ -11,7 +11,9 @@ import threading
 
 import pytest
 
-from agent_rl.agent.runner import EpisodeTask, RunnerConfig, run_episodes
+from agent_rl.agent.runner import RunnerConfig
+
+from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
 from agent_rl.agent.shared_base import MixedVersionPolicy
 from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.policy_specs import load_stacked

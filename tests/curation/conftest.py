@@ -17,7 +17,7 @@ class DemoEnvironment:
 @pytest.fixture(scope="session")
 def demo_env(tmp_path_factory) -> DemoEnvironment:
     from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
-    from agent_rl.agent.runner import EpisodeTask, run_episodes
+    from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
     from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
     from agent_rl.environments.email.inbox.store import open_inbox_store
     from agent_rl.environments.email.scenarios.generate import generate_scenarios

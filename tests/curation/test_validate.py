@@ -6,12 +6,15 @@ from hypothesis import strategies as st
 
 from agent_rl.curation.validate import (
     GateConfig,
-    ValidationConfig,
     ValidationResult,
     conversation_errors,
     evaluate_gates,
+    config_for,
     validate_episodes,
 )
+from agent_rl.environments.email.environment import EmailEnvironment
+
+EMAIL_CHECKS = config_for([EmailEnvironment()])
 
 
 def _prefixes(reasons):
@@ -22,7 +25,7 @@ def _prefixes(reasons):
 def test_heuristic_episodes_are_clean_and_normalized(demo_env):
     rows = copy.deepcopy(demo_env.episodes)
     rows[0]["messages"] = json.dumps(rows[0]["messages"])  # exports may carry messages as JSON text
-    result = validate_episodes(rows, ValidationConfig.from_rubric())
+    result = validate_episodes(rows, EMAIL_CHECKS)
     assert result.quarantined == []
     assert len(result.clean) == len(rows)
     assert isinstance(result.clean[0]["messages"], list)
@@ -67,7 +70,7 @@ def test_bad_corpus_ends_in_quarantine_with_every_reason(demo_env):
     good = next(e for e in demo_env.episodes if e["outcome"] == "correct")
     bad = _bad_corpus(good)
     rows = [copy.deepcopy(good)] + [row for _, row, _ in bad]
-    result = validate_episodes(rows)
+    result = validate_episodes(rows, EMAIL_CHECKS)
     assert len(result.clean) + len(result.quarantined) == len(rows)
     assert len(result.clean) == 1
     by_payload = {id(raw): reasons for raw, reasons in result.quarantined}
@@ -79,7 +82,7 @@ def test_bad_corpus_ends_in_quarantine_with_every_reason(demo_env):
 
 def test_duplicates_keep_the_first_occurrence(demo_env):
     rows = copy.deepcopy(demo_env.episodes[:3]) + copy.deepcopy(demo_env.episodes[:1])
-    result = validate_episodes(rows)
+    result = validate_episodes(rows, EMAIL_CHECKS)
     assert len(result.clean) == 3
     (raw, reasons), = result.quarantined
     assert raw["episode_id"] == rows[0]["episode_id"]
@@ -87,7 +90,7 @@ def test_duplicates_keep_the_first_occurrence(demo_env):
 
 
 def test_conversation_rules():
-    config = ValidationConfig()
+    config = EMAIL_CHECKS
     opening = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
     call = {"role": "assistant", "content": "", "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "read_email", "arguments": '{"message_id": "m"}'}}]}
@@ -100,7 +103,7 @@ def test_conversation_rules():
 
 
 def test_gates_name_what_is_missing(demo_env):
-    result = validate_episodes(copy.deepcopy(demo_env.episodes))
+    result = validate_episodes(copy.deepcopy(demo_env.episodes), EMAIL_CHECKS)
     gates = {g.name: g for g in evaluate_gates(result, GateConfig())}
     assert not gates["volume"].passed and f"{len(result.clean)} clean" in gates["volume"].message
     assert gates["clean_ratio"].passed
@@ -122,6 +125,6 @@ junk = st.recursive(
 @given(st.lists(junk | st.fixed_dictionaries({"episode_id": st.text(max_size=5), "messages": junk,
                                               "turns": junk, "reward": junk}), max_size=6))
 def test_arbitrary_rows_never_crash_and_nothing_is_lost(rows):
-    result = validate_episodes(rows)
+    result = validate_episodes(rows, EMAIL_CHECKS)
     assert len(result.clean) + len(result.quarantined) == len(rows)
     assert all(reasons for _, reasons in result.quarantined)

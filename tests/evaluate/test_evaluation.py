@@ -65,7 +65,7 @@ def test_metrics_count_hallucinations_idk_and_invalid_turns():
     m = compute_metrics([episode(Outcome.CORRECT, "June 5", ["return_final_answer"]),
                          episode(Outcome.WRONG, "June 9", ["return_final_answer"]),
                          episode(Outcome.IDK, "I don't know", ["return_final_answer"]),
-                         episode(Outcome.FORMAT_ERROR, None, [])])
+                         episode(Outcome.FORMAT_ERROR, None, [])], tool_names=("return_final_answer",))
     assert (m.accuracy, m.hallucination_rate, m.idk_rate, m.format_error_rate) == (0.25, 0.25, 0.25, 0.25)
     assert m.valid_tool_call_rate == 0.75
 

@@ -6,7 +6,7 @@ import dagster as dg
 
 from agent_rl import settings
 from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
-from agent_rl.agent.runner import EpisodeTask, run_episodes
+from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
 from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.records import Episode
 from agent_rl.environments.email.scenarios.demo import build_demo_environment

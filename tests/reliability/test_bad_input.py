@@ -16,10 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
-from agent_rl.agent.runner import EpisodeTask, run_episodes
+from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
 from agent_rl.arbiter.config import ArbiterConfig
 from agent_rl.arbiter.server import running_arbiter
-from agent_rl.curation.validate import validate_episodes
+from agent_rl.curation.validate import config_for, validate_episodes
+from agent_rl.environments.email.environment import EmailEnvironment
 from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.pool import PoolRepository
 from agent_rl.arbiter.keys import ApiKey, hash_token
@@ -253,12 +254,12 @@ def test_validator_never_raises_on_mutated_episodes_and_loses_none(real_episodes
             episode = _mutate(episode, path, data.draw(st.sampled_from(["drop", "replace"])), data.draw(junk))
             paths = list(_paths(episode))
         rows.append(episode)
-    result = validate_episodes(rows)
+    result = validate_episodes(rows, config_for([EmailEnvironment()]))
     assert len(result.clean) + len(result.quarantined) == len(rows)
     assert all(reasons and all(isinstance(r, str) and r for r in reasons) for _, reasons in result.quarantined)
 
 
 def test_unmutated_episodes_stay_clean(real_episodes):
     """The control for the test above: the mutations, not the episodes, are what gets quarantined."""
-    result = validate_episodes(random.Random(0).sample(real_episodes, len(real_episodes)))
+    result = validate_episodes(random.Random(0).sample(real_episodes, len(real_episodes)), config_for([EmailEnvironment()]))
     assert len(result.clean) == len(real_episodes) and result.quarantined == []

@@ -16,7 +16,7 @@ import pytest
 
 from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
 from agent_rl.agent.models import build_tiny_model
-from agent_rl.agent.runner import EpisodeTask, run_episodes
+from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
 from agent_rl.curation.datasets import load_jsonl, save_jsonl, sft_rows
 from agent_rl.environments.email.inbox.store import open_inbox_store
 from reliability_support import ROOT, build_world

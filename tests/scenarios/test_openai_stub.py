@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from agent_rl.environments.email.scenarios.chat import ChatClient, ChatEndpoint, ChatEndpointError, extract_json
+from agent_rl.agent.chat_client import ChatClient, ChatEndpoint, ChatEndpointError, extract_json
 from tests.openai_stub import fail, openai_stub, reply, tool_call  # noqa: F401 (fixture)
 
 

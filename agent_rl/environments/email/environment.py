@@ -19,7 +19,7 @@ from agent_rl.environments.core import Environment, FinalAnswer, Judgement, Priv
 from agent_rl.environments.email.inbox.store import InboxStore
 from agent_rl.records import Category, Outcome, Scenario, Split
 from agent_rl.reward.judge import DeterministicJudge, Judge, is_idk
-from agent_rl.reward.rubric import FormatErrorKind, RubricObservation, RubricWeights, score
+from agent_rl.reward.rubric import FormatErrorKind, RubricObservation, RubricWeights, reward_bounds, score
 from agent_rl.utc import as_utc
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,7 @@ class EmailEnvironment(Environment):
         self._scenarios = scenarios
         self.tool_config = tools or ToolConfig()
         self.rubric = rubric or RubricWeights()
+        self.reward_range = reward_bounds(self.rubric)  # what the rubric can give: curation's range check
         self.answer_judge = judge or DeterministicJudge()
 
     def tasks(self, split: Split) -> list[Task]:
@@ -148,7 +149,15 @@ class EmailEnvironment(Environment):
         # (curation/anonymize.py build_directory), so no second reader of the headers here.
         return PrivacySpec(id_fields=("scenario_id", "citations"))
 
-    def teacher(self) -> Any:
-        from agent_rl.environments.email.heuristic import HeuristicPolicy
+    def teacher(self, **options: Any) -> Any:
+        """The rule-based reader; `options` are HeuristicConfig's (error rates, seed, version): with error rates
+        it stands in for a prompted API model (agent/api_models.toml)."""
+        from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
 
-        return HeuristicPolicy()
+        return HeuristicPolicy(HeuristicConfig(**options)) if options else HeuristicPolicy()
+
+    def hacking_detectors(self) -> dict[str, Any]:
+        """Unsupported answers (in no email the episode saw) and padded sources (cited, never read)."""
+        from agent_rl.environments.email.hacking import DETECTORS
+
+        return dict(DETECTORS)
