@@ -8,12 +8,12 @@ Bulk adds go through COPY into a temporary table and one INSERT ... ON CONFLICT 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import astuple
 from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
 
 from agent_rl.environments.email.inbox.backend_rules import (
-    check_max_results,
     clean_text,
     content_hash,
     email_from_row,
@@ -21,7 +21,7 @@ from agent_rl.environments.email.inbox.backend_rules import (
     leading_snippet,
     sender_key,
 )
-from agent_rl.environments.email.inbox.store import MAX_RESULTS, AddReport, InboxStore
+from agent_rl.environments.email.inbox.store import AddReport, InboxStore, SearchQuery
 from agent_rl.records import Email, SearchHit
 from agent_rl.settings import sqlalchemy_url
 from agent_rl.utc import as_utc
@@ -193,16 +193,8 @@ class PostgresInboxStore(InboxStore):
         # A keyword with no indexable lexeme (e.g. a lone "_") can never match: no results.
         return " & ".join(parts) if len(parts) == len(texts) else ""
 
-    def search(
-        self,
-        inbox: str,
-        keywords: list[str],
-        sender: str | None = None,
-        sent_after: datetime | None = None,
-        sent_before: datetime | None = None,
-        max_results: int = MAX_RESULTS,
-    ) -> list[SearchHit]:
-        check_max_results(max_results)
+    def _search(self, query: SearchQuery) -> list[SearchHit]:
+        inbox, keywords, sender, sent_after, sent_before, max_results = astuple(query)
         filters, params = ["inbox = :inbox"], {"inbox": clean_text(inbox), "n": max_results}
         if sender:
             filters.append("sender_key = :sender")

@@ -11,11 +11,11 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
+from dataclasses import astuple
 from datetime import datetime
 from pathlib import Path
 
 from agent_rl.environments.email.inbox.backend_rules import (
-    check_max_results,
     clean_text,
     content_hash,
     email_from_row,
@@ -23,7 +23,7 @@ from agent_rl.environments.email.inbox.backend_rules import (
     leading_snippet,
     sender_key,
 )
-from agent_rl.environments.email.inbox.store import MAX_RESULTS, AddReport, InboxStore
+from agent_rl.environments.email.inbox.store import AddReport, InboxStore, SearchQuery
 from agent_rl.records import Email, SearchHit
 from agent_rl.utc import as_utc
 
@@ -269,16 +269,8 @@ class SQLiteInboxStore(InboxStore):
 
     # -- reading -------------------------------------------------------------------------------
 
-    def search(
-        self,
-        inbox: str,
-        keywords: list[str],
-        sender: str | None = None,
-        sent_after: datetime | None = None,
-        sent_before: datetime | None = None,
-        max_results: int = MAX_RESULTS,
-    ) -> list[SearchHit]:
-        check_max_results(max_results)
+    def _search(self, query: SearchQuery) -> list[SearchHit]:
+        inbox, keywords, sender, sent_after, sent_before, max_results = astuple(query)
         inbox = clean_text(inbox)
         keywords = [keywords] if isinstance(keywords, str) else keywords  # one keyword, not its letters
         phrases = [fts_phrase(terms) for terms in map(keyword_terms, keywords) if terms]

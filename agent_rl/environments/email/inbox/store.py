@@ -16,6 +16,18 @@ from agent_rl.records import Email, SearchHit
 MAX_RESULTS = 10
 
 
+@dataclass(frozen=True)
+class SearchQuery:
+    """A search's arguments as a backend receives them (`InboxStore.search` checked them)."""
+
+    inbox: str
+    keywords: list[str]
+    sender: str | None
+    sent_after: datetime | None
+    sent_before: datetime | None
+    max_results: int
+
+
 @dataclass
 class AddReport:
     inserted: int = 0
@@ -29,7 +41,6 @@ class InboxStore(abc.ABC):
     def add_emails(self, emails: Iterable[Email]) -> AddReport:
         """Store emails; an email already present (same message_id, or same inbox+sender+subject+body) is skipped."""
 
-    @abc.abstractmethod
     def search(
         self,
         inbox: str,
@@ -40,6 +51,14 @@ class InboxStore(abc.ABC):
         max_results: int = MAX_RESULTS,
     ) -> list[SearchHit]:
         """Emails of `inbox` containing all keywords, best match first (ties: newest first)."""
+        from agent_rl.environments.email.inbox.backend_rules import check_max_results
+
+        check_max_results(max_results)
+        return self._search(SearchQuery(inbox, keywords, sender, sent_after, sent_before, max_results))
+
+    @abc.abstractmethod
+    def _search(self, query: SearchQuery) -> list[SearchHit]:
+        """`search` in this backend, its arguments checked."""
 
     @abc.abstractmethod
     def read(self, inbox: str, message_id: str) -> Email | None:
