@@ -10,10 +10,9 @@ import json
 import dagster as dg
 
 from agent_rl import registry, settings
-from agent_rl.ab.controller import is_registered_version
 from agent_rl.curation.datasets import load_jsonl, save_jsonl
 from agent_rl.evaluate.harness import evaluate_environments, evaluate_policy, forgetting_probe, torch_threads
-from agent_rl.evaluate.cache import EvaluationCache, inputs_fingerprint, weights_fingerprint
+from agent_rl.evaluate.cache import EvaluationCache, inputs_fingerprint, registered_fingerprint, weights_fingerprint
 from agent_rl.evaluate.metrics import EvalMetrics
 from agent_rl.evaluate.report import (
     category_markdown,
@@ -45,21 +44,6 @@ from resources.training import TrainingResource
 
 def report_path(partition: str):
     return stage_dir("evaluation_report", partition) / "report.json"
-
-
-def registered_weights(spec: str, mlflow: MlflowResource) -> str | None:
-    """The weights fingerprint of a registered version routed as `mlflow:vN`; None for anything else (an API
-    model, a rule-based agent, a configured policy): those are played every time."""
-    ref = spec.removeprefix("mlflow:")
-    if not spec.startswith("mlflow:") or not is_registered_version(ref):
-        return None
-    try:
-        path, manifest = registry.download_version(version=ref[1:], name=mlflow.model_name, tracking_uri=mlflow.uri())
-    except LookupError:
-        return None
-    if "adapters" not in manifest:
-        return None
-    return weights_fingerprint(manifest["base_model"], [path / a for a in manifest["adapters"]])
 
 
 def _simulation_label(policy) -> dict | None:
@@ -127,7 +111,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
     weights = {"sft": weights_fingerprint(training.base_model, sft_adapters(partition)),
                "grpo": weights_fingerprint(training.base_model, trained_adapters(partition)) if "grpo" in loaders
                else None,
-               "incumbent": registered_weights(incumbent_spec, mlflow)}
+               "incumbent": registered_fingerprint(incumbent_spec, mlflow.model_name, mlflow.uri())}
     for name, load in loaders.items():
         label = f" ({incumbent_version}: {incumbent_spec})" if name == "incumbent" else ""
         hit = cache.get(weights[name], inputs) if weights[name] else None

@@ -34,6 +34,24 @@ def weights_fingerprint(base_model: str, adapters: list[str | Path]) -> str | No
     return digest.hexdigest()
 
 
+def registered_fingerprint(spec: str, model_name: str, tracking_uri: str | None = None) -> str | None:
+    """The weights fingerprint of a registered version routed as `mlflow:vN`; None for anything else (an API
+    model, a rule-based agent, a configured policy): those are played every time."""
+    from agent_rl import registry
+    from agent_rl.ab.controller import is_registered_version
+
+    ref = spec.removeprefix("mlflow:")
+    if not spec.startswith("mlflow:") or not is_registered_version(ref):
+        return None
+    try:
+        path, manifest = registry.download_version(version=ref[1:], name=model_name, tracking_uri=tracking_uri)
+    except LookupError:
+        return None
+    if "adapters" not in manifest:
+        return None
+    return weights_fingerprint(manifest["base_model"], [path / a for a in manifest["adapters"]])
+
+
 def inputs_fingerprint(folder: Path, settings: str) -> str:
     """One hash over every file of the held-out world (names and bytes) and the evaluation settings."""
     digest = hashlib.sha256(settings.encode())

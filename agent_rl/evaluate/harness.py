@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, PositiveInt
 
 from agent_rl.agent.policy import Policy
 from agent_rl.agent.runner import Play, RunnerConfig, play_episodes
-from agent_rl.environments.email.episodes import EpisodeTask, email_environment
+from agent_rl.environments.email.environment import EmailEnvironment, scenario_task
 from agent_rl.evaluate.metrics import EvalMetrics, compute_metrics
 from agent_rl.environments.email.inbox.store import InboxStore
 from agent_rl.records import Episode, Scenario, Split
@@ -85,8 +85,8 @@ def evaluate_policy(
         completion_price_per_m=config.completion_price_per_m,
     )
     version = version or str(getattr(policy, "version", "unknown"))
-    environment = email_environment(store, judge)
-    plays = [EpisodeTask.from_scenario(s, policy_version=version).play() for s in chosen]
+    environment = EmailEnvironment(store, judge=judge)
+    plays = [Play(scenario_task(s), policy_version=version) for s in chosen]
     episodes = play_episodes(policy, environment, plays, runner)
     return EvalResult(version, compute_metrics(episodes, {s.id: s for s in chosen}, tool_names=environment.tool_names()),
                       episodes)

@@ -18,16 +18,14 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from agent_rl.agent.tool_calls import MalformedArguments, call_function, call_name, decode_arguments
 from agent_rl.reward.judge import is_idk
-
-KINDS = ("same_answer", "tool_call_spam", "format_exploit")
 
 # A detector measures one pattern over rollouts; an environment adds its own (Environment.hacking_detectors).
 Detector = Callable[[list[dict[str, Any]], "HackingConfig"], "Finding"]
@@ -222,6 +220,7 @@ def finding(kind: str, flagged: list[dict[str, Any]], total: int, threshold: flo
 
 GENERIC: dict[str, Detector] = {"same_answer": _same_answer, "tool_call_spam": _spam,
                                  "format_exploit": _format_exploit}
+KINDS = tuple(GENERIC)  # the loop's own detectors, in the order they report
 
 
 def measure_reward_hacking(rollouts: list[dict[str, Any]], config: HackingConfig | None = None,

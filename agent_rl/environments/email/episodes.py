@@ -10,7 +10,6 @@ from typing import Any
 
 from agent_rl.agent.policy import Policy
 from agent_rl.agent.runner import Play, RunnerConfig, play_episodes
-from agent_rl.environments.core import Environment
 from agent_rl.environments.email.environment import EmailEnvironment, live_task, scenario_task
 from agent_rl.environments.email.inbox.store import InboxStore
 from agent_rl.records import Episode, Scenario
@@ -45,10 +44,6 @@ class EpisodeTask:
         return Play(task, self.policy_version, self.tenant)
 
 
-def email_environment(store: InboxStore, judge: Judge | None = None) -> Environment:
-    return EmailEnvironment(store, judge=judge)
-
-
 def run_episodes(
     policy: Policy,
     tasks: list[EpisodeTask],
@@ -58,7 +53,7 @@ def run_episodes(
 ) -> list[Episode]:
     """Play email questions on `store` (the email environment's entry point)."""
     config = config or RunnerConfig()
-    return play_episodes(policy, email_environment(store, judge), [t.play() for t in tasks], config)
+    return play_episodes(policy, EmailEnvironment(store, judge=judge), [t.play() for t in tasks], config)
 
 
 def run_episode(

@@ -31,7 +31,6 @@ def _read_ids_and_texts(rollout: dict[str, Any]) -> tuple[set[str], list[str]]:
     return ids, texts
 
 
-
 def _seen_texts(rollout: dict[str, Any]) -> list[str]:
     """Email text the episode had in view: emails it read and the snippets its searches returned (a search hit's
     snippet often holds the answer; answering from it is grounded, not a guess)."""
