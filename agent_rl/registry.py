@@ -24,8 +24,23 @@ from agent_rl import settings
 
 def model_name_for(environment: str) -> str:
     """The registered model of an environment's agent: one per environment, so an email model can never be
-    promoted for support traffic (`agent-rl-email`, `agent-rl-support`, ...)."""
-    return "agent-rl-" + re.sub(r"[^A-Za-z0-9_-]+", "-", environment.strip() or "email")
+    promoted for support traffic (`agent-rl-email`, `agent-rl-support`, ...). A plug-in given by import path is
+    named after the `name` it declares (`examples.timetable:TimetableEnvironment` -> `agent-rl-timetable`); a run
+    on several environments after all of them, in order (`agent-rl-support-timetable`)."""
+    names = [_declared_name(part) for part in environment.split(",") if part.strip()] or ["email"]
+    return "agent-rl-" + re.sub(r"[^A-Za-z0-9_-]+", "-", "-".join(names))
+
+
+def _declared_name(setting: str) -> str:
+    setting = setting.strip()
+    if ":" not in setting:
+        return setting  # a built-in, an installed plug-in's entry point or 'gateway': already a name
+    from agent_rl.environments.registry import load_environment
+
+    try:
+        return load_environment(setting).name
+    except Exception:  # noqa: BLE001 - not loadable here: the run that uses it fails on it, named, elsewhere
+        return setting
 
 
 # The environment this process serves (AGENT_RL_ENV, as the demo, `make ui` and the arbiter set it).

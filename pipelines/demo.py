@@ -21,8 +21,10 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -191,7 +193,19 @@ def traffic_figures(pool, since: datetime) -> dict[str, dict[str, float]]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass
+class DemoPlan:
+    """What the command line asked for, checked: the environment loaded, production's agent chosen."""
+
+    args: argparse.Namespace
+    environment: Any  # the loaded Environment (email included)
+    production_spec: str
+    production: str  # its routing name
+    ours: bool  # production starts on v0, a model of ours
+    profile: str
+
+
+def parse_plan(argv: list[str] | None = None) -> DemoPlan:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="the tiny random model: the loop's mechanics in minutes")
     parser.add_argument("--port", type=int, default=8700)
@@ -227,25 +241,36 @@ def main(argv: list[str] | None = None) -> int:
     from agent_rl.environments.registry import load_environment
 
     try:
-        plugin = None if args.env == "email" else load_environment(args.env)
+        environment = load_environment(args.env)
     except EnvironmentError as exc:
         parser.error(str(exc))
-    if plugin is not None and args.production is None and plugin.name not in SIMULATED_PRODUCTION \
-            and plugin.teacher() is None:
+    production_spec = args.production or default_production(environment, args.env, args.fast)
+    if production_spec is None:
         parser.error(f"environment {args.env!r} offers no teacher policy to stand for the agent production runs "
                      "before training: pass --production SPEC (a policy spec the arbiter serves)")
-    if plugin is None:
-        production_spec = args.production or ("heuristic" if args.fast else "api-sim:o3")
-    else:
-        production_spec = args.production or SIMULATED_PRODUCTION.get(plugin.name, (f"teacher:{args.env}", ""))[0]
     production = production_version(production_spec)
     ours = args.incumbent == "ours"
     if not ours and args.incumbent not in (None, production):
         parser.error(f"--incumbent {args.incumbent!r}: expected 'ours' or {production!r} (the API model this demo "
                      "simulates; --production chooses another)")
-    profile = "fast" if args.fast else "demo"
-    os.environ["AGENT_RL_PROFILE"] = profile
-    os.environ["AGENT_RL_ENV"] = args.env  # the resources (EnvironmentResource, model name) and the arbiter read it
+    return DemoPlan(args, environment, production_spec, production, ours, "fast" if args.fast else "demo")
+
+
+def default_production(environment, env_arg: str, fast: bool) -> str | None:
+    """The agent production runs before training when the command line names none: the simulated API model of
+    SIMULATED_PRODUCTION for the environment (the email's perfect rule-based reader in the fast demo), else the
+    environment's teacher; None when it has neither."""
+    if fast and environment.name in FAST_PRODUCTION:
+        return FAST_PRODUCTION[environment.name]
+    if environment.name in SIMULATED_PRODUCTION:
+        return SIMULATED_PRODUCTION[environment.name][0]
+    return f"teacher:{env_arg}" if environment.teacher() is not None else None
+
+
+def prepare_home(plan: DemoPlan) -> Path:
+    """The demo's environment variables, home and log file (the resources, the arbiter and `make ui` read them)."""
+    os.environ["AGENT_RL_PROFILE"] = plan.profile
+    os.environ["AGENT_RL_ENV"] = plan.args.env  # the resources (EnvironmentResource, model name) and the arbiter
     os.environ.setdefault("DAGSTER_HOME", str(Path(".dagster").resolve()))
     os.environ.setdefault("AGENT_RL_HOME", str(Path(".data").resolve()))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -254,11 +279,37 @@ def main(argv: list[str] | None = None) -> int:
     home = Path(os.environ["AGENT_RL_HOME"])
     home.mkdir(parents=True, exist_ok=True)
     # `make ui` runs the sensors with the profile the demo used (its A/B thresholds, its base model).
-    (home / "profile").write_text(profile + "\n")
+    (home / "profile").write_text(plan.profile + "\n")
     log_file = home / "logs" / f"demo-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    print(f"agent-rl demo ({profile} profile, environment {args.env}, {args.weeks} week{'s' * (args.weeks > 1)}); "
+    weeks = plan.args.weeks
+    print(f"agent-rl demo ({plan.profile} profile, environment {plan.args.env}, {weeks} week{'s' * (weeks > 1)}); "
           f"full Dagster log: {log_file}", flush=True)
+    return log_file
+
+
+@dataclass
+class DemoRun:
+    """What every stage of the demo shares once the code location is loaded."""
+
+    plan: DemoPlan
+    defs: Any
+    instance: Any
+    log_file: Path
+    max_steps: dict[str, int]
+    partition: str
+    pool: Any
+    url: str = ""
+    token: str = ""
+    crashed: list[str] = field(default_factory=list)
+
+    def job(self, name: str, **kwargs):
+        return run_job(self.defs, name, self.instance, self.log_file, self.max_steps, **kwargs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    plan = parse_plan(argv)
+    log_file = prepare_home(plan)
     started = time.perf_counter()
 
     import dagster as dg
@@ -266,133 +317,153 @@ def main(argv: list[str] | None = None) -> int:
     from agent_rl import settings
     from agent_rl.agent.models import resolve_model
     from agent_rl.pool.repository import PoolRepository
-    from agent_rl.environments.email.scenarios.demo import load_default_scenarios
+    from agent_rl.records import Split
     from assets.partitions import weekly
     from pipelines.definitions import defs
-    from pipelines.sensors import challenger_sensor, end_mlflow_parent_run, rollout_sensor
 
-    instance = dg.DagsterInstance.get()
-    resources = defs.resources
-    base_model = resources["training"].base_model
-    max_steps = {"sft_adapter": resources["training"].sft().max_steps,
-                 "grpo_adapter": resources["training"].grpo().max_steps}
-    seed_requests = args.seed_requests or (resources["curation"].min_points + 400)
-    week_resources = week_changes(ours, args.fast)
-    v0_steps = args.v0_steps or max(1, max_steps["sft_adapter"] // 2)
-
-    with step(f"prepare the policy model ({base_model})"):
-        print(f"model at {resolve_model(base_model)}")
+    training = defs.resources["training"]
+    run = DemoRun(plan, defs, dg.DagsterInstance.get(), log_file,
+                  {"sft_adapter": training.sft().max_steps, "grpo_adapter": training.grpo().max_steps},
+                  weekly.get_partition_keys()[-1], PoolRepository(settings.pool_url()))
+    with step(f"prepare the policy model ({training.base_model})"):
+        print(f"model at {resolve_model(training.base_model)}")
 
     with step("environment: inbox and scenarios (Dagster job environment_job)"):
-        result = run_job(defs, "environment_job", instance, log_file, max_steps)
+        result = run.job("environment_job")
         assert result.success, f"environment_job failed (see {log_file})"
-        if plugin is None:
-            scenarios = load_default_scenarios()
-            train = [s for s in scenarios if s.split.value == "train"]
-            test = [s for s in scenarios if s.split.value == "test"]
-        else:  # a plug-in's tasks: the arbiter judges replays of them against their expected outcome
-            from agent_rl.records import Split
+        # The arbiter judges replays of these tasks against their reference.
+        train, test = plan.environment.tasks(Split.TRAIN), plan.environment.tasks(Split.TEST)
+        print(f"{len(train) + len(test)} {plan.environment.name} tasks: {len(train)} train, {len(test)} test")
 
-            train, test = plugin.tasks(Split.TRAIN), plugin.tasks(Split.TEST)
-        print(f"{len(train) + len(test)} {'scenarios' if plugin is None else plugin.name + ' tasks'}: "
-              f"{len(train)} train, {len(test)} test")
-
-    token = secrets.token_urlsafe(16)
-    pool = PoolRepository(settings.pool_url())
+    run.token = secrets.token_urlsafe(16)
     run_started = datetime.now(timezone.utc)
-    partition = weekly.get_partition_keys()[-1]
-    crashed: list[str] = []
     weeks: list[dict] = []
-    with arbiter_process(args.port, settings.artifact_dir("scenarios") / "scenarios.jsonl", token) as url:
-        share = args.model_share if args.model_share is not None else (0.1 if args.fast else 0.0)
-        weights = {production: 1.0 - share, "base": share} if share > 0 else {production: 1.0}
-        specs = {production: production_spec, "base": base_model}
-        if production_spec.startswith("api-sim:"):
-            print(f"production agent: {production} = {describe_simulation(production_spec)}")
-        elif plugin is not None and SIMULATED_PRODUCTION.get(plugin.name, ("", ""))[0] == production_spec:
-            print(f"production agent: {production} = {SIMULATED_PRODUCTION[plugin.name][1]}")
-        put_routing(url, token, weights, {v: specs[v] for v in weights})
-        print(f"arbiter at {url} while the demo runs: POST /v1/ask, and the OpenAI-compatible gateway at "
-              f"{url}/v1/chat/completions (point an openai client's base_url at {url}/v1 with the demo's API key, "
-              "$AGENT_RL_API_KEY of this process)", flush=True)
+    with arbiter_process(plan.args.port, settings.artifact_dir("scenarios") / "scenarios.jsonl", run.token) as url:
+        run.url = url
+        start_production(run)
+        seed_requests = plan.args.seed_requests or (defs.resources["curation"].min_points + 400)
         v0 = None
-        if ours:
-            v0 = ship_v0(defs, instance, log_file, max_steps, partition, url, token, pool, train, seed_requests,
-                         v0_steps, production)
+        if plan.ours:
+            v0 = ship_v0(defs, run.instance, log_file, run.max_steps, run.partition, url, run.token, run.pool, train,
+                         seed_requests, plan.args.v0_steps or max(1, run.max_steps["sft_adapter"] // 2),
+                         plan.production)
             if v0.get("crashed"):
-                crashed.append(v0["crashed"])
-        for week in range(1, args.weeks + 1):
-            row: dict = {"week": week}
-            served_before = pool.get_routing().weights
-            row["served_by"] = ", ".join(f"{v} {w:.0%}" for v, w in sorted(served_before.items(), key=lambda i: -i[1]))
-            n = seed_requests if week == 1 and not (v0 and v0.get("version")) else args.week_requests
-            week_started = datetime.now(timezone.utc)
-            with step(f"week {week}: {n} production requests through the arbiter ({row['served_by']})"):
-                replay(url, train, n, concurrency=16, key_prefix=f"week{week}-{int(time.time())}")
-                print(f"pool holds {pool.count()} episodes")
-            row["traffic"] = traffic_figures(pool, week_started)
-
-            with step(f"week {week}: retraining job on partition {partition} "
-                      "(curation → SFT → GRPO → validation → registry)"):
-                result = run_job(defs, "retraining_job", instance, log_file, max_steps, resources=week_resources,
-                                 partition_key=partition, raise_on_error=False)
-                with output_to(log_file):  # MLflow's own INFO lines belong in the log, not on the console
-                    end_mlflow_parent_run(resources["mlflow"].uri(), result.run_id, result.success)
-                failed_checks = [e for e in result.get_asset_check_evaluations() if not e.passed]
-                for check in failed_checks:
-                    print(f"check failed: {check.asset_key.to_user_string()}.{check.check_name}: {check.description}")
-                    for line in _flagged_examples(check.metadata):
-                        print(f"    {line}")
-                registered = registered_by(result)
-                print(f"retraining run {result.run_id}: {'success' if result.success else 'FAILED'}; "
-                      f"challenger registered: {registered}")
-                # A failed gate is the loop working (nothing registered); a crashed step is the demo failing.
-                check_steps = {f"{c.asset_key.to_python_identifier()}_{c.check_name}" for c in failed_checks}
-                crashed += [e.step_key for e in result.get_step_failure_events() if e.step_key not in check_steps]
-            row["report"] = read_report(partition, result.run_id)
-
-            decision = None
-            if registered:
-                with step(f"week {week}: A/B test: sensors route traffic, decide on replayed test traffic"):
-                    context = dg.build_sensor_context(instance=instance, resources=resources)
-                    print(challenger_sensor(context))
-                    other = another_agents_test(pool, resources["mlflow"].model_name)
-                    if other:  # one routing table per arbiter: one A/B test at a time; the sensors start ours later
-                        decision = f"A/B test waits: {other} is still running on this arbiter's routing table"
-                        print(decision, flush=True)
-                    for round_number in range(0 if other else args.ab_rounds):
-                        wait_for_routing(url, pool)
-                        summary = replay(url, test, 100, concurrency=16, quiet=True,
-                                         key_prefix=f"ab{week}-{round_number}-{int(time.time())}")
-                        outcome = rollout_sensor(dg.build_sensor_context(instance=instance, resources=resources))
-                        message = getattr(outcome, "skip_message", str(outcome))
-                        print(f"round {round_number + 1}: {summary.per_version} -> {message}", flush=True)
-                        decision = message
-                        if message.startswith(("promote", "rollback")):
-                            break
-            elif row["report"]:
-                decision = "not registered: " + "; ".join(
-                    f"{name} {gate['message']}" for name, gate in row["report"]["gates"].items() if not gate["passed"])
-            elif failed_checks:
-                decision = "stopped before validation by " + "; ".join(
-                    f"{c.asset_key.to_user_string()}.{c.check_name}: {c.description}" for c in failed_checks)
-            else:
-                decision = "not registered: the run stopped before validation"
-            row["decision"] = decision or "A/B test undecided"
-            row["served_after"] = pool.get_routing().weights
-            row["arbiter"] = arbiter_memory(url)
-            weeks.append(row)
+                run.crashed.append(v0["crashed"])
+        for week in range(1, plan.args.weeks + 1):
+            requests = seed_requests if week == 1 and not (v0 and v0.get("version")) else plan.args.week_requests
+            weeks.append(run_week(run, week, requests, train, test))
 
     with step("loop health over every retraining run so far (Dagster job loop_health_job)"):
-        result = run_job(defs, "loop_health_job", instance, log_file, max_steps, raise_on_error=False)
+        result = run.job("loop_health_job", raise_on_error=False)
         health = read_loop_health()
         if not result.success or health is None:
-            crashed.append("loop_health")
-    print_summary(pool, weeks, started, health, since=run_started, v0=v0)
-    if crashed:
-        print(f"FAILED steps: {', '.join(crashed)} (see {log_file} and the run in the Dagster UI)")
+            run.crashed.append("loop_health")
+    print_summary(run.pool, weeks, started, health, since=run_started, v0=v0)
+    if run.crashed:
+        print(f"FAILED steps: {', '.join(run.crashed)} (see {log_file} and the run in the Dagster UI)")
         return 1
     return 0
+
+
+def start_production(run: DemoRun) -> None:
+    """Route production to the agent a team runs before training (beside a share of the prompted base model)."""
+    plan, args = run.plan, run.plan.args
+    base_model = run.defs.resources["training"].base_model
+    share = args.model_share if args.model_share is not None else (0.1 if args.fast else 0.0)
+    weights = {plan.production: 1.0 - share, "base": share} if share > 0 else {plan.production: 1.0}
+    specs = {plan.production: plan.production_spec, "base": base_model}
+    if plan.production_spec.startswith("api-sim:"):
+        print(f"production agent: {plan.production} = {describe_simulation(plan.production_spec)}")
+    elif SIMULATED_PRODUCTION.get(plan.environment.name, ("", ""))[0] == plan.production_spec:
+        print(f"production agent: {plan.production} = {SIMULATED_PRODUCTION[plan.environment.name][1]}")
+    put_routing(run.url, run.token, weights, {v: specs[v] for v in weights})
+    print(f"arbiter at {run.url} while the demo runs: POST /v1/ask, and the OpenAI-compatible gateway at "
+          f"{run.url}/v1/chat/completions (point an openai client's base_url at {run.url}/v1 with the demo's API key, "
+          "$AGENT_RL_API_KEY of this process)", flush=True)
+
+
+def run_week(run: DemoRun, week: int, requests: int, train, test) -> dict:
+    """One week: production traffic, the retraining job, and the A/B test when it registered a challenger."""
+    row: dict = {"week": week}
+    served_before = run.pool.get_routing().weights
+    row["served_by"] = ", ".join(f"{v} {w:.0%}" for v, w in sorted(served_before.items(), key=lambda i: -i[1]))
+    week_started = datetime.now(timezone.utc)
+    with step(f"week {week}: {requests} production requests through the arbiter ({row['served_by']})"):
+        replay(run.url, train, requests, concurrency=16, key_prefix=f"week{week}-{int(time.time())}")
+        print(f"pool holds {run.pool.count()} episodes")
+    row["traffic"] = traffic_figures(run.pool, week_started)
+    with step(f"week {week}: retraining job on partition {run.partition} "
+              "(curation → SFT → GRPO → validation → registry)"):
+        result, failed_checks = retrain(run)
+        registered = registered_by(result)
+        print(f"retraining run {result.run_id}: {'success' if result.success else 'FAILED'}; "
+              f"challenger registered: {registered}")
+    row["report"] = read_report(run.partition, result.run_id)
+    if registered:
+        with step(f"week {week}: A/B test: sensors route traffic, decide on replayed test traffic"):
+            decision = ab_test(run, week, test)
+    else:
+        decision = not_registered(row["report"], failed_checks)
+    row["decision"] = decision or "A/B test undecided"
+    row["served_after"] = run.pool.get_routing().weights
+    row["arbiter"] = arbiter_memory(run.url)
+    return row
+
+
+def retrain(run: DemoRun):
+    """The week's retraining run and its failed checks; a crashed step (not a failed gate) marks the demo failed."""
+    from pipelines.sensors import end_mlflow_parent_run
+
+    result = run.job("retraining_job", resources=week_changes(run.plan.ours, run.plan.args.fast),
+                     partition_key=run.partition, raise_on_error=False)
+    with output_to(run.log_file):  # MLflow's own INFO lines belong in the log, not on the console
+        end_mlflow_parent_run(run.defs.resources["mlflow"].uri(), result.run_id, result.success)
+    failed_checks = [e for e in result.get_asset_check_evaluations() if not e.passed]
+    for check in failed_checks:
+        print(f"check failed: {check.asset_key.to_user_string()}.{check.check_name}: {check.description}")
+        for line in _flagged_examples(check.metadata):
+            print(f"    {line}")
+    # A failed gate is the loop working (nothing registered); a crashed step is the demo failing.
+    check_steps = {f"{c.asset_key.to_python_identifier()}_{c.check_name}" for c in failed_checks}
+    run.crashed += [e.step_key for e in result.get_step_failure_events() if e.step_key not in check_steps]
+    return result, failed_checks
+
+
+def ab_test(run: DemoRun, week: int, test) -> str | None:
+    """The sensors start the A/B test and route traffic; rounds of replayed test traffic until they decide."""
+    import dagster as dg
+
+    from pipelines.sensors import challenger_sensor, rollout_sensor
+
+    resources = run.defs.resources
+    print(challenger_sensor(dg.build_sensor_context(instance=run.instance, resources=resources)))
+    other = another_agents_test(run.pool, resources["mlflow"].model_name)
+    if other:  # one routing table per arbiter: one A/B test at a time; the sensors start ours later
+        decision = f"A/B test waits: {other} is still running on this arbiter's routing table"
+        print(decision, flush=True)
+        return decision
+    decision = None
+    for round_number in range(run.plan.args.ab_rounds):
+        wait_for_routing(run.url, run.pool)
+        summary = replay(run.url, test, 100, concurrency=16, quiet=True,
+                         key_prefix=f"ab{week}-{round_number}-{int(time.time())}")
+        outcome = rollout_sensor(dg.build_sensor_context(instance=run.instance, resources=resources))
+        decision = getattr(outcome, "skip_message", str(outcome))
+        print(f"round {round_number + 1}: {summary.per_version} -> {decision}", flush=True)
+        if decision.startswith(("promote", "rollback")):
+            break
+    return decision
+
+
+def not_registered(report: dict | None, failed_checks: list) -> str:
+    """Why a week's run registered nothing: the gates it failed, or the check that stopped it before validation."""
+    if report:
+        return "not registered: " + "; ".join(
+            f"{name} {gate['message']}" for name, gate in report["gates"].items() if not gate["passed"])
+    if failed_checks:
+        return "stopped before validation by " + "; ".join(
+            f"{c.asset_key.to_user_string()}.{c.check_name}: {c.description}" for c in failed_checks)
+    return "not registered: the run stopped before validation"
 
 
 def ship_v0(defs, instance, log_file: Path, max_steps: dict[str, int], partition: str, url: str, token: str, pool,
@@ -466,11 +537,16 @@ def _share(value: float | None) -> str:
 # What stands for production before training in a plug-in's demo: its teacher failing the share of requests a named
 # model fails on a public benchmark (a simulation, said so wherever it is shown; the accuracy is measured).
 SIMULATED_PRODUCTION: dict[str, tuple[str, str]] = {
+    "email": ("api-sim:o3", "o3 (described by its profile in agent/api_models.toml)"),
     "support": ('teacher:{"environment": "support", "success_rate": 0.612}',
                 "gpt-4o on tau-bench retail: SIMULATED by the support teacher failing 38.8% of requests (it answers "
                 "without acting), after gpt-4o's published pass^1 of 61.2% (Yao et al. 2024, tau-bench, "
                 "arXiv:2406.12045); accuracy measured"),
 }
+
+
+# The fast demo's production for the email assistant: its rule-based reader without the simulated errors.
+FAST_PRODUCTION: dict[str, str] = {"email": "heuristic"}
 
 
 def production_version(spec: str) -> str:

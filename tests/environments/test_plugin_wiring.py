@@ -34,7 +34,10 @@ def test_the_profile_takes_the_environment_and_a_model_name_of_its_own_from_agen
     resources = resources_for("fast")
     assert resources["environment"].name == "support"
     assert resources["mlflow"].model_name == "agent-rl-support" == model_name_for("support")
-    assert model_name_for("examples.timetable:TimetableEnvironment") == "agent-rl-examples-timetable-TimetableEnvironment"
+    # A plug-in by import path is named after the name it declares, as docs/environments.md says.
+    assert model_name_for("examples.timetable:TimetableEnvironment") == "agent-rl-timetable"
+    assert model_name_for("support,examples.timetable:TimetableEnvironment") == "agent-rl-support-timetable"
+    assert model_name_for("no_such_module:Nothing") == "agent-rl-no_such_module-Nothing"
 
 
 def test_a_teacher_spec_plays_the_environments_teacher_with_its_options():
