@@ -1,0 +1,10 @@
+"""Feedback nobody gave explicitly: implicit signals of live episodes, and labels learned from the few ratings.
+
+Gateway traffic trains only when a user rated it, and few do. `signals.py` reads what every recorded
+conversation shows anyway (re-asks, corrections, abandonment, tool errors, thanks and complaints);
+`labeler.py` learns from the rated episodes how those signals predict a rating, checks itself on rated episodes
+it did not learn from, and labels the unrated ones it is confident about. `population.py` simulates users of an
+outside agent, with a hidden truth, to measure all of this (bench/labels.py, tests/feedback/).
+
+Nothing is imported here: reading signals must not pay for scikit-learn, which only the labeler needs.
+"""

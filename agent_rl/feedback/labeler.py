@@ -1,0 +1,239 @@
+"""Labels for the episodes nobody rated, learned from the ones somebody did, and a check of whether to trust them.
+
+The few rated episodes teach a classifier how the implicit signals (signals.py) predict a rating (good: the
+rating is > 0, as curation reads it). Before any label is used the labeler is measured on rated episodes it did not
+learn from: every rated episode gets an out-of-fold probability (stratified k-fold, the model refitted per fold),
+and the check wants a ROC AUC and an expected calibration error within configurable bars (default AUC >= 0.85,
+ECE <= 0.05). Out-of-fold rather than one held-out slice because ratings are scarce: with 200 of them, a fifth
+held out would measure calibration on 40 episodes, too few to tell 0.05 from noise.
+
+When the check passes, the final model (fitted on every rated episode) scores the unrated ones and only the
+confident probabilities become labels: at or above `positive_threshold` good, at or below `negative_threshold`
+bad, the middle left unlabeled. When it fails (too few ratings, a single class, bars missed), the result says
+`train_on = rated_only` with the reason, and carries no labels: the caller trains on rated episodes alone.
+The probabilities are calibrated by scikit-learn's `CalibratedClassifierCV` (Platt scaling by default; isotonic
+regression overfits a few hundred points).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any, Literal
+
+import numpy as np
+from sklearn.base import ClassifierMixin, clone
+from sklearn.calibration import CalibratedClassifierCV
+from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
+from sklearn.model_selection import StratifiedKFold
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import FunctionTransformer, StandardScaler
+
+from agent_rl.feedback.signals import FEATURE_NAMES, Signals, episode_signals
+from agent_rl.records import Episode
+
+
+class TrainOn(StrEnum):
+    """What the week trains on: rated episodes and the confident labels, or, when the check failed, rated alone."""
+
+    RATED_AND_LABELED = "rated_and_labeled"
+    RATED_ONLY = "rated_only"
+
+
+@dataclass(frozen=True)
+class LabelerConfig:
+    """Thresholds for a label, bars for the check, and how the classifier is built.
+
+    `min_rated` and `min_per_class`: below them the check fails without fitting (AUC and ECE on fewer rated episodes
+    say more about the sample than about the labeler); `folds` out-of-fold folds for the check, `calibration_folds`
+    the folds `CalibratedClassifierCV` calibrates on inside each fit."""
+
+    positive_threshold: float = 0.8
+    negative_threshold: float = 0.2
+    min_auc: float = 0.85
+    max_ece: float = 0.05
+    min_rated: int = 100
+    min_per_class: int = 20
+    folds: int = 5
+    calibration_folds: int = 3
+    calibration: Literal["sigmoid", "isotonic"] = "sigmoid"
+    model: Literal["logistic", "boosting"] = "logistic"
+    ece_bins: int = 10
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.negative_threshold < self.positive_threshold <= 1:
+            raise ValueError("need 0 <= negative_threshold < positive_threshold <= 1, got "
+                             f"{self.negative_threshold} and {self.positive_threshold}")
+        if self.folds < 2 or self.calibration_folds < 2 or self.ece_bins < 2:
+            raise ValueError("folds, calibration_folds and ece_bins must be >= 2")
+        if self.min_per_class < self.folds * self.calibration_folds:
+            raise ValueError(f"min_per_class must be >= folds x calibration_folds "
+                             f"({self.folds * self.calibration_folds}): every fold, and every calibration split "
+                             "inside it, needs both classes")
+
+
+@dataclass(frozen=True)
+class EpisodeLabel:
+    """An unrated episode's calibrated probability that its user would rate it good, and the label it gets:
+    True/False when the probability clears a threshold, None when it sits between them."""
+
+    episode_id: str | None
+    probability: float
+    good: bool | None
+
+
+@dataclass(frozen=True)
+class LabelerReport:
+    """The check on rated episodes and what labeling yielded. `auc`/`ece` are None when no model was fitted;
+    `reason` says why the check failed ("" when it passed)."""
+
+    auc: float | None
+    ece: float | None
+    ece_floor: float | None  # the ECE a perfectly calibrated labeler would show on these rated episodes (noise)
+    n_rated: int
+    n_rated_good: int
+    n_unrated: int
+    n_labeled: int
+    n_labeled_good: int
+    passed: bool
+    reason: str
+    min_auc: float
+    max_ece: float
+
+    def to_metadata(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LabelingResult:
+    """The check, what to train on, and the labels. `scored` holds every unrated episode's probability whenever a
+    model was fitted (also when the check failed, to inspect it); `labels` the confident ones, only when it passed."""
+
+    report: LabelerReport
+    train_on: TrainOn
+    scored: tuple[EpisodeLabel, ...]
+    labels: tuple[EpisodeLabel, ...]
+
+
+def expected_calibration_error(y_true: Sequence[float] | np.ndarray, probability: Sequence[float] | np.ndarray,
+                               n_bins: int = 10) -> float:  # fmt: skip
+    """Expected calibration error with `n_bins` equal-width probability bins over [0, 1]:
+    sum over bins of (episodes in the bin / all episodes) x |share of good episodes in it - mean probability in it|.
+    A probability of exactly 1 falls in the last bin; empty bins add nothing. 0 is perfect calibration; a
+    well-calibrated model still shows sampling noise, about 0.02-0.05 on a few hundred episodes."""
+    y = np.asarray(y_true, dtype=float)
+    p = np.asarray(probability, dtype=float)
+    if y.shape != p.shape or y.ndim != 1 or not len(y):
+        raise ValueError("y_true and probability must be non-empty 1-d sequences of one length")
+    if n_bins < 1:
+        raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+    bins = np.minimum((p * n_bins).astype(int), n_bins - 1)
+    total = 0.0
+    for b in np.unique(bins):
+        inside = bins == b
+        total += inside.sum() / len(p) * abs(y[inside].mean() - p[inside].mean())
+    return float(total)
+
+
+def ece_floor(probability: Sequence[float] | np.ndarray, n_bins: int = 10, draws: int = 200, seed: int = 0) -> float:
+    """The ECE a perfectly calibrated model would still show on these probabilities: the mean ECE over `draws`
+    outcomes drawn from the probabilities themselves. It is the sampling noise of the measurement; an ECE bar
+    below it cannot be met reliably, however good the labeler (about 0.06 on 200 rated episodes, 10 bins)."""
+    p = np.asarray(probability, dtype=float)
+    rng = np.random.default_rng(seed)
+    return float(np.mean([expected_calibration_error(rng.random(len(p)) < p, p, n_bins) for _ in range(draws)]))
+
+
+def _estimator(config: LabelerConfig) -> ClassifierMixin:
+    """The classifier inside the calibration: counts on a log scale, standardized, then a logistic regression (or
+    shallow gradient boosting); `CalibratedClassifierCV` maps its scores to probabilities."""
+    if config.model == "boosting":
+        base: Any = HistGradientBoostingClassifier(max_depth=3, max_iter=100, learning_rate=0.1,
+                                                   random_state=config.seed)
+    else:
+        base = LogisticRegression(C=1.0, max_iter=1000)
+    pipeline = make_pipeline(FunctionTransformer(np.log1p), StandardScaler(), base)
+    return CalibratedClassifierCV(pipeline, method=config.calibration, cv=config.calibration_folds)
+
+
+def _matrix(signals: Sequence[Signals]) -> np.ndarray:
+    return np.array([[s.features()[name] for name in FEATURE_NAMES] for s in signals], dtype=float).reshape(
+        len(signals), len(FEATURE_NAMES))
+
+
+def _too_little(n_rated: int, n_good: int, config: LabelerConfig) -> str:
+    """Why the rated episodes cannot support a check ("" when they can)."""
+    if n_rated < config.min_rated:
+        return f"too few rated episodes: {n_rated} < {config.min_rated}"
+    if n_good in (0, n_rated):
+        return f"all {n_rated} rated episodes are {'good' if n_good else 'bad'}: one class only, nothing to learn"
+    fewest, kind = min((n_good, "good"), (n_rated - n_good, "bad"))
+    if fewest < config.min_per_class:
+        return f"only {fewest} {kind} rated episodes: fewer than {config.min_per_class}"
+    return ""
+
+
+def out_of_fold(x: np.ndarray, y: np.ndarray, config: LabelerConfig) -> np.ndarray:
+    """Each rated episode's probability from a model fitted on the other folds (stratified, shuffled by seed)."""
+    folds = StratifiedKFold(n_splits=config.folds, shuffle=True, random_state=config.seed)
+    out = np.empty(len(y), dtype=float)
+    for train, test in folds.split(x, y):
+        model = clone(_estimator(config)).fit(x[train], y[train])
+        out[test] = model.predict_proba(x[test])[:, 1]
+    return out
+
+
+def _check(auc: float, ece: float, floor: float, n_rated: int, config: LabelerConfig) -> str:
+    misses = []
+    if auc < config.min_auc:
+        misses.append(f"AUC {auc:.3f} < {config.min_auc}")
+    if ece > config.max_ece:
+        misses.append(f"ECE {ece:.3f} > {config.max_ece} (sampling noise alone gives about {floor:.3f})")
+    return f"{' and '.join(misses)} on {n_rated} rated episodes (out of fold)" if misses else ""
+
+
+def _label(episode_id: str | None, probability: float, config: LabelerConfig) -> EpisodeLabel:
+    good = None
+    if probability >= config.positive_threshold:
+        good = True
+    elif probability <= config.negative_threshold:
+        good = False
+    return EpisodeLabel(episode_id, probability, good)
+
+
+def label_episodes(episodes: Iterable[Signals | Episode | Mapping[str, Any]],
+                   config: LabelerConfig = LabelerConfig()) -> LabelingResult:  # fmt: skip
+    """Learn from the rated episodes, check on them out of fold, label the unrated ones it is confident about.
+
+    `episodes` are a week's episodes as the pool stores them (or their `Signals`, already read)."""
+    signals = [e if isinstance(e, Signals) else episode_signals(e) for e in episodes]
+    rated = [s for s in signals if s.rated]
+    unrated = [s for s in signals if not s.rated]
+    y = np.array([1 if (s.rating or 0) > 0 else 0 for s in rated], dtype=int)
+    n_good = int(y.sum())
+    reason = _too_little(len(rated), n_good, config)
+    auc = ece = floor = None
+    scored: tuple[EpisodeLabel, ...] = ()
+    if not reason:
+        x = _matrix(rated)
+        oof = out_of_fold(x, y, config)
+        auc, ece = float(roc_auc_score(y, oof)), expected_calibration_error(y, oof, config.ece_bins)
+        floor = ece_floor(oof, config.ece_bins, seed=config.seed)
+        reason = _check(auc, ece, floor, len(rated), config)
+        if unrated:
+            model = _estimator(config).fit(x, y)
+            probabilities = model.predict_proba(_matrix(unrated))[:, 1]
+            scored = tuple(_label(s.episode_id, float(p), config) for s, p in zip(unrated, probabilities))
+    passed = not reason
+    labels = tuple(label for label in scored if label.good is not None) if passed else ()
+    report = LabelerReport(
+        auc=auc, ece=ece, ece_floor=floor, n_rated=len(rated), n_rated_good=n_good, n_unrated=len(unrated),
+        n_labeled=len(labels),
+        n_labeled_good=sum(bool(label.good) for label in labels), passed=passed, reason=reason,
+        min_auc=config.min_auc, max_ece=config.max_ece)
+    return LabelingResult(report=report, train_on=TrainOn.RATED_AND_LABELED if passed else TrainOn.RATED_ONLY,
+                          scored=scored, labels=labels)
