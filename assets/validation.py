@@ -10,8 +10,9 @@ import json
 import dagster as dg
 
 from agent_rl import registry, settings
-from agent_rl.curation.datasets import load_jsonl, save_jsonl
-from agent_rl.evaluate.harness import evaluate_environments, evaluate_policy, forgetting_probe, torch_threads
+from agent_rl.curation.datasets import save_jsonl
+from agent_rl.environments.registry import load_environment
+from agent_rl.evaluate.harness import evaluate_environments, evaluate_tasks, forgetting_probe, torch_threads
 from agent_rl.evaluate.cache import EvaluationCache, inputs_fingerprint, registered_fingerprint, weights_fingerprint
 from agent_rl.evaluate.metrics import EvalMetrics
 from agent_rl.evaluate.report import (
@@ -21,9 +22,7 @@ from agent_rl.evaluate.report import (
     comparison_markdown,
 )
 from agent_rl.evaluate.gates import forgetting_gate, promotion_gate
-from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.policy_specs import load_policy, load_stacked
-from agent_rl.records import Scenario
 from agent_rl.evaluate.replay import evaluate_replay
 from assets.curation import anonymized_plugins, anonymized_tasks, held_out_live, stage_dir
 from assets.partitions import weekly
@@ -59,7 +58,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
                       environment: EnvironmentResource):
     partition = context.partition_key
     env = stage_dir("anonymized_environment", partition)
-    store, probe_items = None, None
+    email, probe_items = None, None
     per_environment: dict[str, dict] = {}  # model -> environment -> metrics, when the run trains on several
     measure = "held-out tasks played to the end and judged"
     if environment.is_live:  # the gateway's tools run in the client: replay the held-out steps users rated good
@@ -69,12 +68,13 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
 
         def evaluate(policy, name):
             return evaluate_replay(policy, held_out, evaluation.eval_config()), []
-    elif environment.is_email:
-        scenarios = [Scenario.model_validate(row) for row in load_jsonl(env / "scenarios.jsonl")]
-        store = open_inbox_store(f"sqlite:///{env / 'inbox.db'}")
+    elif environment.is_email:  # the anonymized inbox and scenarios, as GRPO saw them
+        email = load_environment("email", store_url=f"sqlite:///{env / 'inbox.db'}",
+                                 scenarios_path=str(env / "scenarios.jsonl"))
+        tasks = email.tasks(evaluation.eval_config().split)
 
         def evaluate(policy, name):
-            result = evaluate_policy(policy, scenarios, store, evaluation.eval_config(), version=name)
+            result = evaluate_tasks(policy, email, tasks, evaluation.eval_config(), version=name)
             return result.metrics, result.episodes
     else:  # plug-ins: their anonymized held-out tasks in their anonymized worlds, as GRPO saw them
         plugins, tasks = anonymized_plugins(partition), anonymized_tasks(partition)
@@ -142,8 +142,8 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
         base = load_policy(training.base_model)
         probes["base"] = forgetting_probe(base, items=probe_items)
         del base
-    if store is not None:
-        store.close()
+    if email is not None:
+        email.close()
     choice = choose_candidate(results["sft"], results.get("grpo"), disqualified=hacked, skipped=skipped)
     context.log.info(choice.reason)
     candidate, candidate_probe = results[choice.name], probes[choice.name]

@@ -44,6 +44,15 @@ DEFAULT_MODEL = Path(__file__).resolve().parents[1] / ".data" / "models" / "smol
 TIMINGS: dict[str, dict[str, float]] = {}
 
 
+def evaluate_email(policy, scenarios, store, config, version=None):
+    """The held-out evaluation validation runs, on the email assistant's scenarios in `store`."""
+    from agent_rl.environments.email.environment import EmailEnvironment, scenario_task
+    from agent_rl.evaluate.harness import evaluate_tasks
+
+    environment = EmailEnvironment(store, scenarios)
+    return evaluate_tasks(policy, environment, [scenario_task(s) for s in scenarios], config, version)
+
+
 def load() -> float:
     return round(os.getloadavg()[0], 2)
 
@@ -86,9 +95,9 @@ def trained_row(policy, name: str, scenarios, store, eval_config, home: Path) ->
     """A trained policy's table row with its forgetting probe; its episodes go to HOME/episodes_<name>.jsonl,
     what to read when a number looks wrong."""
     from agent_rl.curation.datasets import save_jsonl
-    from agent_rl.evaluate.harness import evaluate_policy, forgetting_probe
+    from agent_rl.evaluate.harness import forgetting_probe
 
-    result = evaluate_policy(policy, scenarios, store, eval_config)
+    result = evaluate_email(policy, scenarios, store, eval_config)
     save_jsonl([e.model_dump(mode="json") for e in result.episodes], home / f"episodes_{name}.jsonl")
     return {**row_of(result.metrics), "forgetting_probe": forgetting_probe(policy)}
 
@@ -177,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     from agent_rl.agent.local_policy import LocalPolicy
     from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
     from agent_rl.curation.datasets import grpo_rows, save_jsonl, sft_rows
-    from agent_rl.evaluate.harness import EvalConfig, evaluate_policy, forgetting_probe
+    from agent_rl.evaluate.harness import EvalConfig, forgetting_probe
     from agent_rl.environments.email.inbox.store import open_inbox_store
     from agent_rl.policy_specs import load_stacked
     from agent_rl.records import Split
@@ -229,14 +238,14 @@ def main(argv: list[str] | None = None) -> int:
     figures["sft_rows_cut"] = len(tokenized.dropped)
 
     with timed("eval teacher"):
-        table["heuristic_teacher"] = row_of(evaluate_policy(HeuristicPolicy(teacher_config, store=store),
+        table["heuristic_teacher"] = row_of(evaluate_email(HeuristicPolicy(teacher_config, store=store),
                                                             env.scenarios, store, eval_config).metrics)
     with timed("eval base"):
         base = LocalPolicy(str(args.model), batch_size=args.eval_batch, version="base", device=args.device)
         figures["base_forgetting_probe"] = forgetting_probe(base)  # what the trained rows' probe is held to
         if not args.skip_base:
             base_config = eval_config.model_copy(update={"max_scenarios": min(args.base_n, args.eval_n)})
-            table["prompted_base"] = row_of(evaluate_policy(base, env.scenarios, store, base_config).metrics)
+            table["prompted_base"] = row_of(evaluate_email(base, env.scenarios, store, base_config).metrics)
             table["prompted_base"]["forgetting_probe"] = figures["base_forgetting_probe"]
         del base
 

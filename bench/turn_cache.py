@@ -24,6 +24,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def evaluate_email(policy, scenarios, store, config, version=None):
+    """The held-out evaluation validation runs, on the email assistant's scenarios in `store`."""
+    from agent_rl.environments.email.environment import EmailEnvironment, scenario_task
+    from agent_rl.evaluate.harness import evaluate_tasks
+
+    environment = EmailEnvironment(store, scenarios)
+    return evaluate_tasks(policy, environment, [scenario_task(s) for s in scenarios], config, version)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="base", help="model spec or checkpoint (default: the prepared SmolLM2)")
@@ -34,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from agent_rl.evaluate.harness import EvalConfig, evaluate_policy
+    from agent_rl.evaluate.harness import EvalConfig
     from agent_rl.environments.email.inbox.store import open_inbox_store
     from agent_rl.policy_specs import load_stacked
     from agent_rl.records import Split
@@ -58,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             policy.turn_cache.max_tokens = budget if name == "cached" else 0
             before = policy.turn_cache.stats.reused_tokens
             started = time.perf_counter()
-            result = evaluate_policy(policy, scenarios, store, config, version=name)
+            result = evaluate_email(policy, scenarios, store, config, version=name)
             seconds[name].append(time.perf_counter() - started)
             episodes[name] = result.episodes
             if name == "cached":

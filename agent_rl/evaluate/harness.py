@@ -1,4 +1,5 @@
-"""Held-out evaluation: play a policy on test scenarios with a fixed seed and score it, plus a forgetting probe.
+"""Held-out evaluation: play a policy on an environment's test tasks with a fixed seed and score it, plus a
+forgetting probe.
 
 The same function backs the `evaluation_report` asset and `agent-rl eval`, so a number in the
 Dagster UI and a number on the command line mean the same thing.
@@ -17,11 +18,9 @@ from pydantic import BaseModel, Field, PositiveInt
 
 from agent_rl.agent.policy import Policy
 from agent_rl.agent.runner import Play, RunnerConfig, play_episodes
-from agent_rl.environments.email.environment import EmailEnvironment, scenario_task
+from agent_rl.environments.core import Environment, Task
 from agent_rl.evaluate.metrics import EvalMetrics, compute_metrics
-from agent_rl.environments.email.inbox.store import InboxStore
-from agent_rl.records import Episode, Scenario, Split
-from agent_rl.reward.judge import Judge
+from agent_rl.records import Episode, Split
 from agent_rl.turn_budget import DEFAULT_MAX_TURNS
 
 
@@ -58,56 +57,35 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def select_scenarios(scenarios: list[Scenario], config: EvalConfig) -> list[Scenario]:
-    """The held-out sample: same seed, same questions, whatever the policy."""
-    pool = sorted((s for s in scenarios if s.split == config.split), key=lambda s: s.id)
+def select_tasks(tasks: list[Task], config: EvalConfig) -> list[Task]:
+    """The held-out sample: the tasks of the split sorted by id, then a seeded sample; same seed, same tasks,
+    whatever the policy."""
+    pool = sorted((t for t in tasks if t.split == config.split), key=lambda t: t.id)
     if config.max_scenarios is not None and len(pool) > config.max_scenarios:
         pool = random.Random(config.seed).sample(pool, config.max_scenarios)
     return pool
 
 
-def evaluate_policy(
-    policy: Policy,
-    scenarios: list[Scenario],
-    store: InboxStore,
-    config: EvalConfig | None = None,
-    judge: Judge | None = None,
-    version: str | None = None,
-) -> EvalResult:
-    config = config or EvalConfig()
-    chosen = select_scenarios(scenarios, config)
-    if not chosen:
-        raise ValueError(f"no scenarios in split {config.split.value!r} to evaluate on")
-    runner = RunnerConfig(
-        max_turns=config.max_turns,
-        batch_size=config.batch_size,
-        prompt_price_per_m=config.prompt_price_per_m,
-        completion_price_per_m=config.completion_price_per_m,
-    )
-    version = version or str(getattr(policy, "version", "unknown"))
-    environment = EmailEnvironment(store, judge=judge)
-    plays = [Play(scenario_task(s), policy_version=version) for s in chosen]
-    episodes = play_episodes(policy, environment, plays, runner)
-    return EvalResult(version, compute_metrics(episodes, {s.id: s for s in chosen}, tool_names=environment.tool_names()),
-                      episodes)
-
-
-def evaluate_tasks(policy: Policy, environment: Any, tasks: list[Any], config: EvalConfig | None = None,
+def evaluate_tasks(policy: Policy, environment: Environment, tasks: list[Task], config: EvalConfig | None = None,
                    version: str | None = None) -> EvalResult:
-    """`evaluate_policy` for a plug-in environment: the same seeded sample of its held-out tasks, played by the
-    one runner, judged by the environment, measured with its tools."""
+    """The held-out evaluation of any environment: a seeded sample of its tasks, played by the one runner, judged
+    by the environment, measured with its tools (and its tasks' expected citations, where they give any)."""
     config = config or EvalConfig()
-    pool = sorted((t for t in tasks if t.split == config.split), key=lambda t: t.id)
-    if config.max_scenarios is not None and len(pool) > config.max_scenarios:
-        pool = random.Random(config.seed).sample(pool, config.max_scenarios)
-    if not pool:
+    chosen = select_tasks(tasks, config)
+    if not chosen:
         raise ValueError(f"environment {environment.name!r} has no tasks in split {config.split.value!r} to evaluate on")
     runner = RunnerConfig(max_turns=config.max_turns, batch_size=config.batch_size,
                           prompt_price_per_m=config.prompt_price_per_m,
                           completion_price_per_m=config.completion_price_per_m)
     version = version or str(getattr(policy, "version", "unknown"))
-    episodes = play_episodes(policy, environment, [Play(t, policy_version=version) for t in pool], runner)
-    return EvalResult(version, compute_metrics(episodes, tool_names=environment.tool_names()), episodes)
+    episodes = play_episodes(policy, environment, [Play(t, policy_version=version) for t in chosen], runner)
+    return EvalResult(version, compute_metrics(episodes, expected_citations(chosen), environment.tool_names()),
+                      episodes)
+
+
+def expected_citations(tasks: list[Task]) -> dict[str, list[str]]:
+    """By task id, the citations a right answer gives (`metadata["source_ids"]`), for the tasks that expect any."""
+    return {t.id: [str(s) for s in cited] for t in tasks if (cited := t.metadata.get("source_ids"))}
 
 
 def evaluate_environments(policy: Policy, pairs: list[tuple[Any, list[Any]]], config: EvalConfig | None = None,
@@ -123,7 +101,8 @@ def evaluate_environments(policy: Policy, pairs: list[tuple[Any, list[Any]]], co
                for environment, tasks in pairs}
     episodes = [episode for result in results.values() for episode in result.episodes]
     tools = {tool for environment, _ in pairs for tool in environment.tool_names()}
-    combined = compute_metrics(episodes, tool_names=tools)
+    expected = {k: v for environment, tasks in pairs for k, v in expected_citations(tasks).items()}
+    combined = compute_metrics(episodes, expected, tools)
     by_category = {f"{name}/{category}": row for name, result in results.items()
                    for category, row in result.metrics.by_category.items()}
     combined = combined.model_copy(update={"by_category": by_category})

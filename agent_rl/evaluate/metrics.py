@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent_rl.records import Episode, Outcome, Scenario
+from agent_rl.records import Episode, Outcome
 from agent_rl.reward.judge import is_idk
 
 
@@ -72,14 +72,15 @@ def _turn_validity(messages: Iterable[Mapping[str, Any]], tool_names: Collection
     return valid, total
 
 
-def compute_metrics(episodes: list[Episode], scenarios: Mapping[str, Scenario] | None = None,
+def compute_metrics(episodes: list[Episode], expected_citations: Mapping[str, Collection[str]] | None = None,
                     tool_names: Collection[str] | None = None) -> EvalMetrics:
-    """Metrics of a set of episodes; `scenarios` (by id) tells which email questions were answerable and their
-    sources; `tool_names` are the environment's tools (a call to any other is an invalid turn; None: no list to check)."""
-    scenarios = scenarios or {}
+    """Metrics of a set of episodes. `expected_citations`: by task id, the citations a right answer gives (a task's
+    `metadata["source_ids"]`; tasks without any are left out of source accuracy); `tool_names`: the environment's
+    tools (a call to any other is an invalid turn; None: no list to check)."""
+    expected_citations = expected_citations or {}
     n = len(episodes)
-    answerable = [e for e in episodes if e.scenario_id in scenarios and scenarios[e.scenario_id].answerable]
-    cited_gold = sum(1 for e in answerable if set(e.sources) & set(scenarios[e.scenario_id].source_ids))
+    cited = [e for e in episodes if expected_citations.get(e.scenario_id or "")]
+    cited_gold = sum(1 for e in cited if set(e.citations) & set(expected_citations[e.scenario_id]))
     valid_turns = total_turns = 0
     for episode in episodes:
         valid, total = _turn_validity(episode.messages, tool_names)
@@ -88,7 +89,7 @@ def compute_metrics(episodes: list[Episode], scenarios: Mapping[str, Scenario] |
     return EvalMetrics(
         n=n,
         accuracy=_share(outcomes.count(Outcome.CORRECT), n),
-        source_accuracy=_share(cited_gold, len(answerable)),
+        source_accuracy=_share(cited_gold, len(cited)),
         hallucination_rate=_share(outcomes.count(Outcome.WRONG), n),
         idk_rate=_share(sum(1 for e in episodes if e.final_answer is not None and is_idk(e.final_answer)), n),
         format_error_rate=_share(outcomes.count(Outcome.FORMAT_ERROR), n),
@@ -99,7 +100,7 @@ def compute_metrics(episodes: list[Episode], scenarios: Mapping[str, Scenario] |
         latency_ms_p95=_percentile([e.latency_ms for e in episodes], 0.95),
         cost_per_1k_usd=round(1000 * statistics.fmean(e.cost_usd for e in episodes), 6) if n else 0.0,
         failure_rate=_share(sum(1 for o in outcomes if o in (Outcome.WRONG, Outcome.FORMAT_ERROR, Outcome.RAN_OUT)), n),
-        by_category=_by_category(episodes, scenarios),
+        by_category=_by_category(episodes),
         outcomes={task_key(e): e.outcome == Outcome.CORRECT for e in episodes},
     )
 
@@ -109,13 +110,11 @@ def task_key(episode: Episode) -> str:
     return f"{episode.environment}:{episode.scenario_id or episode.episode_id}"
 
 
-def _by_category(episodes: list[Episode], scenarios: Mapping[str, Scenario]) -> dict[str, dict[str, float]]:
-    """{category: {"n": count, outcome: share}} over the episodes whose category is known (from the scenario,
-    else the episode's own)."""
+def _by_category(episodes: list[Episode]) -> dict[str, dict[str, float]]:
+    """{category: {"n": count, outcome: share}} over the episodes whose task category is known."""
     groups: dict[str, list[Outcome]] = {}
     for episode in episodes:
-        scenario = scenarios.get(episode.scenario_id or "")
-        category = str(scenario.category) if scenario is not None else episode.task_category
+        category = episode.task_category
         if category:
             groups.setdefault(category, []).append(episode.outcome)
     return {category: {"n": len(outcomes), **{o.value: _share(outcomes.count(o), len(outcomes)) for o in Outcome}}

@@ -10,11 +10,12 @@ from typer.testing import CliRunner
 from agent_rl import settings
 from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
 from agent_rl.cli import app
-from agent_rl.evaluate.harness import EvalConfig, evaluate_policy, select_scenarios
+from agent_rl.environments.email.environment import EmailEnvironment
+from agent_rl.evaluate.harness import EvalConfig, evaluate_tasks, select_tasks
 from agent_rl.evaluate.metrics import compute_metrics
 from agent_rl.evaluate.report import category_markdown, choose_candidate, relative_improvement
 from agent_rl.environments.email.inbox.store import open_inbox_store
-from agent_rl.records import Category, Episode, Outcome, Scenario, Split
+from agent_rl.records import Episode, Outcome, Split
 from agent_rl.environments.email.scenarios.demo import build_demo_environment
 
 METRIC_KEYS = {"accuracy", "source_accuracy", "hallucination_rate", "idk_rate", "avg_turns", "avg_tokens",
@@ -47,9 +48,11 @@ def test_eval_cli_names_an_unknown_policy(env):
 def test_same_seed_same_questions_and_oracle_teacher_is_perfect(env):
     store, environment = env
     config = EvalConfig(max_scenarios=12, seed=3)
-    assert select_scenarios(environment.scenarios, config) == select_scenarios(environment.scenarios, config)
+    email = EmailEnvironment(store, environment.scenarios)
+    tasks = email.tasks(Split.TEST)
+    assert select_tasks(tasks, config) == select_tasks(list(reversed(tasks)), config)
     oracle = HeuristicPolicy(HeuristicConfig(scenarios=environment.scenarios), store=store)
-    result = evaluate_policy(oracle, environment.scenarios, store, config)
+    result = evaluate_tasks(oracle, email, tasks, config)
     m = result.metrics
     assert (m.n, m.accuracy, m.hallucination_rate, m.valid_tool_call_rate) == (12, 1.0, 0.0, 1.0)
     assert m.source_accuracy == 1.0 and m.cost_per_1k_usd > 0
@@ -70,20 +73,19 @@ def test_metrics_count_hallucinations_idk_and_invalid_turns():
     assert m.valid_tool_call_rate == 0.75
 
 
-def test_metrics_break_outcomes_down_by_category():
-    scenarios = {sid: Scenario(id=sid, inbox_id="a@x", question="q", answer=answer, category=category,
-                               split=Split.TEST, query_date="2026-01-05T00:00:00")
-                 for sid, answer, category in [("m1", "June 5", Category.DATE), ("m2", "June 6", Category.DATE),
-                                               ("u1", "I don't know", Category.UNANSWERABLE)]}
+def test_metrics_break_outcomes_down_by_category_and_measure_cited_sources():
+    def episode(sid, outcome, category, sources=()):
+        return Episode(inbox_id="a@x", question="q", policy_version="v", scenario_id=sid, outcome=outcome,
+                       task_category=category, sources=list(sources))
 
-    def episode(sid, outcome):
-        return Episode(inbox_id="a@x", question="q", policy_version="v", scenario_id=sid, outcome=outcome)
-
-    m = compute_metrics([episode("m1", Outcome.CORRECT), episode("m2", Outcome.WRONG), episode("u1", Outcome.WRONG),
-                         episode("unknown", Outcome.CORRECT)], scenarios)
+    expected = {"m1": ["e1"], "m2": ["e2", "e3"]}  # u1 (unanswerable) and the uncategorized one expect none
+    m = compute_metrics([episode("m1", Outcome.CORRECT, "date", ["e1"]), episode("m2", Outcome.WRONG, "date", ["e9"]),
+                         episode("u1", Outcome.WRONG, "unanswerable"), episode("unknown", Outcome.CORRECT, None)],
+                        expected)
     assert set(m.by_category) == {"date", "unanswerable"}
     assert m.by_category["date"]["n"] == 2 and m.by_category["date"]["correct"] == 0.5
     assert m.by_category["unanswerable"]["wrong"] == 1.0 and m.by_category["unanswerable"]["idk"] == 0.0
+    assert m.source_accuracy == 0.5  # one of the two tasks that expect citations cited a right one
     table = category_markdown(m)
     assert "| date | 2 | 50% | 50% |" in table and "| unanswerable | 1 | 0% | 100% |" in table
 

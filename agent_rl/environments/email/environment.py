@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from agent_rl.environments.email.prompts import SYSTEM_PROMPT, initial_messages
 from agent_rl.environments.email.tools import TOOL_NAMES, EpisodeTrace, InboxTools, ToolConfig, call_tool, tool_schemas
 from agent_rl.environments.core import Environment, FinalAnswer, Judgement, PrivacySpec, Task, Trajectory
-from agent_rl.environments.email.inbox.store import InboxStore
+from agent_rl.environments.email.inbox.store import InboxStore, open_inbox_store
 from agent_rl.records import Category, Outcome, Scenario, Split
 from agent_rl.reward.judge import DeterministicJudge, Judge, is_idk
 from agent_rl.reward.rubric import FormatErrorKind, RubricObservation, RubricWeights, reward_bounds, score
@@ -94,9 +94,14 @@ class EmailEnvironment(Environment):
 
     def __init__(self, store: InboxStore | None = None, scenarios: list[Scenario] | None = None,
                  tools: ToolConfig | None = None, rubric: RubricWeights | None = None,
-                 judge: Judge | None = None) -> None:
+                 judge: Judge | None = None, store_url: str | None = None, scenarios_path: str | None = None) -> None:
+        """`store` and `scenarios` as objects, or where to find them (`store_url`, `scenarios_path`: options a
+        command line passes through the registry); neither: the demo world's, opened when first needed."""
         self.store = store
+        self.store_url = store_url
+        self._opened_store = False
         self._scenarios = scenarios
+        self.scenarios_path = scenarios_path
         self.tool_config = tools or ToolConfig()
         self.rubric = rubric or RubricWeights()
         self.reward_range = reward_bounds(self.rubric)  # what the rubric can give: curation's range check
@@ -106,13 +111,19 @@ class EmailEnvironment(Environment):
         if self._scenarios is None:
             from agent_rl.environments.email.scenarios.demo import load_default_scenarios
 
-            self._scenarios = load_default_scenarios()
+            self._scenarios = load_default_scenarios(self.scenarios_path)
         return [scenario_task(s) for s in self._scenarios if s.split == split]
 
     def open(self, task: Task) -> InboxTools:
         if self.store is None:
-            raise RuntimeError("the email environment needs an inbox store to open tool sessions")
+            self.store, self._opened_store = open_inbox_store(self.store_url), True
         return InboxTools(self.store, task.context, query_date_of(task), self.tool_config)
+
+    def close(self) -> None:
+        """Close the inbox store this environment opened (one it was given stays the caller's)."""
+        if self.store is not None and self._opened_store:
+            self.store.close()
+            self.store, self._opened_store = None, False
 
     def session_type(self) -> type:
         return InboxTools
