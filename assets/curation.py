@@ -5,13 +5,21 @@ write the SFT and GRPO datasets. Failing gates are blocking checks, so training 
 import json
 import os
 from collections import Counter
+from dataclasses import asdict
 
 import dagster as dg
 
 from agent_rl import settings
 from agent_rl.curation.balance import balance_episodes
 from agent_rl.curation.datasets import grpo_rows, load_jsonl, save_jsonl, sft_rows
-from agent_rl.curation.live import GRPO_SKIPPED, judge_by_feedback, live_validation_config, split_live
+from agent_rl.curation.live import (
+    GRPO_SKIPPED,
+    LABELER,
+    judge_by_feedback,
+    label_unrated,
+    live_validation_config,
+    split_live,
+)
 from agent_rl.curation.plugin_privacy import anonymize_plugin_partition, merged_privacy_reports
 from agent_rl.curation.privacy import anonymize_partition, email_public_terms
 from agent_rl.environments import worlds
@@ -43,14 +51,18 @@ def _table(rows: list[dict], columns: list[str]) -> dg.MetadataValue:
 
 @dg.asset(group_name="curation", partitions_def=weekly, deps=[pool_episodes],
           description="Episodes that pass the Great Expectations suite; the rest go to quarantine with reasons.")
-def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, environment: EnvironmentResource):
+def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, environment: EnvironmentResource,
+                       curation: CurationResource):
     partition = context.partition_key
     rows = load_jsonl(export_path(partition))
     # The email assistant keeps its rubric's expectations; a plug-in is checked against what it declares; the
     # gateway's live episodes against what their clients declared, judged by their users' feedback. The export
     # holds this run's environments only: other agents' episodes in the pool wait for their own runs.
+    labeler = None
     if environment.is_live:
         rows = [judge_by_feedback(row) for row in rows]
+        if curation.labeler() is not None:
+            rows, labeler = label_unrated(rows, curation.labeler())
         config = live_validation_config(rows)
     else:
         config = config_for(environment.loads())
@@ -64,6 +76,8 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
     declared = None if environment.is_live else len(config.categories)
     report.update(count_in=len(rows), clean=len(result.clean), declared_categories=declared,
                   category_names=sorted({r["task_category"] for r in result.clean if r.get("task_category")}))
+    if labeler is not None:
+        report["labeler"] = asdict(labeler)
     (out / "report.json").write_text(json.dumps(report, default=str, indent=1))
     reasons = Counter(reason.split(":")[0] for _, rs in result.quarantined for reason in rs)
     per_environment = Counter((str(r.get("environment")), str(r.get("task_category"))) for r in result.clean)
@@ -75,7 +89,20 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
         "clean_ratio": round(len(result.clean) / len(rows), 4) if rows else 0.0,
         "quarantine_reasons": dg.MetadataValue.json(dict(reasons)),
         "content_hash": digest,
+        **_labeler_metadata(labeler, result.clean),
     })
+
+
+def _labeler_metadata(labeler, clean: list[dict]) -> dict:
+    """What the labeler did to a gateway week: where its training rows come from, and how far to trust the labels."""
+    if labeler is None:
+        return {}
+    labeled = sum(1 for r in clean if LABELER in (r.get("reward_components") or {}))
+    rated = sum(1 for r in clean if "feedback" in (r.get("reward_components") or {}))
+    return {"rated_episodes": rated, "labeled_episodes": labeled,
+            "labeler_auc": round(labeler.auc, 4) if labeler.auc is not None else "n/a",
+            "labeler_ece": round(labeler.ece, 4) if labeler.ece is not None else "n/a",
+            "labeler": "labels used" if labeler.passed else f"ratings alone: {labeler.reason}"}
 
 
 def _gate_check(context: dg.AssetCheckExecutionContext, curation: CurationResource, name: str):
@@ -103,6 +130,27 @@ def clean_ratio(context: dg.AssetCheckExecutionContext, curation: CurationResour
                 description="At least `min_categories` task categories (all of them when the environment declares fewer).")
 def category_diversity(context: dg.AssetCheckExecutionContext, curation: CurationResource):
     return _gate_check(context, curation, "diversity")
+
+
+@dg.asset_check(asset=validated_episodes, blocking=True,
+                description="Labels of gateway episodes nobody rated reach training only from a labeler whose "
+                            "out-of-fold AUC and calibration error on the rated ones meet the profile's bars; below "
+                            "them the week trains on ratings alone and says so.")
+def labeler_agreement(context: dg.AssetCheckExecutionContext):
+    out = stage_dir("validated_episodes", context.partition_key)
+    labeler = json.loads((out / "report.json").read_text()).get("labeler")
+    if labeler is None:
+        return dg.AssetCheckResult(passed=True, description="no labeler ran: every episode is judged by its "
+                                   "environment or by its users' feedback")
+    labeled = sum(1 for row in load_jsonl(out / "episodes.jsonl") if LABELER in (row.get("reward_components") or {}))
+    passed = labeler["passed"] or labeled == 0
+    description = (f"labels used: {labeled} episodes labeled (AUC {labeler['auc']:.3f}, ECE {labeler['ece']:.3f})"
+                   if labeler["passed"] else f"ratings alone: {labeler['reason']}" if passed else
+                   f"{labeled} labeled episodes from a labeler that failed its check ({labeler['reason']})")
+    return dg.AssetCheckResult(passed=passed, description=description, metadata={
+        key: value if value is not None else "n/a"
+        for key, value in labeler.items() if key in ("auc", "ece", "ece_floor", "n_rated", "n_unrated", "n_labeled",
+                                                     "min_auc", "max_ece", "reason")})
 
 
 # -- anonymized_episodes + anonymized_environment ----------------------------------------------

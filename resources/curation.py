@@ -25,6 +25,23 @@ class CurationResource(ConfigurableResource):
         "products): a name detector leaves them, so task answers survive anonymization; a name that is also a "
         "person's first or last name in the name lists stays replaced inside a person's name")
 
+    label_unrated: bool = Field(default=True, description="gateway episodes: label the ones nobody rated from their "
+                                "implicit signals, with a labeler calibrated on the rated ones (agent_rl/feedback)")
+    label_positive_threshold: float = Field(default=0.8, gt=0.5, le=1, description="labeled good at or above")
+    label_negative_threshold: float = Field(default=0.2, ge=0, lt=0.5, description="labeled bad at or below")
+    labeler_min_auc: float = Field(default=0.85, ge=0.5, le=1, description="the labeler's check: out-of-fold AUC")
+    labeler_max_ece: float = Field(default=0.05, gt=0, le=1, description="the labeler's check: calibration error")
+
+    def labeler(self):
+        """The labeler's settings, or None when unrated gateway episodes stay unlabeled."""
+        from agent_rl.feedback.labeler import LabelerConfig
+
+        if not self.label_unrated:
+            return None
+        return LabelerConfig(positive_threshold=self.label_positive_threshold,
+                             negative_threshold=self.label_negative_threshold, min_auc=self.labeler_min_auc,
+                             max_ece=self.labeler_max_ece)
+
     def anonymizer(self, public_terms: tuple[str, ...] = ()) -> AnonymizerConfig:
         """The anonymizer's settings: these public terms, the data's own (`public_terms`) after them."""
         return AnonymizerConfig(public_terms=tuple(dict.fromkeys([*self.public_terms, *public_terms])))

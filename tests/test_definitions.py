@@ -51,6 +51,7 @@ def test_training_is_gated_by_blocking_checks():
         ("validated_episodes", "enough_points"): True,
         ("validated_episodes", "clean_ratio"): True,
         ("validated_episodes", "category_diversity"): True,
+        ("validated_episodes", "labeler_agreement"): True,  # labels from a labeler below its bars never train
         ("anonymized_episodes", "no_pii_leak"): True,
         ("grpo_adapter", "no_reward_hacking"): False,  # disqualifies GRPO at validation; SFT stays a candidate
         ("evaluation_report", "beats_champion"): True,

@@ -121,7 +121,36 @@ def held_out(episode_id: str, share: float = DEFAULT_HELD_OUT_SHARE) -> bool:
 
 
 def is_rated_good(row: Mapping[str, Any]) -> bool:
-    return str(row.get("outcome")) == Outcome.CORRECT.value
+    """Correct by its users' feedback (a label the labeler gave is no rating: validation never replays one)."""
+    return str(row.get("outcome")) == Outcome.CORRECT.value and LABELER not in (row.get("reward_components") or {})
+
+
+LABELER = "labeler"  # the reward component of an outcome the labeler gave (its probability that users were happy)
+
+
+def label_unrated(rows: list[dict[str, Any]], config: Any) -> tuple[list[dict[str, Any]], Any]:
+    """The rows with the labeler's confident labels on the gateway episodes nobody rated, and its report.
+
+    The labeler (agent_rl/feedback/labeler.py) learns from the rated episodes, leaving out the rated-good ones held
+    out for validation (they stay unseen), and checks itself on them out of fold: when the check fails no row is
+    labeled and the report says why; the week trains on ratings alone. A labeled episode gets the outcome, a reward
+    of +1 or -1 as a rating would, and its probability as the `labeler` reward component, so every later step
+    (and a reader of the episode) can tell a label from a rating."""
+    from agent_rl.feedback.labeler import label_episodes
+
+    live = [r for r in rows if is_live(r.get("environment"))]
+    fit_on = [r for r in live if not (is_rated_good(r) and held_out(str(r.get("episode_id"))))]
+    result = label_episodes(fit_on, config)
+    labels = {label.episode_id: label for label in result.labels}
+    out = []
+    for row in rows:
+        label = labels.get(str(row.get("episode_id")))
+        if label is not None and str(row.get("outcome") or Outcome.UNJUDGED.value) == Outcome.UNJUDGED.value:
+            reward = 1.0 if label.good else -1.0
+            row = {**row, "outcome": (Outcome.CORRECT if label.good else Outcome.WRONG).value, "reward": reward,
+                   "reward_components": {LABELER: round(label.probability, 4)}}
+        out.append(row)
+    return out, result.report
 
 
 def split_live(rows: Iterable[Mapping[str, Any]], share: float = DEFAULT_HELD_OUT_SHARE

@@ -120,3 +120,44 @@ def test_skipped_grpo_leaves_sft_as_the_candidate_and_says_why():
                       cost_per_1k_usd=0)
     choice = choose_candidate(sft, None, skipped="GRPO skipped: no tools to run")
     assert choice.name == "sft" and "GRPO skipped: no tools to run" in choice.reason
+
+
+def _simulated_week(rated_share: float):
+    from agent_rl.feedback.population import PopulationConfig, simulate
+
+    simulated = simulate(PopulationConfig(n_episodes=2000, rated_share=rated_share, seed=4))
+    rows = [judge_by_feedback(s.episode.model_dump(mode="json")) for s in simulated]
+    return rows, {s.episode.episode_id: s.satisfied for s in simulated}
+
+
+def test_unrated_gateway_episodes_get_the_labelers_confident_labels_and_stay_told_apart_from_ratings():
+    from agent_rl.curation.live import LABELER, label_unrated, split_live
+    from agent_rl.feedback.labeler import LabelerConfig
+
+    rows, truth = _simulated_week(rated_share=0.25)
+    before = {r["episode_id"]: r for r in rows}
+    labeled_rows, report = label_unrated(rows, LabelerConfig(min_auc=0.7, max_ece=0.1))
+    assert report.passed, report.reason
+    labeled = [r for r in labeled_rows if LABELER in (r.get("reward_components") or {})]
+    assert len(labeled) == report.n_labeled > 200
+    for row in labeled:  # only episodes nobody rated, labeled as a rating would be, with the labeler's probability
+        assert before[row["episode_id"]]["outcome"] == "unjudged" and row["reward"] in (1.0, -1.0)
+        assert (row["outcome"] == "correct") == (row["reward"] > 0)
+        probability = row["reward_components"][LABELER]
+        assert probability >= 0.8 if row["outcome"] == "correct" else probability <= 0.2
+    right = sum((r["outcome"] == "correct") == truth[r["episode_id"]] for r in labeled)
+    assert right / len(labeled) > 0.85  # against what the simulated users really felt
+    rated = [r for r in labeled_rows if before[r["episode_id"]]["outcome"] != "unjudged"]
+    assert all(r == before[r["episode_id"]] for r in rated)  # ratings are left as they were
+    _, held_out = split_live(labeled_rows)
+    assert held_out and not any(LABELER in (r.get("reward_components") or {}) for r in held_out)
+
+
+def test_a_labeler_that_fails_its_check_labels_nothing_and_says_why():
+    from agent_rl.curation.live import label_unrated
+    from agent_rl.feedback.labeler import LabelerConfig
+
+    rows, _ = _simulated_week(rated_share=0.05)
+    out, report = label_unrated(rows, LabelerConfig(min_rated=10_000))
+    assert out == rows and not report.passed and report.n_labeled == 0
+    assert "10000" in report.reason or "10,000" in report.reason
