@@ -1,6 +1,11 @@
-"""`python -m agent_rl.train sft|grpo --config JSON_FILE`: a training stage as a process, plain or under Dagster Pipes.
+"""`python -m agent_rl.train sft|grpo [--config FILE]`: a training stage as a process, plain or under Dagster Pipes.
 
-Config file (JSON):
+The config comes from --config, else from $AGENT_RL_STAGE_CONFIG (the JSON itself, or the store URL of it): a pod
+launched from another machine gets it in its environment, since it cannot read the host's files. A config naming
+"stage_store" (an fsspec URL) has store URLs for inputs and no out_dir: the stage downloads them to scratch, trains,
+uploads its output directory and reports store URLs (agent_rl/train/stage_store.py).
+
+Config (JSON):
   sft:  {"model_path", "rows_jsonl", "out_dir", "settings": {...SFTSettings}, "tracking": {...}}, and
         "init_adapter" (optional): an adapter of the same base to keep training instead of a fresh one
   grpo: {"model_path", "sft_adapter", "grpo_rows_jsonl", "inbox_store_url", "out_dir",
@@ -11,6 +16,7 @@ Config file (JSON):
   tracking (optional): {"uri", "dagster_run_id", "parent_run_id"}; absent or null = no MLflow.
 When DAGSTER_PIPES_CONTEXT is set, logs and per-step metrics stream to the Dagster run and the stage
 reports its asset materialization (steps, loss, tokens/s, adapter path); otherwise it prints a JSON summary.
+Under `accelerate launch` (several processes, RANK set) only rank 0 reports, uploads and writes the adapter.
 """
 
 from __future__ import annotations
@@ -101,6 +107,8 @@ def _materialization_metadata(stage: str, summary: dict[str, Any]) -> dict[str, 
         "resumed_from": summary.get("resumed_from"),
         "started_from": summary.get("started_from"),
     }
+    if summary.get("stage_out"):  # where the host finds the output, and what the pod's paths stood for
+        metadata.update(stage_out=summary["stage_out"], pod_paths=summary.get("pod_paths") or {})
     if stage == "sft":
         metadata.update(tokens_per_second=round(summary.get("tokens_per_second", 0.0), 1),
                         rows_used=summary.get("rows_used"), cut_rows=summary.get("cut_rows"),
@@ -117,12 +125,18 @@ def _materialization_metadata(stage: str, summary: dict[str, Any]) -> dict[str, 
             for k, v in metadata.items() if v is not None}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agent_rl.train", description=__doc__.splitlines()[0])
-    parser.add_argument("stage", choices=["sft", "grpo"])
-    parser.add_argument("--config", required=True, help="JSON file with the stage's inputs and settings")
-    args = parser.parse_args(argv)
-    path = Path(args.config)
+def _load_config(config_file: str | None) -> tuple[dict[str, Any], str]:
+    """(config, where it came from): --config FILE, else the JSON (or its store URL) in CONFIG_ENV."""
+    from agent_rl.train.stage_store import CONFIG_ENV, read_stage_config
+
+    if config_file is None:
+        if not os.environ.get(CONFIG_ENV):
+            raise SystemExit(f"no stage config: give --config FILE or set {CONFIG_ENV}")
+        try:
+            return read_stage_config(os.environ[CONFIG_ENV]), f"${CONFIG_ENV}"
+        except (ValueError, RuntimeError) as exc:
+            raise SystemExit(str(exc)) from None
+    path = Path(config_file)
     if not path.is_file():
         raise SystemExit(f"--config {path}: no such file")
     try:
@@ -131,6 +145,63 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--config {path}: not JSON ({exc})") from None
     if not isinstance(config, dict):
         raise SystemExit(f"--config {path}: expected a JSON object")
+    return config, str(path)
+
+
+def run_configured(stage: str, config: dict[str, Any], where: str, callbacks: list | None = None) -> dict[str, Any]:
+    """run_stage, or, for a config naming a stage store, run_stage in scratch with its files moved through it."""
+    from agent_rl.train.stage_store import STORE_KEY, run_in_scratch
+
+    if STORE_KEY not in config:
+        return run_stage(stage, config, where, extra_callbacks=callbacks)
+    return run_in_scratch(config, lambda local: run_stage(stage, local, where, extra_callbacks=callbacks))
+
+
+def rank() -> int:
+    """This process's rank in a multi-process stage (`accelerate launch` sets RANK); 0 when it runs alone."""
+    try:
+        return int(os.environ.get("RANK") or 0)
+    except ValueError:
+        raise SystemExit(f"RANK={os.environ['RANK']!r}: expected the process's rank, an integer") from None
+
+
+def run_helper_rank(stage: str, config: dict[str, Any], where: str) -> None:
+    """A rank other than 0 trains alongside rank 0 and reports nothing: no Pipes, no MLflow run, no upload, and its
+    final save goes to a folder of its own (rank 0 writes the one adapter), which sees rank 0's checkpoints so both
+    resume from the same step."""
+    from agent_rl.train.stage_store import STORE_KEY, run_in_scratch
+
+    print(f"agent_rl.train {stage}: rank {rank()} of {os.environ.get('WORLD_SIZE', '?')} trains alongside rank 0",
+          file=sys.stderr, flush=True)
+    config = {**config, "tracking": None}
+    if STORE_KEY in config:  # its own scratch, inputs downloaded, nothing uploaded
+        run_in_scratch(config, lambda local: run_stage(stage, local, where), upload=False)
+        return
+    import shutil
+    import tempfile
+
+    from agent_rl.train.sft import INPUTS_FILE
+
+    shared = Path(config["out_dir"])
+    with tempfile.TemporaryDirectory(prefix=f"agent-rl-rank{rank()}-") as private:
+        for checkpoint in shared.glob("checkpoint-*"):  # read, never written, from here
+            (Path(private) / checkpoint.name).symlink_to(checkpoint.resolve())
+        if (shared / INPUTS_FILE).is_file():
+            shutil.copyfile(shared / INPUTS_FILE, Path(private) / INPUTS_FILE)
+        run_stage(stage, {**config, "out_dir": private}, where)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agent_rl.train", description=__doc__.splitlines()[0])
+    parser.add_argument("stage", choices=["sft", "grpo"])
+    parser.add_argument("--config", help="JSON file with the stage's inputs and settings (default: "
+                        "$AGENT_RL_STAGE_CONFIG)")
+    args = parser.parse_args(argv)
+    config, where = _load_config(args.config)
+    if rank() > 0:
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s rank %(process)d %(name)s: %(message)s")
+        run_helper_rank(args.stage, config, where)
+        return 0
     if "DAGSTER_PIPES_CONTEXT" in os.environ:
         from dagster_pipes import open_dagster_pipes
 
@@ -138,14 +209,14 @@ def main(argv: list[str] | None = None) -> int:
             handler = _PipesLogHandler(pipes)
             logging.getLogger("agent_rl").addHandler(handler)
             logging.getLogger("agent_rl").setLevel(logging.INFO)
-            pipes.log.info(f"agent_rl.train {args.stage} starting with {path}")
-            summary = run_stage(args.stage, config, str(path), extra_callbacks=[pipes_callback(pipes)])
+            pipes.log.info(f"agent_rl.train {args.stage} starting with {where}")
+            summary = run_configured(args.stage, config, where, callbacks=[pipes_callback(pipes)])
             pipes.report_asset_materialization(metadata=_materialization_metadata(args.stage, summary))
             pipes.log.info(f"agent_rl.train {args.stage} done: {summary.get('steps')} steps")
         return 0
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    summary = run_stage(args.stage, config, str(path))
+    summary = run_configured(args.stage, config, where)
     print(json.dumps(summary, default=str))
     return 0
 

@@ -1,0 +1,122 @@
+"""Training in a pod that shares nothing with the Dagster host, played on this machine.
+
+No cluster runs here (and dagster-k8s is not installed), so `PipesK8sClient` is the stand-in of tests/k8s_stub.py:
+it takes the pod spec TrainingCompute sends and runs its container's command as given (`python -m agent_rl.train
+STAGE`, `python` from PATH as in the image) in another working directory, with only the container's environment
+(the stage config and the store URL), a fresh AGENT_RL_HOME and the Pipes bootstrap variables. While it runs, the
+host's inputs and its AGENT_RL_HOME are moved away: whatever the pod reads comes through the store (file:// to a
+temp dir), and what it writes reaches the host only by the download afterwards.
+
+No `from __future__ import annotations`: Dagster resolves the asset's parameter annotations at runtime.
+"""
+
+import json
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from agent_rl import settings
+from agent_rl.train.stage_store import CONFIG_ENV
+from resources.compute import TrainingCompute
+from tests import k8s_stub
+from tests.train.test_sft_grpo import _forced_pairs
+
+pytestmark = pytest.mark.slow
+PARTITION = "2026-01-05"
+
+
+def _hidden_while(paths: list[Path], run):
+    """Run `run()` with `paths` renamed away (restored after); a path the pod recreated fails the test."""
+    away = [p.rename(p.with_name(p.name + ".away")) for p in paths]
+    try:
+        result = run()
+        recreated = [str(p) for p in paths if p.exists()]
+        assert not recreated, f"the pod wrote on the host: {recreated}"
+        return result
+    finally:
+        for original, moved in zip(paths, away):
+            moved.rename(original)
+
+
+def _materialize(compute: TrainingCompute, stage: str, config: dict) -> dict:
+    """The stage through the resource inside a real asset run, as assets/training.py calls it; its result dict."""
+    results = []
+
+    @dg.asset(name=f"{stage}_adapter")
+    def stage_asset(context: dg.AssetExecutionContext):
+        results.append(compute.run(context, stage, config))
+        return dg.MaterializeResult(metadata={"steps": results[-1]["steps"]})
+
+    assert dg.materialize([stage_asset], instance=dg.DagsterInstance.ephemeral()).success
+    return results[0]
+
+
+def _assert_pod_spec(call: dict, stage: str, host_paths: list[Path]) -> None:
+    (container,) = call["base_pod_spec"]["containers"]
+    assert container["command"] == ["python", "-m", "agent_rl.train", stage]
+    assert container["image"] == "agent-rl:test" and container["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+    env = k8s_stub.container_env(call["base_pod_spec"])
+    assert json.loads(env[CONFIG_ENV])["stage_store"].startswith("file://")
+    leaked = [str(p) for p in host_paths if any(str(p) in value for value in env.values())]
+    assert not leaked, f"host paths in the pod's environment: {leaked}"
+
+
+def test_sft_then_grpo_in_a_pod_that_shares_nothing_with_the_host(train_data, tmp_path, monkeypatch):
+    host_home = settings.home()
+    hidden = [Path(train_data["root"]), host_home]
+    calls = k8s_stub.install(monkeypatch, lambda context, spec: _hidden_while(
+        hidden, lambda: k8s_stub.run_container(context, spec, tmp_path / f"pod-{len(calls)}")))
+    compute = TrainingCompute(mode="kubernetes", k8s_image="agent-rl:test", k8s_gpu_count=1,
+                              stage_store_url=f"file://{tmp_path / 'store'}")
+
+    sft_out = settings.artifact_dir("sft_adapter", PARTITION)
+    sft = _materialize(compute, "sft", {
+        "model_path": str(train_data["tiny"]), "rows_jsonl": str(train_data["sft"]), "out_dir": str(sft_out),
+        "settings": {"max_steps": 1, "per_device_train_batch_size": 1, "max_length": 8192}})
+
+    _assert_pod_spec(calls[0], "sft", hidden)
+    assert sft["steps"] == 1 and sft["adapter_path"] == str(sft_out / "adapter")
+    assert (sft_out / "adapter" / "adapter_model.safetensors").is_file()
+    manifest = json.loads((sft_out / "adapter" / "agent_rl_adapter.json").read_text())
+    assert manifest == {"base_model": str(train_data["tiny"]), "adapters": [str(sft_out / "adapter")]}
+
+    # GRPO reads the SFT adapter as it came home, the inbox database and the prompts: all through the store.
+    grpo_out = settings.artifact_dir("grpo_adapter", PARTITION)
+    grpo = _materialize(compute, "grpo", {
+        "model_path": str(train_data["tiny"]), "sft_adapter": str(sft_out / "adapter"),
+        "grpo_rows_jsonl": str(train_data["grpo"]), "inbox_store_url": train_data["store_url"],
+        "out_dir": str(grpo_out), "settings": _forced_pairs(train_data["tiny"]).model_dump(mode="json")})
+
+    _assert_pod_spec(calls[1], "grpo", hidden)
+    assert grpo["steps"] == 1 and grpo["adapter_path"] == str(grpo_out / "adapter")
+    assert grpo["rollouts_path"] == str(grpo_out / "rollouts.jsonl") and (grpo_out / "rollouts.jsonl").is_file()
+    stack = json.loads((grpo_out / "adapter" / "agent_rl_adapter.json").read_text())
+    assert stack["base_model"] == str(train_data["tiny"])
+    assert all(Path(a).is_relative_to(host_home) and Path(a, "adapter_config.json").is_file()
+               for a in stack["adapters"])
+
+
+@pytest.mark.parametrize("mode", ["kubernetes", "subprocess"])
+def test_sft_in_two_processes_writes_one_adapter(mode, train_data, tmp_path, monkeypatch, capfd):
+    """`processes = 2`: accelerate launch, DDP over gloo on CPU. Rank 0 reports and (in a pod) uploads; rank 1
+    trains alongside and writes nothing the host sees."""
+    calls = k8s_stub.install(monkeypatch, lambda context, spec: k8s_stub.run_container(context, spec, tmp_path / "pod"))
+    pod = dict(mode="kubernetes", k8s_image="agent-rl:test", k8s_gpu_count=2,
+               stage_store_url=f"file://{tmp_path / 'store'}") if mode == "kubernetes" else {}
+    compute = TrainingCompute(processes=2, **pod)
+    out = settings.artifact_dir("sft_adapter", PARTITION)
+
+    sft = _materialize(compute, "sft", {
+        "model_path": str(train_data["tiny"]), "rows_jsonl": str(train_data["sft"]), "out_dir": str(out),
+        "settings": {"max_steps": 2, "per_device_train_batch_size": 1, "max_length": 8192}})
+
+    assert "sft: rank 1 of 2 trains alongside rank 0" in capfd.readouterr().err
+    assert sft["steps"] == 2 and sft["adapter_path"] == str(out / "adapter")
+    adapters = [p for p in settings.home().rglob("adapter_model.safetensors") if "checkpoint-" not in str(p)]
+    assert adapters == [out / "adapter" / "adapter_model.safetensors"]
+    if mode == "kubernetes":
+        command = calls[0]["base_pod_spec"]["containers"][0]["command"]
+        assert command[:3] == ["python", "-m", "accelerate.commands.launch"] and "--num_processes" in command
+        assert command[command.index("--num_processes") + 1] == "2"
+        assert command[-3:] == ["-m", "agent_rl.train", "sft"]
