@@ -17,11 +17,16 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise ValueError(f"{path}:{number}: not a JSON object ({exc})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-            rows.append(row)
+            rows.append(json_object(line, f"{path}:{number}"))
     return rows
+
+
+def json_object(text: str, where: str) -> dict[str, Any]:
+    """`text` parsed as one JSON object, else a ValueError naming `where` (a file and line, a variable)."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{where}: not a JSON object ({exc})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(value).__name__}")
+    return value

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from agent_rl.jsonl import json_object
+
 CONFIG_ENV = "AGENT_RL_STAGE_CONFIG"  # the stage config (JSON), or the store URL of it when too long for a variable
 SCRATCH_ENV = "AGENT_RL_SCRATCH"  # where the pod downloads inputs and trains (default: the system temp dir)
 STORE_KEY = "stage_store"  # the config key naming the store; its presence makes the entry point stage files
@@ -361,13 +363,7 @@ def read_stage_config(value: str) -> dict[str, Any]:
                 text = handle.read()
         except FileNotFoundError:
             raise StageStoreError(f"{CONFIG_ENV} names {shown_url(url)}, which does not exist") from None
-    try:
-        config = json.loads(text)
-    except ValueError as exc:
-        raise ValueError(f"{CONFIG_ENV}: not JSON ({exc})") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{CONFIG_ENV}: expected a JSON object, got {type(config).__name__}")
-    return config
+    return json_object(text, CONFIG_ENV)
 
 
 def run_in_scratch(config: dict[str, Any], run: Callable[[dict[str, Any]], dict[str, Any]],

@@ -176,7 +176,7 @@ def test_a_long_config_travels_as_a_store_object(store, tmp_path):
     staged = StagedConfig.prepare("grpo", config, store.url)
     assert store.owns(staged.env_value)
     assert read_stage_config(staged.env_value)["solve_rates"] == config["solve_rates"]
-    with pytest.raises(ValueError, match="not JSON"):
+    with pytest.raises(ValueError, match="not a JSON object"):
         read_stage_config("{not json")
 
 
