@@ -35,10 +35,11 @@ def _declared_name(setting: str) -> str:
     setting = setting.strip()
     if ":" not in setting:
         return setting  # a built-in, an installed plug-in's entry point or 'gateway': already a name
-    from agent_rl.environments.registry import load_environment
+    from agent_rl.environments.registry import load_environment, resolve
 
     try:
-        return load_environment(setting).name
+        declared = getattr(resolve(setting), "name", None)  # a class says its name without being built
+        return declared if isinstance(declared, str) and declared else load_environment(setting).name
     except Exception:  # noqa: BLE001 - not loadable here: the run that uses it fails on it, named, elsewhere
         return setting
 

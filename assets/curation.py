@@ -13,6 +13,7 @@ from agent_rl import settings
 from agent_rl.curation.balance import balance_episodes
 from agent_rl.curation.datasets import grpo_rows, load_jsonl, save_jsonl, sft_rows
 from agent_rl.curation.live import (
+    FEEDBACK,
     GRPO_SKIPPED,
     LABELER,
     judge_by_feedback,
@@ -58,11 +59,11 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
     # The email assistant keeps its rubric's expectations; a plug-in is checked against what it declares; the
     # gateway's live episodes against what their clients declared, judged by their users' feedback. The export
     # holds this run's environments only: other agents' episodes in the pool wait for their own runs.
-    labeler = None
+    labeler, labeler_config = None, curation.labeler()
     if environment.is_live:
         rows = [judge_by_feedback(row) for row in rows]
-        if curation.labeler() is not None:
-            rows, labeler = label_unrated(rows, curation.labeler())
+        if labeler_config is not None:
+            rows, labeler = label_unrated(rows, labeler_config)
         config = live_validation_config(rows)
     else:
         config = config_for(environment.loads())
@@ -98,7 +99,7 @@ def _labeler_metadata(labeler, clean: list[dict]) -> dict:
     if labeler is None:
         return {}
     labeled = sum(1 for r in clean if LABELER in (r.get("reward_components") or {}))
-    rated = sum(1 for r in clean if "feedback" in (r.get("reward_components") or {}))
+    rated = sum(1 for r in clean if FEEDBACK in (r.get("reward_components") or {}))
     return {"rated_episodes": rated, "labeled_episodes": labeled,
             "labeler_auc": round(labeler.auc, 4) if labeler.auc is not None else "n/a",
             "labeler_ece": round(labeler.ece, 4) if labeler.ece is not None else "n/a",

@@ -303,8 +303,9 @@ class DemoRun:
     token: str = ""
     crashed: list[str] = field(default_factory=list)
 
-    def job(self, name: str, **kwargs):
-        return run_job(self.defs, name, self.instance, self.log_file, self.max_steps, **kwargs)
+    def job(self, name: str, max_steps: dict[str, int] | None = None, **kwargs):
+        """Run a job of the code location; `max_steps` replaces the profile's for its progress lines."""
+        return run_job(self.defs, name, self.instance, self.log_file, max_steps or self.max_steps, **kwargs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -344,9 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         seed_requests = plan.args.seed_requests or (defs.resources["curation"].min_points + 400)
         v0 = None
         if plan.ours:
-            v0 = ship_v0(defs, run.instance, log_file, run.max_steps, run.partition, url, run.token, run.pool, train,
-                         seed_requests, plan.args.v0_steps or max(1, run.max_steps["sft_adapter"] // 2),
-                         plan.production)
+            v0 = ship_v0(run, train, seed_requests, plan.args.v0_steps or max(1, run.max_steps["sft_adapter"] // 2))
             if v0.get("crashed"):
                 run.crashed.append(v0["crashed"])
         for week in range(1, plan.args.weeks + 1):
@@ -466,8 +465,7 @@ def not_registered(report: dict | None, failed_checks: list) -> str:
     return "not registered: the run stopped before validation"
 
 
-def ship_v0(defs, instance, log_file: Path, max_steps: dict[str, int], partition: str, url: str, token: str, pool,
-            train, requests: int, steps: int, api_version: str) -> dict:
+def ship_v0(run: DemoRun, train, requests: int, steps: int) -> dict:
     """v0, the model of ours production runs when the weeks start, made the way a team makes its first one: the API
     model served production (`requests` replayed requests, the pool's history), the same retraining job trained on
     that pool (SFT alone, `steps` steps, from the base) and measured it on the held-out tasks; there was no model of
@@ -476,19 +474,19 @@ def ship_v0(defs, instance, log_file: Path, max_steps: dict[str, int], partition
     from agent_rl import registry
     from agent_rl.ab.controller import version_id
 
+    defs, url, token, pool, api_version = run.defs, run.url, run.token, run.pool, run.plan.production
     with step(f"before the weeks: {requests} production requests served by the API model ({api_version})"):
         replay(url, train, requests, concurrency=16, key_prefix=f"v0-{int(time.time())}")
         print(f"pool holds {pool.count()} episodes")
     v0: dict = {"api": api_version, "requests": requests, "steps": steps}
     with step(f"v0: the retraining job on that pool, SFT alone ({steps} steps from the base), no improvement gate"):
-        result = run_job(defs, "retraining_job", instance, log_file, {**max_steps, "sft_adapter": steps},
-                         partition_key=partition,
+        result = run.job("retraining_job", {**run.max_steps, "sft_adapter": steps}, partition_key=run.partition,
                          raise_on_error=False, resources={
                              "training": {"sft_overrides": {**defs.resources["training"].sft_overrides,
                                                             "max_steps": steps},
                                           "grpo_enabled": False, "start_from": "base"},
                              "evaluation": {"gate": "open"}})
-        report = read_report(partition, result.run_id)
+        report = read_report(run.partition, result.run_id)
         if not registered_by(result):
             failed = [f"{c.asset_key.to_user_string()}.{c.check_name}: {c.description}"
                       for c in result.get_asset_check_evaluations() if not c.passed]

@@ -26,6 +26,7 @@ UNCATEGORIZED = "uncategorized"
 # Rewards a user may send as feedback ({"reward": x} or a bare number); outside it the episode is quarantined.
 REWARD_RANGE = (-1.0, 1.0)
 DEFAULT_HELD_OUT_SHARE = 0.2
+FEEDBACK = "feedback"  # the reward component of an outcome its users' feedback gave
 GRPO_SKIPPED = ("GRPO skipped: the episodes come from the gateway (environment 'gateway'), whose tools run in the "
                 "client, so there is no environment for GRPO to roll out in; the SFT model is the candidate")
 
@@ -85,7 +86,7 @@ def judge_by_feedback(row: Mapping[str, Any]) -> dict[str, Any]:
         return out
     out["reward"] = reward
     out["outcome"] = (Outcome.CORRECT if math.isfinite(reward) and reward > 0 else Outcome.WRONG).value
-    out["reward_components"] = {"feedback": reward}
+    out["reward_components"] = {FEEDBACK: reward}
     return out
 
 

@@ -161,6 +161,10 @@ class Environment(abc.ABC):
         """General questions without tools for the forgetting gate (empty: the loop's default probe)."""
         return []
 
+    def close(self) -> None:
+        """Release what the environment opened for its sessions (a database connection, ...); the loop calls it
+        when it is done playing. Default: nothing to release."""
+
     def hacking_detectors(self) -> dict[str, Detector]:
         """Reward-hacking detectors of this environment's own, run on its GRPO rollouts beside the loop's
         generic ones (same answer everywhere, tool-call spam, format exploits): `{kind: detector}`, each a

@@ -39,7 +39,7 @@ def eval_command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     finally:
-        if environment is not None and hasattr(environment, "close"):
+        if environment is not None:
             environment.close()
     metrics = result.metrics.model_dump()
     if as_json:

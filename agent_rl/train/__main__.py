@@ -127,6 +127,7 @@ def _materialization_metadata(stage: str, summary: dict[str, Any]) -> dict[str, 
 
 def _load_config(config_file: str | None) -> tuple[dict[str, Any], str]:
     """(config, where it came from): --config FILE, else the JSON (or its store URL) in CONFIG_ENV."""
+    from agent_rl.jsonl import json_object
     from agent_rl.train.stage_store import CONFIG_ENV, read_stage_config
 
     if config_file is None:
@@ -140,12 +141,9 @@ def _load_config(config_file: str | None) -> tuple[dict[str, Any], str]:
     if not path.is_file():
         raise SystemExit(f"--config {path}: no such file")
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        return json_object(path.read_text(encoding="utf-8"), f"--config {path}"), str(path)
     except ValueError as exc:
-        raise SystemExit(f"--config {path}: not JSON ({exc})") from None
-    if not isinstance(config, dict):
-        raise SystemExit(f"--config {path}: expected a JSON object")
-    return config, str(path)
+        raise SystemExit(str(exc)) from None
 
 
 def run_configured(stage: str, config: dict[str, Any], where: str, callbacks: list | None = None) -> dict[str, Any]:
