@@ -27,12 +27,13 @@ def model_name_for(environment: str) -> str:
     promoted for support traffic (`agent-rl-email`, `agent-rl-support`, ...). A plug-in given by import path is
     named after the `name` it declares (`examples.timetable:TimetableEnvironment` -> `agent-rl-timetable`); a run
     on several environments after all of them, in order (`agent-rl-support-timetable`)."""
-    names = [_declared_name(part) for part in environment.split(",") if part.strip()] or ["email"]
+    from agent_rl.environments.registry import setting_names
+
+    names = [_declared_name(part) for part in setting_names(environment)] or ["email"]
     return "agent-rl-" + re.sub(r"[^A-Za-z0-9_-]+", "-", "-".join(names))
 
 
 def _declared_name(setting: str) -> str:
-    setting = setting.strip()
     if ":" not in setting:
         return setting  # a built-in, an installed plug-in's entry point or 'gateway': already a name
     from agent_rl.environments.registry import load_environment, resolve

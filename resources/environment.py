@@ -6,14 +6,14 @@ from pydantic import Field, field_validator, model_validator
 
 from agent_rl.curation.live import LIVE_ENVIRONMENT, is_live
 from agent_rl.environments.core import Environment
-from agent_rl.environments.registry import load_environment
+from agent_rl.environments.registry import load_environment, setting_names
 
 EMAIL = "email"
 
 
 def split_names(value: str) -> tuple[str, list[str]]:
     """`AGENT_RL_ENV=support,examples.timetable:TimetableEnvironment` as (name, also)."""
-    names = [part.strip() for part in value.split(",") if part.strip()]
+    names = setting_names(value)
     return (names[0] if names else EMAIL), names[1:]
 
 

@@ -58,6 +58,12 @@ def resolve(spec: str) -> Any:
         raise EnvironmentError(spec, f"module {module_name!r} has no {attribute!r}") from None
 
 
+def setting_names(value: str) -> list[str]:
+    """The environments a setting names, in order: `AGENT_RL_ENV=support,examples.timetable:TimetableEnvironment`
+    trains one policy on both (blank parts ignored)."""
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
 def load_environment(spec: str, **options: Any) -> Environment:
     """An instance of the environment `spec` names, built with `options`, checked against the contract."""
     factory = resolve(spec)
