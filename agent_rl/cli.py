@@ -7,6 +7,7 @@ import typer
 from agent_rl.agent.model_cli import app as model_app
 from agent_rl.arbiter.cli import app as arbiter_app
 from agent_rl.arbiter.cli import traffic_app
+from agent_rl.arbiter.episodes_cli import app as episodes_app
 from agent_rl.evaluate.cli import eval_command
 from agent_rl.environments.registry import environment_commands
 
@@ -16,6 +17,7 @@ for _name, _commands, _help in environment_commands():  # e.g. `agent-rl inbox`,
     app.add_typer(_commands, name=_name, help=_help)
 app.add_typer(arbiter_app, name="arbiter", help="Serve the traffic-splitting arbiter.")
 app.add_typer(traffic_app, name="traffic", help="Replay scenarios through a running arbiter.")
+app.add_typer(episodes_app, name="episodes", help="Read your own recorded episodes from a running arbiter.")
 app.command("eval")(eval_command)
 
 

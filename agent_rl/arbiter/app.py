@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent_rl.arbiter.config import ArbiterConfig
 from agent_rl.arbiter.gateway import Gateway, PoolDown
+from agent_rl.arbiter.episode_routes import add_episode_read_routes
 from agent_rl.arbiter.gateway_routes import add_gateway_routes, is_gateway_path
 from agent_rl.arbiter.gateway_wire import GatewayError, openai_error
 from agent_rl.arbiter.keys import KEYS_ENV, KEYS_FILE_ENV, ApiKey
@@ -515,5 +516,7 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
     _add_status_routes(app, config)
     _add_episode_routes(app)
     add_gateway_routes(app, lambda request: _require_key(request, _service_of(request)), _gateway_of)
+    add_episode_read_routes(app, lambda request: _require_key(request, _service_of(request)),
+                            lambda request: _service_of(request).pool)
     _add_routing_routes(app, config)
     return app
