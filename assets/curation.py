@@ -22,9 +22,10 @@ from agent_rl.curation.live import (
     split_live,
 )
 from agent_rl.curation.plugin_privacy import anonymize_plugin_partition, merged_privacy_reports
-from agent_rl.curation.privacy import anonymize_partition, email_public_terms
+from agent_rl.curation.privacy import anonymize_partition
 from agent_rl.environments import worlds
 from agent_rl.environments.core import Task
+from agent_rl.environments.registry import load_environment
 from agent_rl.records import Split
 from agent_rl.train.plugin_rollouts import task_rows
 from agent_rl.curation.validate import config_for, gate_results, validate_episodes
@@ -181,8 +182,13 @@ def anonymization(context: dg.AssetExecutionContext, inbox_store: InboxStoreReso
     emails = [email for address in inboxes for email in store.iter_emails(address)]
     # Every inbox's headers say who is a person, not just those of the inboxes in this partition.
     everyone = (email for address in store.inboxes() for email in store.iter_emails(address))
+    world = load_environment(environment.name, store_url=inbox_store.resolved_url())
+    try:
+        public_terms = world.privacy().public_terms
+    finally:
+        world.close()
     result = anonymize_partition(episodes, emails, items, canaries=curation.canaries, directory_emails=everyone,
-                                 config=curation.anonymizer(email_public_terms(inboxes)))
+                                 config=curation.anonymizer(public_terms))
 
     episodes_result = _anonymized_episodes(partition, result.episodes, result.report, result.leaks)
 

@@ -44,17 +44,6 @@ def scenario_texts(scenario: Scenario) -> list[str]:
     return [scenario.inbox_id, scenario.question, scenario.answer]
 
 
-def email_public_terms(inboxes: Iterable[str]) -> tuple[str, ...]:
-    """Names of the inboxes' world that are no one's: the demo corpus's sites, departments, cities and firms when
-    every inbox is one of its mailboxes; none for a real corpus (its own go in `CurationResource.public_terms`)."""
-    from agent_rl.environments.email.inbox.demo_corpus import DOMAIN, public_terms
-
-    inboxes = list(inboxes)
-    if inboxes and all(address.lower().endswith("@" + DOMAIN) for address in inboxes):
-        return public_terms()
-    return ()
-
-
 def anonymize_partition(
     episodes: list[dict[str, Any]],
     emails: list[Email],

@@ -214,10 +214,11 @@ def test_the_privacy_pass_catches_its_own_canaries_in_the_demo_world(demo_env, s
     """The canaries a privacy pass plants depend on its input: these draws once leaked (1 in 300, 2 in 1,200 and
     1 in 600 of sweeps over seeds), and a leaked canary fails the pass's gate, so the weekly job registers nothing."""
     from agent_rl.curation import leak_check, privacy
+    from agent_rl.environments.email.inbox.demo_world import public_terms_of
 
     planted = leak_check.plant_canaries
     monkeypatch.setattr(privacy, "plant_canaries", lambda _seed: planted(seed))
-    config = AnonymizerConfig(key="k", public_terms=privacy.email_public_terms(e.inbox for e in demo_env.emails))
+    config = AnonymizerConfig(key="k", public_terms=public_terms_of(e.inbox for e in demo_env.emails))
     result = privacy.anonymize_partition([], [], [], config=config, directory_emails=demo_env.emails)
     assert result.report["planted_canaries"] == 7
     assert [str(leak) for leak in result.leaks] == []
@@ -226,11 +227,11 @@ def test_the_privacy_pass_catches_its_own_canaries_in_the_demo_world(demo_env, s
 def test_the_demo_worlds_places_departments_and_sites_survive_while_its_people_do_not(demo_env, directory):
     """Location answers are cities and questions name departments and sites: anonymizing them into people's names
     ("Where is the Compliance summit?" "Julian") made the demo's task answers wrong and its questions strange."""
-    from agent_rl.curation.privacy import email_public_terms
     from agent_rl.environments.email.inbox.demo_corpus import public_terms
+    from agent_rl.environments.email.inbox.demo_world import public_terms_of
 
-    terms = email_public_terms({e.inbox for e in demo_env.emails})
-    assert terms == public_terms() and email_public_terms(["jeff.skilling@enron.com"]) == ()
+    terms = public_terms_of({e.inbox for e in demo_env.emails})
+    assert terms == public_terms() and public_terms_of(["jeff.skilling@enron.com"]) == ()
     a = Anonymizer(AnonymizerConfig(key="test-key", public_terms=terms), directory)
     _, scenarios = a.anonymize_environment(demo_env.emails, demo_env.scenarios)
     pairs = list(zip(demo_env.scenarios, scenarios))  # ids lose the names inside them: pair by position

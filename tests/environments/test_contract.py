@@ -188,3 +188,26 @@ def test_eval_cli_evaluates_any_environment_by_import_path():
 
     unknown = CliRunner().invoke(app, ["eval", "--policy", "tiny", "--env", "nope", "--json"])
     assert unknown.exit_code == 2 and "environment 'nope': unknown" in unknown.output
+
+
+def test_the_email_worlds_public_terms_come_with_its_privacy_spec(tmp_path):
+    """Curation reads which names are no one's from the environment's privacy spec, as for any plug-in: the demo
+    world's sites and cities when every inbox is a demo mailbox, none for another corpus."""
+    from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus, public_terms
+    from agent_rl.environments.email.inbox.store import open_inbox_store
+    from agent_rl.records import Email
+
+    url = f"sqlite:///{tmp_path / 'inbox.db'}"
+    store = open_inbox_store(url)
+    build_demo_corpus(store, seed=0)
+    store.close()
+    env = load_environment("email", store_url=url)
+    try:
+        assert env.privacy().public_terms == public_terms() and "Reno" in public_terms()
+    finally:
+        env.close()
+    other = open_inbox_store(f"sqlite:///{tmp_path / 'real.db'}")
+    other.add_emails([Email(message_id="<1@x>", inbox="jeff@enron.com", sender="ken@enron.com", to=["jeff@enron.com"],
+                            subject="Reno", body="Meet in Reno.", date="2001-05-01T10:00:00Z")])
+    assert EmailEnvironment(store=other).privacy().public_terms == ()
+    other.close()

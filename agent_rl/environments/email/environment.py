@@ -157,8 +157,13 @@ class EmailEnvironment(Environment):
 
     def privacy(self) -> PrivacySpec:
         # Who is a person comes from every inbox's headers: curation's anonymizer builds that directory itself
-        # (curation/anonymize.py build_directory), so no second reader of the headers here.
-        return PrivacySpec(id_fields=("scenario_id", "citations"))
+        # (curation/anonymize.py build_directory), so no second reader of the headers here. The demo world's
+        # sites, departments and cities are task answers, never a person's: they survive anonymization.
+        from agent_rl.environments.email.inbox.demo_world import public_terms_of
+
+        if self.store is None:
+            self.store, self._opened_store = open_inbox_store(self.store_url), True
+        return PrivacySpec(id_fields=("scenario_id", "citations"), public_terms=public_terms_of(self.store.inboxes()))
 
     def teacher(self, **options: Any) -> Any:
         """The rule-based reader; `options` are HeuristicConfig's (error rates, seed, version): with error rates

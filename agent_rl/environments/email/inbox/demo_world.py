@@ -4,6 +4,7 @@ departments, places and the vocabulary its threads draw from, and the records of
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -131,6 +132,15 @@ def public_terms() -> tuple[str, ...]:
     task answers ("Where is the Treasury offsite?" "Reno"), so anonymization must leave them; none of them is a
     name of the cast (tested)."""
     return tuple(dict.fromkeys([*_PREFIXES, *_DEPTS, *_CITIES, *(firm for *_, firm, _ in _EXTERNAL)]))
+
+
+def public_terms_of(inboxes: Iterable[str]) -> tuple[str, ...]:
+    """The demo world's public terms when every inbox is one of its mailboxes; none for a real corpus (whose own
+    go in the curation profile's `public_terms`)."""
+    inboxes = list(inboxes)
+    if inboxes and all(address.lower().endswith("@" + DOMAIN) for address in inboxes):
+        return public_terms()
+    return ()
 
 
 _EVENT_TYPES = ["offsite", "planning summit", "team retreat", "strategy workshop", "leadership offsite"]
