@@ -34,7 +34,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agent_rl.agent.policy import Policy
-from agent_rl.arbiter.gateway_messages import text_of, to_policy_messages, turn_to_message, upstream_message
+from agent_rl.arbiter.gateway_messages import (
+    text_of,
+    to_policy_messages,
+    turn_to_message,
+    undeclared_tools,
+    upstream_message,
+)
 from agent_rl.arbiter.gateway_sessions import DEFAULT_CONTEXT, DEFAULT_ENVIRONMENT, LiveEpisode, SessionIndex
 from agent_rl.arbiter.gateway_stream import StreamedReply, sse_bytes
 from agent_rl.arbiter.gateway_wire import ChatRequest, GatewayError, completion_body, openai_error, usage_counts
@@ -383,7 +389,9 @@ class Gateway:
             seconds = time.perf_counter() - started
             usage = payload.get("usage") or {}
             counts = usage_counts(usage.get("prompt_tokens"), usage.get("completion_tokens"))
-            return upstream_message(payload), counts, seconds
+            message = upstream_message(payload)
+            self._check_tools(episode, message, body.get("tools"))
+            return message, counts, seconds
         tools = [] if request.tool_choice == "none" else body.get("tools") or []
         conversation = to_policy_messages(body["messages"])
         max_tokens = request.max_completion_tokens or request.max_tokens or DEFAULT_MAX_TOKENS
@@ -395,7 +403,20 @@ class Gateway:
             log.error("gateway policy for version %s failed: %s: %s", episode.version, type(exc).__name__, exc)
             raise GatewayError(502, "the model failed to answer; try again later", code="upstream_error") from exc
         seconds = time.perf_counter() - started
-        return turn_to_message(turn), usage_counts(turn.prompt_tokens, turn.completion_tokens), seconds
+        message = turn_to_message(turn)
+        self._check_tools(episode, message, tools)
+        return message, usage_counts(turn.prompt_tokens, turn.completion_tokens), seconds
+
+    @staticmethod
+    def _check_tools(episode: LiveEpisode, message: dict[str, Any], tools: list[dict[str, Any]] | None) -> None:
+        """Refuse a reply calling a tool the client did not declare (nothing of it is recorded). The caller learns
+        how many, not which: the names belong to whatever agent the version was trained for."""
+        names = undeclared_tools(message, tools)
+        if names:
+            log.warning("gateway version %s called undeclared tools %s; reply refused", episode.version, names)
+            raise GatewayError(502, f"the version routed for this episode ({public_version(episode.version)}) "
+                                    f"answered with {len(names)} tool(s) you did not declare; route a version that "
+                                    "knows your tools (PUT /v1/routing)", code="undeclared_tool")
 
     @staticmethod
     def _meta(episode: LiveEpisode, ended: bool) -> dict[str, Any]:

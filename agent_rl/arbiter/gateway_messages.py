@@ -25,6 +25,13 @@ def text_of(content: Any) -> str:
     return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict) and part.get("type") == "text")
 
 
+def undeclared_tools(message: dict[str, Any], tools: list[dict[str, Any]] | None) -> list[str]:
+    """Names the reply calls that the client did not declare (every one when it declared none): a version trained
+    for another agent's tools must not hand this client a call it cannot run."""
+    declared = {(tool.get("function") or {}).get("name") for tool in tools or []}
+    return sorted({(call.get("function") or {}).get("name") or "" for call in message.get("tool_calls") or []} - declared)
+
+
 def to_policy_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """OpenAI wire messages as our policies read them: text content, tool-call arguments as objects,
     tool results carrying the name of the tool they answer."""

@@ -317,16 +317,18 @@ def test_sessions_are_sticky_and_scoped_to_the_tenant(sqlite_url):
         episode_a = first.headers["x-agent-rl-episode"]
         # The same session name, and even A's episode id, name an episode of B's own for tenant B.
         other = b.chat.completions.with_raw_response.create(
-            model="x", messages=[{"role": "user", "content": "What is 2 + 2?"}],
+            model="x", messages=[{"role": "user", "content": "What is 2 + 2?"}], tools=TOOLS[:1],
             extra_headers={"X-Agent-RL-Episode": "shared-name"})
         assert other.headers["x-agent-rl-episode"] != episode_a
         by_id = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN_B, max_retries=0).chat.completions.with_raw_response.create(
-            model="x", messages=[{"role": "user", "content": "What is 3 + 3?"}], extra_headers={"X-Agent-RL-Episode": episode_a})
+            model="x", messages=[{"role": "user", "content": "What is 3 + 3?"}], tools=TOOLS[:1],
+            extra_headers={"X-Agent-RL-Episode": episode_a})
         assert by_id.headers["x-agent-rl-episode"] not in (episode_a, other.headers["x-agent-rl-episode"])
         # A key of A's own tenant limited to another context cannot reach it either.
         narrow = openai.OpenAI(base_url=f"{url}/s/shared-name/v1", api_key=NARROW, max_retries=0)
         scoped = narrow.chat.completions.with_raw_response.create(
-            model="x", messages=[{"role": "user", "content": "What is 4 + 4?"}], metadata={"context": "calc-env"})
+            model="x", messages=[{"role": "user", "content": "What is 4 + 4?"}], tools=TOOLS[:1],
+            metadata={"context": "calc-env"})
         assert scoped.headers["x-agent-rl-episode"] != episode_a
         assert end(url, NARROW, episode_a).status_code == 404
         # B can neither end nor give feedback on A's episode; both read as unknown.
@@ -447,11 +449,12 @@ def test_tenants_see_a_version_name_never_the_upstreams_address_or_key_variable(
     with gateway(sqlite_url, {spec: 1.0}, {}) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN_A, max_retries=0)
         seen: list[str] = []
-        completion = client.chat.completions.create(model="agent-rl", messages=[{"role": "user", "content": "hi"}])
+        completion = client.chat.completions.create(model="agent-rl", messages=[{"role": "user", "content": "hi"}],
+                                                    tools=TOOLS[:1])
         seen += [completion.model, completion.model_extra["agent_rl"]["policy_version"]]
         openai_stub.streams = True
         for chunk in client.chat.completions.create(model="agent-rl", messages=[{"role": "user", "content": "yo"}],
-                                                    stream=True):
+                                                    tools=TOOLS[:1], stream=True):
             seen += [chunk.model, (chunk.model_extra or {}).get("agent_rl", {}).get("policy_version", chunk.model)]
         seen += [m.id for m in client.models.list()]
         episode = completion.model_extra["agent_rl"]["episode_id"]
@@ -591,7 +594,7 @@ def test_sessions_split_by_the_routing_weights(sqlite_url):
         served = {}
         for i in range(120):
             raw = client.chat.completions.with_raw_response.create(
-                model="x", messages=[{"role": "user", "content": f"What is {i} + 1?"}],
+                model="x", messages=[{"role": "user", "content": f"What is {i} + 1?"}], tools=TOOLS[:1],
                 extra_headers={"X-Agent-RL-Episode": f"split-{i}"})
             served[f"split-{i}"] = (raw.headers["x-agent-rl-episode"], raw.parse().model)
     stored = all_episodes(sqlite_url)  # written at shutdown
