@@ -2,7 +2,7 @@
 
 
 from dagster import ConfigurableResource
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from agent_rl.curation.anonymize import AnonymizerConfig
 from agent_rl.curation.balance import BalanceConfig
@@ -31,13 +31,35 @@ class CurationResource(ConfigurableResource):
     label_negative_threshold: float = Field(default=0.2, ge=0, lt=0.5, description="labeled bad at or below")
     labeler_min_auc: float = Field(default=0.85, ge=0.5, le=1, description="the labeler's check: out-of-fold AUC")
     labeler_max_ece: float = Field(default=0.05, gt=0, le=1, description="the labeler's check: calibration error")
+    labeler_judge: str | None = Field(
+        default=None, description="a model judge labels instead of the signals, held to the same thresholds and "
+        "bars: JSON of agent_rl.feedback.judge.JudgeConfig ({\"endpoint\": {\"base_url\": ..., \"model\": ..., "
+        "\"api_key_env\": ...}, \"mode\": \"absolute\" or \"relative\"}); None: the signals labeler")
+
+    @field_validator("labeler_judge")
+    @classmethod
+    def _judge_config(cls, value: str | None) -> str | None:
+        from agent_rl.feedback.judge import JudgeConfig
+
+        if value:
+            JudgeConfig.model_validate_json(value)  # a misspelt field fails when the profile loads
+        return value
 
     def labeler(self):
-        """The labeler's settings, or None when unrated gateway episodes stay unlabeled."""
+        """The labeler's settings (a model judge's when `labeler_judge` is set), or None when unrated gateway
+        episodes stay unlabeled."""
         from agent_rl.feedback.labeler import LabelerConfig
 
         if not self.label_unrated:
             return None
+        if self.labeler_judge:
+            from agent_rl.feedback.judge import JudgeConfig
+            from agent_rl.feedback.judge_agreement import JudgeLabeler
+
+            return JudgeLabeler(judge=JudgeConfig.model_validate_json(self.labeler_judge),
+                                positive_threshold=self.label_positive_threshold,
+                                negative_threshold=self.label_negative_threshold, min_auc=self.labeler_min_auc,
+                                max_ece=self.labeler_max_ece)
         return LabelerConfig(positive_threshold=self.label_positive_threshold,
                              negative_threshold=self.label_negative_threshold, min_auc=self.labeler_min_auc,
                              max_ece=self.labeler_max_ece)

@@ -136,12 +136,15 @@ def label_unrated(rows: list[dict[str, Any]], config: Any) -> tuple[list[dict[st
     out for validation (they stay unseen), and checks itself on them out of fold: when the check fails no row is
     labeled and the report says why; the week trains on ratings alone. A labeled episode gets the outcome, a reward
     of +1 or -1 as a rating would, and its probability as the `labeler` reward component, so every later step
-    (and a reader of the episode) can tell a label from a rating."""
+    (and a reader of the episode) can tell a label from a rating.
+
+    `config` is a `LabelerConfig`, or a labeler of its own with `label(episodes) -> LabelingResult`, such as a
+    model judge (agent_rl/feedback/judge_agreement.py `JudgeLabeler`: same thresholds, same check on the ratings)."""
     from agent_rl.feedback.labeler import label_episodes
 
     live = [r for r in rows if is_live(r.get("environment"))]
     fit_on = [r for r in live if not (is_rated_good(r) and held_out(str(r.get("episode_id"))))]
-    result = label_episodes(fit_on, config)
+    result = config.label(fit_on) if callable(getattr(config, "label", None)) else label_episodes(fit_on, config)
     labels = {label.episode_id: label for label in result.labels}
     out = []
     for row in rows:

@@ -187,13 +187,35 @@ def out_of_fold(x: np.ndarray, y: np.ndarray, config: LabelerConfig) -> np.ndarr
     return out
 
 
-def _check(auc: float, ece: float, floor: float, n_rated: int, config: LabelerConfig) -> str:
+def _check(auc: float, ece: float, floor: float, n_rated: int, min_auc: float, max_ece: float, how: str) -> str:
     misses = []
-    if auc < config.min_auc:
-        misses.append(f"AUC {auc:.3f} < {config.min_auc}")
-    if ece > config.max_ece:
-        misses.append(f"ECE {ece:.3f} > {config.max_ece} (sampling noise alone gives about {floor:.3f})")
-    return f"{' and '.join(misses)} on {n_rated} rated episodes (out of fold)" if misses else ""
+    if auc < min_auc:
+        misses.append(f"AUC {auc:.3f} < {min_auc}")
+    if ece > max_ece:
+        misses.append(f"ECE {ece:.3f} > {max_ece} (sampling noise alone gives about {floor:.3f})")
+    return f"{' and '.join(misses)} on {n_rated} rated episodes{how}" if misses else ""
+
+
+def agreement(y_true: Sequence[int] | np.ndarray, probability: Sequence[float] | np.ndarray, *, min_auc: float,
+              max_ece: float, n_bins: int = 10, min_rated: int = 1, seed: int = 0, how: str = "") -> dict[str, Any]:
+    """How far probabilities agree with ratings (1 good, 0 bad), by the labeler's own check: ROC AUC >= `min_auc`
+    and ECE <= `max_ece`. Public so that any other source of labels (a model judge) is held to the same bars,
+    measured the same way. Returns auc, ece, ece_floor (None when unmeasurable), n, n_good, passed, reason."""
+    y = np.asarray(y_true, dtype=int)
+    p = np.asarray(probability, dtype=float)
+    n, n_good = len(y), int(y.sum())
+    report: dict[str, Any] = {"auc": None, "ece": None, "ece_floor": None, "n": n, "n_good": n_good,
+                              "passed": False, "reason": "", "min_auc": min_auc, "max_ece": max_ece}
+    if n < max(min_rated, 1):
+        report["reason"] = f"too few rated episodes: {n} < {max(min_rated, 1)}"
+    elif n_good in (0, n):
+        report["reason"] = f"all {n} rated episodes are {'good' if n_good else 'bad'}: AUC needs both classes"
+    else:
+        auc, ece = float(roc_auc_score(y, p)), expected_calibration_error(y, p, n_bins)
+        floor = ece_floor(p, n_bins, seed=seed)
+        reason = _check(auc, ece, floor, n, min_auc, max_ece, how)
+        report.update(auc=auc, ece=ece, ece_floor=floor, passed=not reason, reason=reason)
+    return report
 
 
 def _label(episode_id: str | None, probability: float, config: LabelerConfig) -> EpisodeLabel:
@@ -221,9 +243,9 @@ def label_episodes(episodes: Iterable[Signals | Episode | Mapping[str, Any]],
     if not reason:
         x = _matrix(rated)
         oof = out_of_fold(x, y, config)
-        auc, ece = float(roc_auc_score(y, oof)), expected_calibration_error(y, oof, config.ece_bins)
-        floor = ece_floor(oof, config.ece_bins, seed=config.seed)
-        reason = _check(auc, ece, floor, len(rated), config)
+        check = agreement(y, oof, min_auc=config.min_auc, max_ece=config.max_ece, n_bins=config.ece_bins,
+                          seed=config.seed, how=" (out of fold)")
+        auc, ece, floor, reason = check["auc"], check["ece"], check["ece_floor"], check["reason"]
         if unrated:
             model = _estimator(config).fit(x, y)
             probabilities = model.predict_proba(_matrix(unrated))[:, 1]
