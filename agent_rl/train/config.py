@@ -247,7 +247,8 @@ class GRPOSettings(BaseModel):
     cached_rollouts: bool = Field(
         True, description="generate rollout turns with the prefix-cached decoder (shared system prompt computed once "
                           "per round, finished rows leave the batch) instead of transformers generate(); ignored "
-                          "with vLLM, multimodal inputs, top_k/min_p/repetition_penalty or distributed training")
+                          "with vLLM, multimodal inputs, top_k/min_p/repetition_penalty or sharded models "
+                          "(DeepSpeed ZeRO-3, FSDP)")
     mask_truncated_completions: bool = False
     generation_kwargs: dict[str, Any] | None = Field(
         None, description="extra transformers/vLLM sampling options (TRL generation_kwargs), e.g. sequence_bias"

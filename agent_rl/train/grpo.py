@@ -44,6 +44,7 @@ from agent_rl.train.tracking import MetricsCallback, Tracker, file_sha256
 log = logging.getLogger(__name__)
 
 ROLLOUTS_FILE = "rollouts.jsonl"
+DDP_TIMEOUT_SECONDS = 4 * 3600
 
 
 @dataclass
@@ -181,6 +182,9 @@ def _grpo_config(settings: GRPOSettings, out_dir: Path, group_names: list[str], 
         top_entropy_quantile=settings.experimental.top_entropy_quantile,
         reward_weights=[*settings.reward_weights.as_list(group_names), *extra_weights],
         log_completions=False,
+        # Processes wait for each other at each generation batch (and for rank 0's prompt filter) for as long as
+        # the slowest one rolls out; torch's 30 minutes would turn a long sampled pre-pass into a crash.
+        ddp_timeout=DDP_TIMEOUT_SECONDS,
         **vllm,
     )
 
@@ -249,14 +253,16 @@ def train_grpo(
         rows_hash, str(model_path), Path(sft_adapter) if sft_adapter else "no SFT adapter",
         inbox_store_url or f"environment {'+'.join(names)}",
         settings.model_dump_json(exclude=RUN_LENGTH_FIELDS), json.dumps(solve_rates or {}, sort_keys=True)))
-    kept, report = _kept_rows(rows, resume, out_dir, settings, solve_rates=solve_rates, model_path=model_path,
-                              adapter=sft_adapter, store=store, max_turns=max_turns)
+    group_names = list(REWARD_GROUPS)
+    # Built first: reading its world size starts the process group under `accelerate launch`.
+    args = _grpo_config(settings, out_dir, group_names, [x.weight for x in extras])
+    kept, report = _kept_rows(rows, resume, out_dir, settings, args.world_size, solve_rates=solve_rates,
+                              model_path=model_path, adapter=sft_adapter, store=store, max_turns=max_turns)
     dataset = _dataset(kept, plugin)
 
     tokenizer_dir = sft_adapter if sft_adapter and (Path(sft_adapter) / "tokenizer_config.json").exists() else model_path
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), padding_side="left")
     model, peft_config, stack = load_policy_for_grpo(model_path, sft_adapter, settings)
-    group_names = list(REWARD_GROUPS)
 
     stage = None
     if tracker is not None:
@@ -275,7 +281,7 @@ def train_grpo(
     trainer = trainer_cls(
         model=model,
         reward_funcs=[*make_reward_funcs(settings.rubric), *(x.func for x in extras)],
-        args=_grpo_config(settings, out_dir, group_names, [x.weight for x in extras]),
+        args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
@@ -336,28 +342,44 @@ def _check_rows(rows: list[dict[str, Any]], plugins: list, settings: GRPOSetting
         raise ValueError("GRPO on the email environment needs inbox_store_url")
 
 
-def _kept_rows(rows: list[dict[str, Any]], resume: str | None, out_dir: Path, settings: GRPOSettings, *,
-               solve_rates: dict[str, float] | None, model_path: str | Path, adapter: str | Path | None, store: Any,
-               max_turns: int) -> tuple[list[dict[str, Any]], FilterReport]:
-    """The rows the prompt filter keeps (saved to out_dir/grpo_prompts.jsonl), repeated up to one generation
-    batch of distinct prompts."""
+def _kept_rows(rows: list[dict[str, Any]], resume: str | None, out_dir: Path, settings: GRPOSettings,
+               processes: int = 1, **filter_options: Any) -> tuple[list[dict[str, Any]], FilterReport]:
+    """The rows the prompt filter keeps, repeated up to one generation batch of distinct prompts (over all
+    processes). Under several processes rank 0 filters and every process trains on its choice: the sampled
+    pre-pass need not come out the same in each, and TRL's sampler indexes one dataset for all of them."""
+    if processes > 1:
+        from accelerate import PartialState
+        from accelerate.utils import broadcast_object_list
+
+        main = PartialState().is_main_process  # the state GRPOConfig started
+        chosen = [_filtered_rows(rows, resume, out_dir, settings, **filter_options) if main else None]
+        kept, report = broadcast_object_list(chosen, from_process=0)[0]
+    else:
+        kept, report = _filtered_rows(rows, resume, out_dir, settings, **filter_options)
+    if not kept:
+        raise ValueError(f"prompt filter kept none of the {len(rows)} GRPO rows ({report.as_dict()}); "
+                         "set prompt_filter.keep_when_empty or widen min_rate/max_rate")
+    prompts_per_step = (settings.per_device_train_batch_size * settings.gradient_accumulation_steps * processes
+                        // settings.num_generations)
+    while len(kept) < prompts_per_step:  # TRL needs a full generation batch of distinct slots
+        kept = kept + kept[: prompts_per_step - len(kept)]
+    return kept, report
+
+
+def _filtered_rows(rows: list[dict[str, Any]], resume: str | None, out_dir: Path, settings: GRPOSettings, *,
+                   solve_rates: dict[str, float] | None, model_path: str | Path, adapter: str | Path | None,
+                   store: Any, max_turns: int) -> tuple[list[dict[str, Any]], FilterReport]:
+    """The rows the prompt filter keeps (saved to out_dir/grpo_prompts.jsonl); a resumed run reuses that file."""
     if resume:
         # The filter already ran for this out_dir: reuse its choice so the resumed data order is the same.
         kept_path = out_dir / "grpo_prompts.jsonl"
         kept = read_jsonl(kept_path) if kept_path.exists() else rows
-        report = FilterReport("resumed", len(rows), len(kept))
-    else:
-        kept, report = filter_prompts(rows, settings.prompt_filter, solve_rates=solve_rates, model_path=model_path,
-                                      adapter=adapter, store=store, max_turns=max_turns, seed=settings.compute.seed)
-        with (out_dir / "grpo_prompts.jsonl").open("w", encoding="utf-8") as handle:
-            for row in kept:
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-    if not kept:
-        raise ValueError(f"prompt filter kept none of the {len(rows)} GRPO rows ({report.as_dict()}); "
-                         "set prompt_filter.keep_when_empty or widen min_rate/max_rate")
-    prompts_per_step = settings.per_device_train_batch_size * settings.gradient_accumulation_steps // settings.num_generations
-    while len(kept) < prompts_per_step:  # TRL needs a full generation batch of distinct slots
-        kept = kept + kept[: prompts_per_step - len(kept)]
+        return kept, FilterReport("resumed", len(rows), len(kept))
+    kept, report = filter_prompts(rows, settings.prompt_filter, solve_rates=solve_rates, model_path=model_path,
+                                  adapter=adapter, store=store, max_turns=max_turns, seed=settings.compute.seed)
+    with (out_dir / "grpo_prompts.jsonl").open("w", encoding="utf-8") as handle:
+        for row in kept:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
     return kept, report
 
 
@@ -384,11 +406,13 @@ def _save_outputs(trainer, tokenizer, out_dir: Path, model_path: str | Path,
                   stack: list) -> tuple[Path, Path, list[dict[str, Any]]]:
     """(adapter dir, rollouts file, rollouts): the trained adapter with its manifest, and the rollouts kept."""
     adapter_dir = out_dir / ADAPTER_DIR
+    rollouts = list(trainer.rollouts)  # the whole batches', gathered from every process
+    rollouts_path = out_dir / ROLLOUTS_FILE
+    if not trainer.accelerator.is_main_process:  # rank 0 writes them (other ranks may share out_dir)
+        return adapter_dir, rollouts_path, rollouts
     trainer.model.save_pretrained(str(adapter_dir))
     tokenizer.save_pretrained(str(adapter_dir))
     write_manifest(adapter_dir, model_path, [*stack, adapter_dir])
-    rollouts = list(trainer.rollouts)
-    rollouts_path = out_dir / ROLLOUTS_FILE
     with rollouts_path.open("w", encoding="utf-8") as handle:
         for rollout in rollouts:
             handle.write(json.dumps(rollout, ensure_ascii=False, default=str) + "\n")

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from accelerate.utils import DistributedType
+from accelerate.utils import DistributedType, gather_object
 from trl import GRPOTrainer
 
 from agent_rl.environments.email.tools import TOOL_NAMES
@@ -24,6 +24,9 @@ from agent_rl.train.rewards import REWARD_GROUPS, ExtraReward, rollout_scores
 # |advantage| at or below this counts as zero: a zero-variance group's advantages are rounding residue, and
 # scoring it is worse than useless when it is a parameter's only gradient: Adam scales it to a full-size step.
 ZERO_ADVANTAGE = 1e-6
+# Where every process holds the whole model (plain or DDP data parallelism): a process can generate its rollouts with
+# the unwrapped module alone. Sharded setups (DeepSpeed ZeRO-3, FSDP) need TRL's gathering generation path.
+_WHOLE_MODEL_PER_PROCESS = frozenset(t for t in DistributedType if t.value == "NO" or t.value.startswith("MULTI_"))
 
 
 class AgentGRPOTrainer(GRPOTrainer):
@@ -114,12 +117,21 @@ class AgentGRPOTrainer(GRPOTrainer):
                 or getattr(self, "_entropy_bonus_enabled", False) or self.aux_loss_enabled):
             return False
         # Identical rewards can leave ~1e-8 of rounding in (reward - group mean) / (std + 1e-4).
-        return bool((advantages.abs() <= ZERO_ADVANTAGE).all())
+        zero = bool((advantages.abs() <= ZERO_ADVANTAGE).all())
+        if self.accelerator.num_processes == 1:
+            return zero
+        # Several processes skip together or not at all: TRL's loss gathers its metrics from every process, and
+        # the micro-batch that syncs gradients must run DDP's forward and backward everywhere (its all-reduce also
+        # carries the micro-batches accumulated before it). One process skipping alone would hang the others.
+        if self.accelerator.sync_gradients:
+            return False
+        votes = self.accelerator.gather(torch.tensor([float(zero)], device=self.accelerator.device))
+        return bool(votes.min() > 0)
 
     def _cached_rollouts_apply(self, images, multimodal_fields) -> bool:
         return (self.cached_rollouts and not self.use_vllm and not self.use_transformers_continuous_batching
                 and not images and not multimodal_fields and not self.args.generation_kwargs
-                and self.accelerator.distributed_type == DistributedType.NO
+                and self.accelerator.distributed_type in _WHOLE_MODEL_PER_PROCESS
                 and not self.top_k and self.min_p is None and self.repetition_penalty == 1.0)
 
     def _generate_round(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
@@ -197,7 +209,7 @@ class AgentGRPOTrainer(GRPOTrainer):
     #   (TRL would let the model speak again: its tool loop has no way for an environment to end a rollout), and
     #   with `cached_rollouts` generates through our prefix-cached decoder (_generate_round) instead of TRL's
     #   transformers generate(). Where _cached_rollouts_apply is false (vLLM, continuous batching,
-    #   generation_kwargs, several processes...) generation is TRL's; multimodal rows skip both changes.
+    #   generation_kwargs, sharded models...) generation is TRL's; multimodal rows skip both changes.
     # - _get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, ...):
     #   while compute_loss scores a micro-batch, tool-result positions (tool_mask == 0) get label -100 so the fused
     #   LM head skips them (their log-probs come back 0, multiplied by tool_mask = 0 in the loss), and the prompts'
@@ -276,27 +288,14 @@ class AgentGRPOTrainer(GRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         self._mask_closing_tokens(output)
         mode = "train" if self.model.training else "eval"
-        completions = list(self._logs["completion"])[-len(inputs):]
-        # The user's extra rewards, as TRL computed them for this batch (NaN where a function had no opinion).
-        extras = {x.name: (x.weight, list(self._logs["rewards"][x.name])[-len(inputs):]) for x in self.extra_rewards}
-        totals = []
-        turns = []
-        for index, (env, completion) in enumerate(zip(self.environments, completions, strict=True)):
-            obs = env._observe(completion)
-            groups, components = rollout_scores(env, completion, self.rubric)
-            total = sum(w * groups[g] for w, g in zip(self.group_weights, REWARD_GROUPS))
-            for name, (weight, values) in extras.items():
-                if values[index] == values[index]:  # not NaN
-                    components[f"extra.{name}"] = values[index]
-                    total += weight * values[index]
-            totals.append(total)
-            turns.append(obs.turns)
-            self.tool_calls += obs.tool_calls
-            self.tool_failures += obs.tool_failures
-            self.outcomes[obs.outcome.value] += 1
-            self.budget_cuts += obs.budget_cut
-            self.rollouts.append(_rollout_record(env, obs, total, components, self.state.global_step,
-                                                 index // self.num_generations))
+        batch = self._batch_records(inputs)
+        totals = [record["reward"] for record in batch]
+        for record in batch:
+            self.tool_calls += record["tool_calls"]
+            self.tool_failures += record["tool_failures"]
+            self.outcomes[record["outcome"]] += 1
+            self.budget_cuts += record["budget_cut"]
+        self.rollouts.extend(batch)
         group_size = self.num_generations
         batch_groups = [totals[i: i + group_size] for i in range(0, len(totals), group_size)]
         zero = sum(1 for g in batch_groups if scored_alike(g))
@@ -311,13 +310,11 @@ class AgentGRPOTrainer(GRPOTrainer):
             self._metrics[mode]["replaced_groups"].append(float(replaced))
             rows = [g * group_size + k for g in kept for k in range(group_size)]
             trained = set(rows)
-            records = list(self.rollouts)[-len(totals):]  # fewer if rollouts_kept is below the batch
-            for index, record in enumerate(records, start=len(totals) - len(records)):
+            for index, record in enumerate(batch):
                 record["trained"] = index in trained
             output = select_rows(output, rows)
         metrics = self._metrics[mode]
-        metrics["episode/turns"].append(sum(turns) / len(turns))
-        batch = list(self.rollouts)[-len(totals):]
+        metrics["episode/turns"].append(sum(r["turns"] for r in batch) / len(batch))
         for outcome in ("correct", "wrong", "idk", "format_error", "ran_out"):
             metrics[f"episode/{outcome}_rate"].append(sum(r["outcome"] == outcome for r in batch) / len(batch))
         metrics["episode/budget_cut_rate"].append(sum(r["budget_cut"] for r in batch) / len(batch))
@@ -328,6 +325,33 @@ class AgentGRPOTrainer(GRPOTrainer):
             "completion_ids": output["completion_ids"].detach().cpu(),
         }
         return output
+
+    def _batch_records(self, inputs) -> list[dict[str, Any]]:
+        """Rollout records of the whole generation batch: this process scores its own rows (its environments hold
+        their episodes), then every process's records are gathered in rank order, as TRL gathers the rewards. So
+        groups, counters, metrics and the records written are the batch's on every process, as one process
+        counts them; under several processes each holds whole groups (the batch per process is a multiple of G)."""
+        rows, processes = len(inputs), self.accelerator.num_processes
+        start = self.accelerator.process_index * rows
+        # TRL's logs hold the gathered batch (every process's rows in rank order): this process's rows are its slice.
+        def mine(log) -> list:
+            return list(log)[-rows * processes:][start:start + rows]
+
+        completions = mine(self._logs["completion"])
+        # The user's extra rewards, as TRL computed them for this batch (NaN where a function had no opinion).
+        extras = {x.name: (x.weight, mine(self._logs["rewards"][x.name])) for x in self.extra_rewards}
+        records = []
+        for index, (env, completion) in enumerate(zip(self.environments, completions, strict=True)):
+            obs = env._observe(completion)
+            groups, components = rollout_scores(env, completion, self.rubric)
+            total = sum(w * groups[g] for w, g in zip(self.group_weights, REWARD_GROUPS))
+            for name, (weight, values) in extras.items():
+                if values[index] == values[index]:  # not NaN
+                    components[f"extra.{name}"] = values[index]
+                    total += weight * values[index]
+            records.append(_rollout_record(env, obs, total, components, self.state.global_step,
+                                           (start + index) // self.num_generations))
+        return gather_object(records) if processes > 1 else records
 
 
 def _zero_loss(model):

@@ -83,6 +83,10 @@ class StaticPrefix:
         from transformers import DynamicCache
 
         if self._step != step or self._layers is None:
+            # The module itself, not its DDP wrapper: a DDP forward may exchange buffers with the other processes,
+            # and whether a micro-batch opens with the block (so computes it here) differs between processes.
+            if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+                model = model.module
             device = next(model.parameters()).device
             fresh = DynamicCache()
             with torch.no_grad():

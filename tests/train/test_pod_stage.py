@@ -120,3 +120,27 @@ def test_sft_in_two_processes_writes_one_adapter(mode, train_data, tmp_path, mon
         assert command[:3] == ["python", "-m", "accelerate.commands.launch"] and "--num_processes" in command
         assert command[command.index("--num_processes") + 1] == "2"
         assert command[-3:] == ["-m", "agent_rl.train", "sft"]
+
+
+def test_grpo_in_two_processes_writes_one_adapter_and_reports_the_whole_batch(train_data, capfd):
+    """`processes = 2` for GRPO: each process rolls out half of the generation batch, rank 0 reports the groups of
+    both, writes the one adapter and every rollout. The forced rollouts score alike, so every micro-batch has zero
+    advantage: the processes skip them together (one skipping alone would leave the other waiting in TRL's
+    metric gathers), and score the one that syncs the gradients."""
+    compute = TrainingCompute(processes=2)
+    out = settings.artifact_dir("grpo_adapter", PARTITION)
+
+    grpo = _materialize(compute, "grpo", {
+        "model_path": str(train_data["tiny"]), "sft_adapter": None, "grpo_rows_jsonl": str(train_data["grpo"]),
+        "inbox_store_url": train_data["store_url"], "out_dir": str(out),
+        "settings": _forced_pairs(train_data["tiny"]).model_dump(mode="json")})
+
+    assert "grpo: rank 1 of 2 trains alongside rank 0" in capfd.readouterr().err
+    assert grpo["steps"] == 1 and grpo["adapter_path"] == str(out / "adapter")
+    adapters = [p for p in settings.home().rglob("adapter_model.safetensors") if "checkpoint-" not in str(p)]
+    assert adapters == [out / "adapter" / "adapter_model.safetensors"]
+    rollouts = [json.loads(line) for line in Path(grpo["rollouts_path"]).read_text().splitlines()]
+    # 1 row per device x 4 accumulation steps x 2 processes = 8 rollouts, in groups of 2
+    assert len(rollouts) == 8 and grpo["groups"] == grpo["zero_variance_groups"] == 4
+    assert sorted(r["group"] for r in rollouts) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert grpo["tool_calls"] >= 8 and grpo["outcomes"] == {"ran_out": 8}
