@@ -395,7 +395,7 @@ def _add_status_routes(app: FastAPI, config: ArbiterConfig) -> None:
             "status": "ok",
             "policies_loaded": serving["policies_loaded"],
             "episodes_written": service.episodes_written,
-            "gateway": {"live_episodes": len(gateway.index.live),
+            "gateway": {"live_episodes": gateway.live_count(),
                         "unwritten_episodes": len(gateway.pending),
                         "episodes_written": gateway.written},
             "worker": os.getpid(),

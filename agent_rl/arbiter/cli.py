@@ -83,10 +83,6 @@ def serve_command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if (workers or default_workers()) > 1:
-        logging.getLogger("agent_rl.arbiter").warning(
-            "gateway sessions live in one worker process: with several workers a conversation whose calls reach "
-            "different workers is recorded as several episodes; serve the gateway with --workers 1")
     serve(config, host=host, port=port, log_level=log_level, access_log=access_log, workers=workers or default_workers())
 
 

@@ -6,11 +6,14 @@ in gateway_routes.py, the wire format in gateway_wire.py and gateway_stream.py, 
 for our policies in gateway_messages.py.
 
 All calls of an episode go to the version routing picked for its first call (named sessions hash to the
-version, so they stay put across workers and restarts). The episode id is in the `X-Agent-RL-Episode`
+version, so they stay put across workers and restarts). Live episodes are kept in the pool (gateway_shared.py,
+agent_rl/pool/live.py): any worker process continues any episode, and any worker ends it. The episode id is in the `X-Agent-RL-Episode`
 response header and in the body (`agent_rl.episode_id`, also on the final stream chunk).
 
-An episode is written to the pool when it ends: `POST /v1/episodes/{id}/end`, a final-tool call, feedback on
-it, the idle timeout, or the arbiter shutting down. It holds the messages exactly as the client sent them
+An episode is written to the pool when it ends, exactly once whichever worker ends it: `POST
+/v1/episodes/{id}/end`, a final-tool call, feedback on it, the idle timeout, `max_live` (the least recently
+active beyond it), or the arbiter shutting down (each worker ends the episodes whose latest call it recorded;
+those of a worker that was killed stay live in the pool until the idle timeout ends them). It holds the messages exactly as the client sent them
 followed by the last reply, token counts, upstream latency and the serving version; its outcome is
 `unjudged` with no reward, so curation never takes it as a positive. Writes retry with backoff; an
 explicit end that still cannot write answers 503 and the episode stays queued (the background flusher
@@ -29,7 +32,6 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -41,7 +43,14 @@ from agent_rl.arbiter.gateway_messages import (
     undeclared_tools,
     upstream_message,
 )
-from agent_rl.arbiter.gateway_sessions import DEFAULT_CONTEXT, DEFAULT_ENVIRONMENT, LiveEpisode, SessionIndex
+from agent_rl.arbiter.gateway_sessions import (
+    DEFAULT_CONTEXT,
+    DEFAULT_ENVIRONMENT,
+    LiveEpisode,
+    call_hashes,
+    transcript_hash,
+)
+from agent_rl.arbiter.gateway_shared import Call, SharedSessions, StoreDown, episode_of_row
 from agent_rl.arbiter.gateway_stream import StreamedReply, sse_bytes
 from agent_rl.arbiter.gateway_wire import ChatRequest, GatewayError, completion_body, openai_error, usage_counts
 from agent_rl.arbiter.keys import ApiKey
@@ -53,7 +62,6 @@ from agent_rl.records import Episode
 log = logging.getLogger("agent_rl.arbiter.gateway")
 
 DEFAULT_MAX_TOKENS = 512
-RECENT_WRITES = 10_000
 
 
 class RateLimit:
@@ -92,22 +100,31 @@ class Gateway:
         self.write_retry_s = write_retry_s
         self.max_live = max_live
         self.rate = RateLimit(rate_per_s, rate_burst)
-        self.index = SessionIndex()
-        self.pending: dict[str, Episode] = {}  # ended, not yet in the pool
-        # Recently written, so that ending one again (a retry after a 503) is answered as done, not unknown.
-        self.recent: OrderedDict[str, Episode] = OrderedDict()
+        self.shared = SharedSessions(service.pool, idle_s)
+        self.index = self.shared.index  # this worker's cache of the live episodes
+        self.pending: dict[str, LiveEpisode] = {}  # ended by this worker, not yet in the pool
         self.written = 0
         self._task: asyncio.Task | None = None
         self._pumps: set[asyncio.Task] = set()  # relays of streaming upstreams in flight
         self._writes: set[asyncio.Task] = set()  # background episode writes in flight
         self._flushing = False
 
+    def live_count(self) -> int:
+        """Live episodes in the pool, all workers' (as of the last background round, kept up since)."""
+        return max(0, self.shared.live_estimate) + sum(
+            1 for e in self.index.live.values() if e.local and e.row_version is None)
+
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        try:
+            self.shared.live_estimate = await self.shared.run(self.shared.store.count)
+        except StoreDown:
+            pass
         self._task = asyncio.create_task(self._background(), name="gateway-flusher")
 
     async def close(self) -> None:
+        """Write what this worker holds: the episodes it served last (another worker's latest stay live there)."""
         if self._pumps:  # streams in flight finish (and are recorded) first
             await asyncio.wait(list(self._pumps), timeout=30)
         if self._task is not None:
@@ -116,13 +133,20 @@ class Gateway:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        if self._writes:
+            await asyncio.wait(list(self._writes), timeout=max(self.write_retry_s, 5.0))
         for episode in list(self.index.live.values()):
-            self._end(episode)
+            if episode.calls:
+                try:
+                    await self._end_episode(episode, latest_only=True)
+                except PoolDown:
+                    pass  # queued: flushed below
         await self._flush(deadline_s=max(self.write_retry_s, 5.0))
         if self.pending:
             # Nothing is dropped silently: the operators learn how many and which.
             log.error("gateway shut down with %d episode(s) not written to the pool: %s",
                       len(self.pending), sorted(self.pending))
+        await self.shared.close()
         for policy in self.service.policies._policies.values():  # noqa: SLF001 - close upstream connections
             if isinstance(policy, OpenAIUpstream):
                 await policy.aclose()
@@ -132,18 +156,43 @@ class Gateway:
         while True:
             await asyncio.sleep(tick)
             try:
-                now = time.monotonic()
-                for episode in list(self.index.live.values()):
-                    if not episode.lock.locked() and now - episode.last_active >= self.idle_s:
-                        self._end(episode)
-                if self.pending and not self._flushing:
-                    await self._flush(deadline_s=0)
+                await self._round()
             except Exception:  # keep flushing whatever happens to one round
                 log.exception("gateway background round failed")
 
+    async def _round(self) -> None:
+        """End idle episodes (this worker's own copies, then any in the pool), put copies kept while the pool
+        was down back, write what is queued, recount the live episodes."""
+        now = time.monotonic()
+        for episode in list(self.index.live.values()):
+            if not episode.lock.locked() and now - episode.last_active >= self.idle_s:
+                if episode.local:
+                    self._end_soon(episode)
+                else:
+                    self.shared.discard(episode)  # the pool's copy is ended below (by whichever worker)
+        if not self.shared.up:
+            return
+        try:
+            before = self.shared.idle_before()
+            for episode_id in await self.shared.run(self.shared.store.idle, before):
+                cached = self.index.live.get(episode_id)
+                if cached is not None and (cached.lock.locked() or cached.local):
+                    continue
+                if cached is not None:
+                    self.shared.discard(cached)
+                await self._end_pooled(episode_id, idle_before=before)
+            for episode in [e for e in self.index.live.values() if e.local and not e.lock.locked()]:
+                await self.shared.sync(episode)
+            if self.pending and not self._flushing:
+                await self._flush(deadline_s=0)
+            self.shared.live_estimate = await self.shared.run(self.shared.store.count)
+        except StoreDown:
+            pass
+        await self.shared.checkpoint()
+
     # -- episodes ----------------------------------------------------------------------------------
 
-    def _new(self, key: ApiKey, session: str | None, request: ChatRequest, context: str) -> LiveEpisode:
+    async def _new(self, key: ApiKey, session: str | None, request: ChatRequest, context: str) -> LiveEpisode:
         request_key = f"gateway\0{key.tenant}\0{session}" if session is not None else None
         version, spec = self.service.router.choose(request_key)
         metadata = request.metadata or {}
@@ -153,98 +202,143 @@ class Gateway:
                               version=version, spec=spec, session=session,
                               environment=metadata.get("environment", DEFAULT_ENVIRONMENT),
                               category=metadata.get("category") or None)
-        if len(self.index.live) >= self.max_live:
-            self._evict()
+        if self.shared.live_estimate >= self.max_live or len(self.index.live) >= self.max_live:
+            await self._evict()
         self.index.add(episode)
         return episode
 
-    def _evict(self) -> None:
-        """End the least recently active idle episode (memory stays bounded; it is written, not dropped)."""
-        for episode in self.index.live.values():  # ordered by last activity, oldest first
-            if not episode.lock.locked() and episode.calls:
-                log.info("gateway holds %d live episodes: ending the least recently active one", len(self.index.live))
-                self._end_soon(episode)
+    async def _evict(self) -> None:
+        """End the least recently active episodes beyond `max_live` (they are written, not dropped)."""
+        try:
+            if self.shared.up:
+                over = await self.shared.run(self.shared.store.count) - self.max_live + 1
+                self.shared.live_estimate = over + self.max_live - 1
+                if over > 0:
+                    log.info("the gateway holds %d live episodes: ending the %d least recently active",
+                             self.shared.live_estimate, over)
+                for episode_id in (await self.shared.run(self.shared.store.oldest, over)) if over > 0 else ():
+                    cached = self.index.live.get(episode_id)
+                    if cached is None or not (cached.lock.locked() or cached.local):
+                        if cached is not None:
+                            self.shared.discard(cached)
+                        await self._end_pooled(episode_id)
+        except StoreDown:
+            pass
+        for episode in list(self.index.live.values()):  # this worker's copies: oldest first
+            if len(self.index.live) < self.max_live:
                 return
+            if not episode.lock.locked():
+                if episode.local:
+                    self._end_soon(episode)
+                else:
+                    self.shared.discard(episode)
 
-    def _end(self, episode: LiveEpisode) -> Episode | None:
-        """Take the episode out of serving and queue its record (None when it never completed a call)."""
-        if episode.gone:
-            return self.pending.get(episode.episode_id)
-        self.index.remove(episode)
-        if episode.calls == 0:
-            return None
-        record = episode.record()
-        self.pending[episode.episode_id] = record
+    async def _end_pooled(self, episode_id: str, key: ApiKey | None = None, row_version: int | None = None,
+                          idle_before: Any = None) -> Episode | None:  # fmt: skip
+        """End a live episode in the pool, whoever served it (with `key`, only one of its tenant and contexts);
+        None when there was nothing to end. Raises StoreDown."""
+        def build(row: dict[str, Any]) -> Episode | None:
+            if key is not None and (row["tenant"] != key.tenant or not key.may_use(row["context"])):
+                return None
+            return episode_of_row(row)
+
+        record = await self.shared.run(self.shared.store.end, episode_id, build, row_version=row_version,
+                                       idle_before=idle_before)
+        if record is not None:
+            self.written += 1
+            self.shared.live_estimate -= 1
         return record
 
-    async def _write(self, record: Episode) -> None:
-        await asyncio.get_running_loop().run_in_executor(self.service.executor, self.service.pool.insert_episodes, [record])
-        if self.pending.pop(record.episode_id, None) is not None:
-            self.written += 1
-            self.recent[record.episode_id] = record.model_copy(update={"messages": []})
-            while len(self.recent) > RECENT_WRITES:
-                self.recent.popitem(last=False)
+    async def _end_episode(self, episode: LiveEpisode, latest_only: bool = False) -> Episode | None:
+        """Take this worker's copy out of serving and write the episode: the pool's row, or this copy when it is
+        ahead of the pool (`local`). Raises PoolDown when that fails within the retry budget (it stays queued)."""
+        self.shared.discard(episode)
+        if episode.calls == 0:
+            return None
+        if not episode.local:
+            try:
+                return await self._end_pooled(episode.episode_id,
+                                              row_version=episode.row_version if latest_only else None)
+            except StoreDown:
+                pass
+        self.pending[episode.episode_id] = episode
+        return await self._write_retrying(episode, self.write_retry_s)
 
-    async def _write_retrying(self, record: Episode, deadline_s: float) -> None:
+    async def _write(self, episode: LiveEpisode) -> Episode | None:
+        if episode.local:
+            record = episode.record()
+            await self.shared.run(self.shared.store.finish, record)
+            self.written += 1
+        else:  # ended while the pool was down: end it there now
+            record = await self._end_pooled(episode.episode_id)
+        self.pending.pop(episode.episode_id, None)
+        return record
+
+    async def _write_retrying(self, episode: LiveEpisode, deadline_s: float) -> Episode | None:
         """Write with backoff (0.05 s doubling, at most 1 s apart) until it lands or `deadline_s` passes."""
         deadline = time.monotonic() + deadline_s
         wait = 0.05
         while True:
             try:
-                await self._write(record)
-                return
-            except Exception as exc:
-                if record.episode_id not in self.pending:
-                    return  # written meanwhile by another path
+                return await self._write(episode)
+            except StoreDown as exc:
+                if episode.episode_id not in self.pending:
+                    return None  # written meanwhile by another path
                 if time.monotonic() + wait > deadline:
-                    log.warning("episode %s not written to the pool yet (%s); it stays queued",
-                                record.episode_id, type(exc).__name__)
-                    raise PoolDown(type(exc).__name__) from exc
+                    log.warning("episode %s not written to the pool yet (%s); it stays queued", episode.episode_id, exc)
+                    raise PoolDown(str(exc)) from exc
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, 1.0)
 
     async def _flush(self, deadline_s: float) -> None:
         self._flushing = True
         try:
-            for record in list(self.pending.values()):
+            for episode in list(self.pending.values()):
                 try:
-                    await self._write_retrying(record, deadline_s)
+                    await self._write_retrying(episode, deadline_s)
                 except PoolDown:
                     return  # the pool is down: try the rest on the next round
         finally:
             self._flushing = False
 
     def _end_soon(self, episode: LiveEpisode) -> None:
-        record = self._end(episode)
-        if record is not None:
-            task = asyncio.create_task(self._write_background(record))
-            self._writes.add(task)  # the loop keeps only weak references to tasks
-            task.add_done_callback(self._writes.discard)
+        self.shared.discard(episode)
+        task = asyncio.create_task(self._end_background(episode))
+        self._writes.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._writes.discard)
 
-    async def _write_background(self, record: Episode) -> None:
+    async def _end_background(self, episode: LiveEpisode) -> None:
         try:
-            await self._write_retrying(record, self.write_retry_s)
+            await self._end_episode(episode)
         except PoolDown:
             pass  # queued; the background round retries
 
     async def end(self, key: ApiKey, episode_id: str) -> tuple[Episode | None, bool]:
-        """End a live episode of this key's tenant and write it now. Returns (record, was_live).
+        """End a live episode of this key's tenant, whichever worker served it, and write it now. Returns
+        (record, found); ending one already written is answered as found, so a retry is safe.
 
         Raises PoolDown when the write did not land within the retry budget (the episode stays queued).
         """
         episode = self.index.live.get(episode_id)
-        record = None
         if episode is not None and episode.tenant == key.tenant and key.may_use(episode.context):
             async with episode.lock:
-                record = self._end(episode)
-        else:
-            queued = self.pending.get(episode_id) or self.recent.get(episode_id)
-            if queued is not None and queued.tenant == key.tenant and key.may_use(queued.inbox_id):
-                record = queued
-        if record is None:
+                if not episode.gone:
+                    record = await self._end_episode(episode)
+                    if record is not None:
+                        return record, True
+        queued = self.pending.get(episode_id)
+        if queued is not None and queued.tenant == key.tenant and key.may_use(queued.context):
+            record = await self._write_retrying(queued, self.write_retry_s)
+            if record is not None:
+                return record, True
+        try:
+            record = await self._end_pooled(episode_id, key=key)
+            if record is None:  # not live (anywhere): written already, perhaps, by any worker
+                record = await self.shared.run(self.service.pool.get, episode_id)
+        except StoreDown as exc:
+            raise PoolDown(str(exc)) from exc
+        if record is None or record.tenant != key.tenant or not key.may_use(record.context):
             return None, False
-        if record.episode_id in self.pending:
-            await self._write_retrying(record, self.write_retry_s)
         return record, True
 
     # -- a call --------------------------------------------------------------------------------------
@@ -259,29 +353,32 @@ class Gateway:
             raise GatewayError(403, "this API key may not use the requested context", param="metadata.context",
                                log_detail=f"key {key.id!r} may not use the requested context")
         messages = body["messages"]
+        hashes, digest = call_hashes(messages) if session is None else ({}, None)
         while True:
-            episode = (self.index.find(key.tenant, context, session, messages)
-                       or self._new(key, session, request, context))
+            episode, matched = await self.shared.find(key.tenant, context, session, hashes)
+            if episode is None:
+                episode, matched = await self._new(key, session, request, context), None
             await episode.lock.acquire()
-            if episode.gone:
+            if episode.gone or (matched is not None and episode.prefix != matched):
                 episode.lock.release()
-                continue  # ended or discarded while this call waited; look again
+                continue  # ended, or extended by a call that had the lock first (this one is a fork): look again
             handed_over = False
             try:
+                await self.shared.keep_alive(episode)
                 policy = await self._policy(episode.spec)
                 if request.stream and isinstance(policy, OpenAIUpstream):
-                    relay = await self._start_relay(episode, policy, request, body)
+                    relay = await self._start_relay(episode, (matched, digest), policy, request, body)
                     handed_over = True  # the relay's pump releases the lock when the upstream is done
                     return relay, episode, None
                 message, usage, seconds = await self._call_upstream(episode, policy, request, body)
-                self._append(episode, request, messages, message, usage, seconds)
-                ended = self._ends(episode, message)
+                served = await self._record(episode, (matched, digest), request, messages, message, usage, seconds)
+                ended = self._ends(served, message)
                 if ended:
-                    self._end_soon(episode)
-                return completion_body(message, usage, self._meta(episode, ended)), episode, seconds
+                    self._end_soon(served)
+                return completion_body(message, usage, self._meta(served, ended)), served, seconds
             except BaseException:
-                if episode.calls == 0:
-                    self.index.remove(episode)  # a failed first call leaves no episode behind
+                if episode.calls == 0 and episode.row_version is None:
+                    self.shared.discard(episode)  # a failed first call leaves no episode behind
                 raise
             finally:
                 if not handed_over:
@@ -292,8 +389,8 @@ class Gateway:
         return bool(episode.final_tool) and any(
             call["function"]["name"] == episode.final_tool for call in message.get("tool_calls") or [])
 
-    async def _start_relay(self, episode: LiveEpisode, policy: OpenAIUpstream, request: ChatRequest,
-                           body: dict[str, Any]) -> AsyncIterator[bytes]:  # fmt: skip
+    async def _start_relay(self, episode: LiveEpisode, found: tuple[str | None, Any], policy: OpenAIUpstream,
+                           request: ChatRequest, body: dict[str, Any]) -> AsyncIterator[bytes]:  # fmt: skip
         """Open the upstream's stream (errors before its first byte are answered with a status code), then
         pump it into a queue from a task of its own: a client that hangs up stops reading, never the pump,
         so the reply is recorded whole."""
@@ -306,7 +403,8 @@ class Gateway:
             raise GatewayError(exc.status, exc.client_message, code="upstream_error") from exc
         queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         include_usage = bool((request.stream_options or {}).get("include_usage"))
-        task = asyncio.create_task(self._pump(episode, policy, request, body, response, queue, include_usage, started))
+        task = asyncio.create_task(self._pump(episode, found, policy, request, body, response, queue, include_usage,
+                                              started))
         self._pumps.add(task)
         task.add_done_callback(self._pumps.discard)
 
@@ -319,8 +417,9 @@ class Gateway:
 
         return relay()
 
-    async def _pump(self, episode: LiveEpisode, policy: OpenAIUpstream, request: ChatRequest, body: dict[str, Any],
-                    response: Any, queue: asyncio.Queue, include_usage: bool, started: float) -> None:  # fmt: skip
+    async def _pump(self, episode: LiveEpisode, found: tuple[str | None, Any], policy: OpenAIUpstream,
+                    request: ChatRequest, body: dict[str, Any], response: Any, queue: asyncio.Queue,
+                    include_usage: bool, started: float) -> None:  # fmt: skip
         reply = StreamedReply()
         complete = False
         try:
@@ -336,34 +435,32 @@ class Gateway:
         try:
             if complete:
                 message, counts = reply.message(), reply.counts()
-                self._append(episode, request, body["messages"], message, counts, time.perf_counter() - started)
-                ended = self._ends(episode, message)
+                served = await self._record(episode, found, request, body["messages"], message, counts,
+                                            time.perf_counter() - started)
+                ended = self._ends(served, message)
                 if ended:
-                    self._end_soon(episode)
-                for item in reply.closing(self._meta(episode, ended), counts, include_usage):
+                    self._end_soon(served)
+                for item in reply.closing(self._meta(served, ended), counts, include_usage):
                     queue.put_nowait(sse_bytes(item))
-            elif episode.calls == 0:
-                self.index.remove(episode)
+            elif episode.calls == 0 and episode.row_version is None:
+                self.shared.discard(episode)
         finally:
             queue.put_nowait(b"data: [DONE]\n\n")
             queue.put_nowait(None)
             response.release()
             episode.lock.release()
 
-    def _append(self, episode: LiveEpisode, request: ChatRequest, messages: list[dict[str, Any]],
-                message: dict[str, Any], usage: dict[str, int], seconds: float) -> None:  # fmt: skip
-        final_tool = (request.metadata or {}).get("final_tool")
-        if final_tool:
-            episode.final_tool = final_tool
-        if request.tools:
-            episode.tools = [t.model_dump(mode="json", exclude_none=True) for t in request.tools]
-        episode.messages = [*messages, message]
-        episode.calls += 1
-        episode.prompt_tokens += usage["prompt_tokens"]
-        episode.completion_tokens += usage["completion_tokens"]
-        episode.latency_ms += seconds * 1000
-        episode.last_active = time.monotonic()
-        self.index.touch(episode)
+    async def _record(self, episode: LiveEpisode, found: tuple[str | None, Any], request: ChatRequest,
+                      messages: list[dict[str, Any]], message: dict[str, Any], usage: dict[str, int],
+                      seconds: float) -> LiveEpisode:  # fmt: skip
+        """Record an answered call (in the pool, shared_sessions.py); returns the episode that holds it."""
+        matched, digest = found
+        tools = [t.model_dump(mode="json", exclude_none=True) for t in request.tools] if request.tools else None
+        call = Call(messages=[*messages, message], prompt_tokens=usage["prompt_tokens"],
+                    completion_tokens=usage["completion_tokens"], latency_ms=seconds * 1000,
+                    prefix=transcript_hash(digest, message) if digest is not None else None,
+                    final_tool=(request.metadata or {}).get("final_tool") or None, tools=tools)
+        return await self.shared.record(episode, matched, call)
 
     async def _policy(self, spec: str) -> Policy:
         policies = self.service.policies

@@ -1,4 +1,4 @@
-"""Which live episode a gateway call belongs to, and the episodes held in memory until they are written.
+"""Which live episode a gateway call belongs to, and this worker's cache of the live episodes.
 
 Every call belongs to one live episode:
   - named by the caller: the session in the URL (`/s/{session}/v1`, for SDKs that only take a base URL) or
@@ -9,10 +9,10 @@ Every call belongs to one live episode:
     transcript (its last request plus the reply) continues it; anything else starts a new episode.
 The transcript is compared as SDKs send it back (`_canonical`), not byte for byte.
 
-Sessions live in the worker process that served them: run the gateway with one worker, or behind a load
-balancer that keeps a session on one worker. Live episodes are held in memory (at most the gateway's
-`max_live`; beyond it the least recently active one ends and is written): a process that is killed, not
-stopped, loses the episodes it had not ended yet.
+Live episodes live in the pool (`gateway_live`, agent_rl/pool/live.py), so any worker process continues any
+session and a killed worker loses nothing it had recorded; `SessionIndex` is one worker's cache of them
+(gateway_shared.py keeps it honest against the pool). While the pool is down a worker serves from its cache
+and keeps its own changes (`LiveEpisode.local`) until the pool is back.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 
 from agent_rl.arbiter.gateway_messages import text_of
 from agent_rl.records import Episode, Outcome, utcnow
+from agent_rl.utc import as_utc
 
 DEFAULT_CONTEXT = "gateway"
 # Live traffic of an agent that is no plug-in of ours: curation and SFT take it, GRPO cannot run its tools.
@@ -43,14 +44,31 @@ def _canonical(message: dict[str, Any]) -> list[Any]:
 
 def prefix_hashes(messages: list[dict[str, Any]]) -> dict[int, str]:
     """Hash of messages[:i + 1] for every assistant message i (where an earlier reply can end)."""
+    return call_hashes(messages)[0]
+
+
+def call_hashes(messages: list[dict[str, Any]]) -> tuple[dict[int, str], Any]:
+    """`prefix_hashes` of a call's messages, and the running digest after all of them (`transcript_hash`
+    adds the reply to it), so that a call hashes its conversation once."""
     digest = hashlib.sha256()
     out: dict[int, str] = {}
     for index, message in enumerate(messages):
-        digest.update(json.dumps(_canonical(message), ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
-        digest.update(b"\x1e")
+        _feed(digest, message)
         if message.get("role") == "assistant":
             out[index] = digest.hexdigest()
-    return out
+    return out, digest
+
+
+def transcript_hash(digest: Any, reply: dict[str, Any]) -> str:
+    """The hash by which the next call finds the episode: its messages (`digest`) followed by the reply."""
+    digest = digest.copy()
+    _feed(digest, reply)
+    return digest.hexdigest()
+
+
+def _feed(digest: Any, message: dict[str, Any]) -> None:
+    digest.update(json.dumps(_canonical(message), ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    digest.update(b"\x1e")
 
 
 # -- live episodes -------------------------------------------------------------------------------
@@ -81,6 +99,30 @@ class LiveEpisode:
     prefix: str | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     gone: bool = False  # ended or discarded: a caller that waited on the lock must look again
+    row_version: int | None = None  # the pool's version of it this copy last saw; None: not in the pool
+    local: bool = False  # changed while the pool was down: this copy is ahead of the pool's
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> LiveEpisode:
+        """This worker's copy of a live episode read from the pool (without its messages, unless read too)."""
+        idle_s = max(0.0, (utcnow() - as_utc(row["last_active"])).total_seconds())
+        return cls(episode_id=row["episode_id"], tenant=row["tenant"], context=row["context"], task=row["task"],
+                   version=row["policy_version"], spec=row["spec"], session=row["session"],
+                   final_tool=row["final_tool"], environment=row["environment"], category=row["task_category"],
+                   tools=row.get("tools"), created_at=row["created_at"], messages=row.get("messages") or [],
+                   calls=row["calls"], prompt_tokens=row["prompt_tokens"],
+                   completion_tokens=row["completion_tokens"], latency_ms=row["latency_ms"],
+                   last_active=time.monotonic() - idle_s, prefix=row["prefix"], row_version=row["row_version"])
+
+    def row(self) -> dict[str, Any]:
+        """What the pool holds of it (gateway_live)."""
+        return {"episode_id": self.episode_id, "tenant": self.tenant, "context": self.context,
+                "session": self.session, "prefix": self.prefix, "row_version": self.row_version or 1,
+                "policy_version": self.version, "spec": self.spec, "environment": self.environment,
+                "task_category": self.category, "task": self.task, "final_tool": self.final_tool,
+                "tools": self.tools, "messages": self.messages, "calls": self.calls,
+                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "latency_ms": self.latency_ms, "created_at": self.created_at, "last_active": utcnow()}
 
     def record(self) -> Episode:
         last = self.messages[-1] if self.messages else {}
@@ -108,36 +150,38 @@ class SessionIndex:
         self.sessions: dict[tuple[str, str, str], LiveEpisode] = {}
         self.prefixes: dict[tuple[str, str, str], deque[LiveEpisode]] = {}
 
-    def find(self, tenant: str, context: str, session: str | None,
-             messages: list[dict[str, Any]]) -> LiveEpisode | None:  # fmt: skip
-        if session is not None:
-            episode = self.sessions.get((tenant, context, session))
-            if episode is None:
-                by_id = self.live.get(session)  # the episode id the gateway returned, echoed back
-                if by_id is not None and by_id.tenant == tenant and by_id.context == context:
-                    episode = by_id
-            return episode
-        hashes = prefix_hashes(messages)
-        for index in sorted(hashes, reverse=True):
-            queue = self.prefixes.get((tenant, context, hashes[index]))
+    def find_session(self, tenant: str, context: str, session: str) -> LiveEpisode | None:
+        """The cached episode a caller names: by session name, else by the episode id the gateway returned."""
+        episode = self.sessions.get((tenant, context, session))
+        if episode is None:
+            by_id = self.live.get(session)  # the episode id the gateway returned, echoed back
+            if by_id is not None and by_id.tenant == tenant and by_id.context == context:
+                episode = by_id
+        return episode
+
+    def find_prefix(self, tenant: str, context: str, hashes: list[str]) -> tuple[LiveEpisode | None, str | None]:
+        """The cached episode whose transcript is the longest of `hashes` (shortest first), and that hash."""
+        for digest in reversed(hashes):
+            queue = self.prefixes.get((tenant, context, digest))
             if queue:
-                return queue[0]
-        return None
+                return queue[0], digest
+        return None, None
 
     def add(self, episode: LiveEpisode) -> None:
         self.live[episode.episode_id] = episode
         if episode.session is not None:
             self.sessions[(episode.tenant, episode.context, episode.session)] = episode
 
-    def touch(self, episode: LiveEpisode) -> None:
-        """After a call: the episode becomes the most recently active, and one without a session is found by
-        its new transcript."""
+    def touch(self, episode: LiveEpisode, prefix: str | None) -> None:
+        """After a call (or a read from the pool): the episode becomes the most recently active, and one without
+        a session is found by its transcript's hash `prefix`."""
         self.live.pop(episode.episode_id, None)
         self.live[episode.episode_id] = episode  # keep `live` ordered by last activity
         if episode.session is None:
             self._unindex(episode)
-            episode.prefix = prefix_hashes(episode.messages)[len(episode.messages) - 1]
-            self.prefixes.setdefault((episode.tenant, episode.context, episode.prefix), deque()).append(episode)
+            episode.prefix = prefix
+            if prefix is not None:
+                self.prefixes.setdefault((episode.tenant, episode.context, prefix), deque()).append(episode)
 
     def remove(self, episode: LiveEpisode) -> None:
         """Take the episode out of serving: no call finds it again, and one waiting on its lock looks again."""

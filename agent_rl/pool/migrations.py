@@ -14,6 +14,8 @@ from collections.abc import Callable
 from sqlalchemy import Connection, inspect
 from sqlalchemy import text as sql_text
 
+from agent_rl.pool.schema import gateway_live
+
 log = logging.getLogger(__name__)
 
 
@@ -35,8 +37,14 @@ def _v1_to_v2(conn: Connection) -> None:
     conn.execute(sql_text("CREATE INDEX IF NOT EXISTS ix_episodes_environment ON episodes (environment)"))
 
 
+def _v2_to_v3(conn: Connection) -> None:
+    """The gateway on several workers: live gateway episodes move from one process's memory to `gateway_live`
+    (a new table; nothing existing changes)."""
+    gateway_live.create(conn, checkfirst=True)
+
+
 # STEPS[n] upgrades a pool from version n to n + 1.
-STEPS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2}
+STEPS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def upgrade(conn: Connection, found: int, target: int, record: Callable[[Connection, int], None]) -> None:

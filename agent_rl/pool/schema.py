@@ -6,6 +6,9 @@ migration step (migrations.py) whenever a table changes.
 Version 2 (environments as plug-ins): episodes carry their `environment`; `inbox_id` became `context`
 and `sources` became `citations`; a task category is any string an environment declares (64 characters);
 `tools` keeps the tool schemas an episode was offered when they are not its environment's (gateway traffic).
+
+Version 3 (the gateway on several worker processes): `gateway_live` holds the gateway's episodes while they are
+served, so that any worker continues any of them; a row leaves it in the transaction that writes the episode.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from sqlalchemy.types import TypeDecorator
 
 from agent_rl.utc import as_utc
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class UTCDateTime(TypeDecorator):
@@ -132,4 +135,36 @@ quarantine = Table(
     Column("created_at", UTCDateTime, nullable=False),
     UniqueConstraint("row_key", name="uq_quarantine_row_key"),
     Index("ix_quarantine_partition", "partition"),
+)
+
+# Gateway episodes while they are served (agent_rl/pool/live.py): the authoritative copy every arbiter worker
+# reads and extends. `row_version` grows by one with every change; `session` is the caller's name for the
+# episode (NULL: grouped by `prefix`, the hash of its transcript so far, gateway_sessions.prefix_hashes).
+gateway_live = Table(
+    "gateway_live",
+    metadata,
+    Column("episode_id", String(64), primary_key=True),
+    Column("tenant", String(200), nullable=False),
+    Column("context", String(320), nullable=False),
+    Column("session", String(128)),
+    Column("prefix", String(64)),
+    Column("row_version", Integer, nullable=False),
+    Column("policy_version", String(200), nullable=False),
+    Column("spec", Text, nullable=False),
+    Column("environment", String(64), nullable=False),
+    Column("task_category", String(64)),
+    Column("task", Text, nullable=False),
+    Column("final_tool", String(64)),
+    Column("tools", JSON),
+    Column("messages", JSON, nullable=False),
+    Column("calls", Integer, nullable=False),
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=False),
+    Column("latency_ms", Float, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("last_active", UTCDateTime, nullable=False),
+    # NULL sessions never collide (SQL's NULLs are distinct), so only named sessions are unique per tenant and context.
+    UniqueConstraint("tenant", "context", "session", name="uq_gateway_live_session"),
+    Index("ix_gateway_live_prefix", "tenant", "context", "prefix"),
+    Index("ix_gateway_live_last_active", "last_active"),
 )

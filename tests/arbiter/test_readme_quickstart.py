@@ -114,6 +114,7 @@ def test_the_readme_quickstart_never_answers_with_tools_the_client_did_not_decla
         routed = httpx.put(f"{url}/v1/routing", json=body, timeout=30,
                            headers={"Authorization": f"Bearer {env['AGENT_RL_ADMIN_TOKEN']}"})
         assert routed.status_code == 200, routed.text
+        time.sleep(1.2)  # the README serves several workers: each re-reads the routing within routing_ttl_s (1 s)
 
         client = openai.OpenAI(base_url=f"{url}/s/run-2/v1", api_key=token, max_retries=0)
         first = client.chat.completions.create(model="m", messages=question, tools=WEATHER).choices[0].message

@@ -44,7 +44,7 @@ def test_an_old_pool_is_upgraded_in_place_and_loses_nothing(store_url):
     _old_pool(store_url)
     pool = PoolRepository(store_url)
     try:
-        assert pool.schema_version() == schema.SCHEMA_VERSION == 2
+        assert pool.schema_version() == schema.SCHEMA_VERSION == 3
         old = [pool.get(f"old-{i}") for i in range(3)]
         assert [e.context for e in old] == ["jane0@example.com", "jane1@example.com", "jane2@example.com"]
         assert [e.citations for e in old] == [["<m0@example.com>"], ["<m1@example.com>"], ["<m2@example.com>"]]
@@ -70,7 +70,38 @@ def test_an_old_pool_is_upgraded_in_place_and_loses_nothing(store_url):
         with again.engine.connect() as conn:
             versions = conn.execute(select(schema.schema_version.c.version).order_by(
                 schema.schema_version.c.version)).scalars().all()
-            assert versions == [1, 2]
+            assert versions == [1, 2, 3]
             assert conn.execute(select(func.count()).select_from(schema.episodes)).scalar() == 4
     finally:
         again.close()
+
+
+def test_a_version_2_pool_gains_the_gateways_live_table(store_url):
+    """Version 3 adds `gateway_live` (the gateway's live episodes, shared by its worker processes) and changes
+    nothing else: a pool written at version 2 is upgraded in place and takes live episodes."""
+    from sqlalchemy import inspect
+
+    from agent_rl.pool.live import LiveStore
+    from agent_rl.records import utcnow
+
+    pool = PoolRepository(store_url)
+    pool.insert_episodes([make_episode(7)])
+    with pool.engine.begin() as conn:  # as a release before version 3 left it
+        schema.gateway_live.drop(conn)
+        conn.execute(schema.schema_version.delete().where(schema.schema_version.c.version == 3))
+    pool.close()
+    assert not inspect(create_engine(store_url)).has_table("gateway_live")
+    pool = PoolRepository(store_url)
+    try:
+        assert pool.schema_version() == 3 and pool.get("ep-00007") is not None
+        store = LiveStore(pool)
+        now = utcnow()
+        assert store.insert({"episode_id": "live-1", "tenant": "t", "context": "c", "session": "s", "prefix": None,
+                             "row_version": 1, "policy_version": "v", "spec": "v", "environment": "gateway",
+                             "task_category": None, "task": "q", "final_tool": None, "tools": None,
+                             "messages": [{"role": "user", "content": "hi"}], "calls": 1, "prompt_tokens": 1,
+                             "completion_tokens": 1, "latency_ms": 1.0, "created_at": now, "last_active": now})
+        assert store.find_session("t", "c", "s")["episode_id"] == "live-1"
+        store.close()
+    finally:
+        pool.close()
