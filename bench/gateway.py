@@ -328,7 +328,7 @@ def _phase(args: argparse.Namespace, token: str, env: dict, spec: str, pool_url:
     """The gateway with `workers` worker processes: warm-up, the measured run, every episode written."""
     import threading
 
-    from agent_rl.arbiter.server import free_port
+    from agent_rl.arbiter.server import free_port, stop_arbiter
     from agent_rl.pool import PoolRepository
 
     port = free_port()
@@ -362,11 +362,7 @@ def _phase(args: argparse.Namespace, token: str, env: dict, spec: str, pool_url:
             time.sleep(0.2)
         stored = [pool.get(episode) for episode in through["ended"]]
     finally:
-        proc.terminate()
-        try:
-            proc.wait(90)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_arbiter(proc, 90)
         pool.close()
     sessions = through["sessions"]
     sent = args.agents * args.rounds
@@ -393,7 +389,7 @@ def _phase(args: argparse.Namespace, token: str, env: dict, spec: str, pool_url:
 
 
 def run(args: argparse.Namespace, token: str, key, workdir: Path, pg) -> None:
-    from agent_rl.arbiter.server import free_port
+    from agent_rl.arbiter.server import free_port, stop_arbiter
 
     up_port = free_port()
     spec = "openai:" + json.dumps({"base_url": f"http://127.0.0.1:{up_port}/v1", "model": "fast"})
@@ -411,11 +407,7 @@ def run(args: argparse.Namespace, token: str, key, workdir: Path, pg) -> None:
             phases[workers] = _phase(args, token, env, spec, pool_url, workers, pg)
         direct_2 = asyncio.run(drive(up_port, token, args.agents, args.rounds, args.calls, False, args.connections))
     finally:
-        upstream.terminate()
-        try:
-            upstream.wait(60)
-        except subprocess.TimeoutExpired:
-            upstream.kill()
+        stop_arbiter(upstream, 60)  # the upstream stub stops the same way
     print(json.dumps(_report(args, pg, counts, phases, direct, direct_2)), flush=True)
 
 

@@ -16,7 +16,6 @@ import asyncio
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -53,6 +52,7 @@ def arbiter_process(port: int, scenarios: Path, token: str):
     arbiter in $AGENT_RL_API_KEYS, its token to replay() in this process's $AGENT_RL_API_KEY.
     """
     from agent_rl.arbiter.keys import ApiKey
+    from agent_rl.arbiter.server import stop_arbiter, wait_until_serving
 
     api_token, api_key = ApiKey.create("demo-replay", "demo", ["*"], replay=True)
     env = {**os.environ, "AGENT_RL_ADMIN_TOKEN": token, "AGENT_RL_API_KEYS": json.dumps([api_key.model_dump(mode="json")])}
@@ -64,23 +64,10 @@ def arbiter_process(port: int, scenarios: Path, token: str):
     process = subprocess.Popen(command, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the arbiter did not start (exit code {process.poll()})")
-            time.sleep(0.5)
+        wait_until_serving(url, process)
         yield url
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop_arbiter(process)
 
 
 def resource_config(defs, changes: dict[str, dict]) -> dict:

@@ -15,10 +15,12 @@ import multiprocessing
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import uvicorn
 
@@ -175,6 +177,38 @@ def _run_worker(uv_config: uvicorn.Config, sock: socket.socket) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
     uvicorn.Server(uv_config).run(sockets=[sock])
+
+
+def wait_until_serving(url: str, process: Any, timeout_s: float = 120.0) -> None:
+    """Return once the arbiter at `url` (started as `process`, a Popen) answers /healthz; RuntimeError when the
+    process exits first, TimeoutError when `timeout_s` passes. For whoever starts `agent-rl arbiter serve` as a
+    process of its own (the demo, tests, benches)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"the arbiter exited with {process.returncode} before serving")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the arbiter did not answer /healthz within {timeout_s:g} s")
+        time.sleep(0.2)
+
+
+def stop_arbiter(process: Any, timeout_s: float = 60.0) -> None:
+    """SIGTERM (the arbiter drains: answered episodes are written before it exits), then kill after `timeout_s`."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(30)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import datetime
 
 from sqlalchemy import and_, or_, select
 
 from agent_rl.pool import schema
-from agent_rl.pool.repository import PoolRepository, _row_episode
+from agent_rl.pool.repository import ExportCursor, PoolRepository, _row_episode
 from agent_rl.records import Episode
-from agent_rl.utc import as_utc
 
 MAX_PAGE = 200
 
@@ -29,20 +27,6 @@ class TenantPage:
 
     episodes: list[Episode]
     cursor: str | None
-
-
-def _cursor_token(created_at: datetime, episode_id: str) -> str:
-    return f"{as_utc(created_at).isoformat()}|{episode_id}"
-
-
-def _parse_cursor(token: str) -> tuple[datetime, str]:
-    stamp, sep, episode_id = token.partition("|")
-    if not sep or not episode_id:
-        raise ValueError("cursor: expected the value a previous page returned")
-    try:
-        return as_utc(datetime.fromisoformat(stamp)), episode_id
-    except ValueError as exc:
-        raise ValueError("cursor: expected the value a previous page returned") from exc
 
 
 def _scope(tenant: str, contexts: Collection[str] | None) -> list:
@@ -64,15 +48,19 @@ def list_episodes(pool: PoolRepository, tenant: str, contexts: Collection[str] |
     if context is not None:
         where.append(c.context == context)
     if cursor is not None:
-        stamp, episode_id = _parse_cursor(cursor)
-        where.append(or_(c.created_at < stamp, and_(c.created_at == stamp, c.episode_id < episode_id)))
+        try:  # the export's cursor: the same (created_at, episode_id) position, walked the other way
+            after = ExportCursor.from_token(cursor)
+        except ValueError as exc:
+            raise ValueError("cursor: expected the value a previous page returned") from exc
+        where.append(or_(c.created_at < after.created_at,
+                         and_(c.created_at == after.created_at, c.episode_id < after.episode_id)))
     stmt = (select(schema.episodes).where(*where)
             .order_by(c.created_at.desc(), c.episode_id.desc()).limit(limit + 1))
     with pool.engine.connect() as conn:
         rows = conn.execute(stmt).mappings().all()
     more = len(rows) > limit
     rows = rows[:limit]
-    next_cursor = _cursor_token(rows[-1]["created_at"], rows[-1]["episode_id"]) if more else None
+    next_cursor = ExportCursor(rows[-1]["created_at"], rows[-1]["episode_id"]).to_token() if more else None
     return TenantPage(episodes=[_row_episode(row) for row in rows], cursor=next_cursor)
 
 

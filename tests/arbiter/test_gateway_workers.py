@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -23,7 +22,7 @@ import httpx
 import openai
 import pytest
 
-from agent_rl.arbiter.server import free_port
+from agent_rl.arbiter.server import free_port, stop_arbiter, wait_until_serving
 from agent_rl.pool import PoolRepository
 from tests.arbiter.arbiter_fixtures import api_key, bearer
 from tests.arbiter.test_gateway import (
@@ -62,24 +61,10 @@ def workers_arbiter(pool_url: str, spec: str, idle_s: float = 300.0) -> Iterator
     proc = subprocess.Popen([sys.executable, "-c", code], env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, f"arbiter exited with {proc.returncode}"
-            assert time.monotonic() < deadline, "arbiter did not become ready"
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        wait_until_serving(url, proc)
         yield url, proc
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(30)
+        stop_arbiter(proc)
 
 
 def pinned(url: str) -> list[httpx.Client]:

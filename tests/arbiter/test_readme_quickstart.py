@@ -22,12 +22,11 @@ import httpx
 import openai
 import pytest
 
-from agent_rl.arbiter.server import free_port
+from agent_rl.arbiter.server import free_port, stop_arbiter, wait_until_serving
+from tests.arbiter.test_own_episodes import TOOLS as WEATHER
 from tests.openai_stub import openai_stub, tool_call  # noqa: F401 (fixture)
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-WEATHER = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city.",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 
 
 def quickstart_lines() -> list[str]:
@@ -81,18 +80,10 @@ def test_the_readme_quickstart_never_answers_with_tools_the_client_did_not_decla
     serve = shlex.split(line_starting(lines, "agent-rl arbiter serve").split("#", 1)[0])
     port = free_port()
     server = subprocess.Popen(agent_rl(*serve[1:], "--port", str(port), "--log-level", "warning"), cwd=tmp_path,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert server.poll() is None and time.monotonic() < deadline, server.stdout.read() if server.poll() else "no start"
-            time.sleep(0.3)
+        wait_until_serving(url, server)
 
         client = openai.OpenAI(base_url=f"{url}/s/run-1/v1", api_key=token, max_retries=0)
         question = [{"role": "user", "content": "What is the weather in Oslo?"}]
@@ -133,8 +124,7 @@ def test_the_readme_quickstart_never_answers_with_tools_the_client_did_not_decla
                                 env={**env, "AGENT_RL_API_KEY": token}, capture_output=True, text=True, timeout=120)
         assert listed.returncode == 0 and "weather in Oslo" in listed.stdout, listed.stdout + listed.stderr
     finally:
-        server.terminate()
-        server.wait(timeout=60)
+        stop_arbiter(server)
 
 
 def test_a_reply_calling_an_undeclared_tool_is_refused_and_records_nothing(sqlite_url):

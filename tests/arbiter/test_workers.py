@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from agent_rl.arbiter.server import free_port
+from agent_rl.arbiter.server import free_port, wait_until_serving
 from agent_rl.pool import PoolRepository
 from arbiter_fixtures import API_TOKEN, api_key, bearer, demo_world  # noqa: F401  (pytest fixture)
 
@@ -36,15 +36,7 @@ def two_workers(demo_world, sqlite_url):  # noqa: F811
     proc = subprocess.Popen([sys.executable, "-c", code], env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, f"arbiter exited with {proc.returncode}"
-            assert time.monotonic() < deadline, "arbiter did not become ready"
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        wait_until_serving(url, proc, timeout_s=90)
         yield url, proc, sqlite_url
     finally:
         if proc.poll() is None:

@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -21,10 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 from agent_rl.arbiter.keys import ApiKey, hash_token
-from agent_rl.arbiter.server import free_port
+from agent_rl.arbiter.server import free_port, stop_arbiter, wait_until_serving
 from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
 from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.records import Scenario
@@ -110,27 +107,13 @@ def arbiter_process(
         process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=full_env, cwd=ROOT)
     url = f"http://{host}:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"arbiter exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"arbiter did not answer /healthz within 120 s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.2)
+        try:
+            wait_until_serving(url, process)
+        except (RuntimeError, TimeoutError) as exc:
+            raise type(exc)(f"{exc}:\n{log_path.read_text()[-3000:]}") from None
         yield ArbiterProcess(url, host, port, process, log_path)
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)  # graceful: answered episodes are committed before exit
-            try:
-                process.wait(90)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_arbiter(process, timeout_s=90)  # graceful: answered episodes are committed before exit
 
 
 # -- the load driver -----------------------------------------------------------------------------

@@ -114,10 +114,14 @@ class EmailEnvironment(Environment):
             self._scenarios = load_default_scenarios(self.scenarios_path)
         return [scenario_task(s) for s in self._scenarios if s.split == split]
 
-    def open(self, task: Task) -> InboxTools:
+    def _inbox_store(self) -> InboxStore:
+        """The store given, else the one at `store_url`, opened when first needed (and closed by close())."""
         if self.store is None:
             self.store, self._opened_store = open_inbox_store(self.store_url), True
-        return InboxTools(self.store, task.context, query_date_of(task), self.tool_config)
+        return self.store
+
+    def open(self, task: Task) -> InboxTools:
+        return InboxTools(self._inbox_store(), task.context, query_date_of(task), self.tool_config)
 
     def close(self) -> None:
         """Close the inbox store this environment opened (one it was given stays the caller's)."""
@@ -161,9 +165,8 @@ class EmailEnvironment(Environment):
         # sites, departments and cities are task answers, never a person's: they survive anonymization.
         from agent_rl.environments.email.inbox.demo_world import public_terms_of
 
-        if self.store is None:
-            self.store, self._opened_store = open_inbox_store(self.store_url), True
-        return PrivacySpec(id_fields=("scenario_id", "citations"), public_terms=public_terms_of(self.store.inboxes()))
+        return PrivacySpec(id_fields=("scenario_id", "citations"),
+                           public_terms=public_terms_of(self._inbox_store().inboxes()))
 
     def teacher(self, **options: Any) -> Any:
         """The rule-based reader; `options` are HeuristicConfig's (error rates, seed, version): with error rates
