@@ -14,17 +14,17 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
-from agent_rl.environments.email.episodes import EpisodeTask
+from agent_rl.agent.runner import Play
 from agent_rl.records import Episode
 
 # Plays a batch (each task's spec, the tasks); returns the episodes and the seconds spent playing them (not
 # logging them).
-RunBatch = Callable[[list[str], list[EpisodeTask]], tuple[list[Episode], float]]
+RunBatch = Callable[[list[str], list[Play]], tuple[list[Episode], float]]
 
 
 @dataclass
 class _Lane:
-    pending: list[tuple[str, EpisodeTask, asyncio.Future]] = field(default_factory=list)
+    pending: list[tuple[str, Play, asyncio.Future]] = field(default_factory=list)
     scheduled: bool = False
     running: int = 0
 
@@ -38,7 +38,7 @@ class EpisodeBatcher:
         self._max_concurrent = max_concurrent
         self._lanes: dict[str, _Lane] = {}
 
-    async def submit(self, spec: str, task: EpisodeTask, lane: str | None = None) -> tuple[Episode, float]:
+    async def submit(self, spec: str, task: Play, lane: str | None = None) -> tuple[Episode, float]:
         """The episode for `task`, and the seconds its batch spent being played. Tasks of one `lane` (default:
         the spec) are batched together."""
         loop = asyncio.get_running_loop()

@@ -136,28 +136,25 @@ def replay_command(
     split: Annotated[Optional[str], typer.Option(help="Only scenarios of this split: train or test")] = None,
     n: Annotated[Optional[int], typer.Option(help="Number of requests (cycles through the scenarios); default one per scenario")] = None,
     concurrency: Annotated[int, typer.Option(help="Requests in flight at once")] = 16,
-    scenarios: Annotated[Optional[Path], typer.Option(help="Scenarios JSONL; default the scenarios asset's (AGENT_RL_HOME/artifacts/scenarios/all/scenarios.jsonl)")] = None,
+    scenarios: Annotated[Optional[Path], typer.Option(help="Scenarios JSONL of an environment that reads one (email); default the scenarios asset's (AGENT_RL_HOME/artifacts/scenarios/all/scenarios.jsonl)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the summary as JSON")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar")] = True,
     api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="AGENT_RL_API_KEY", show_envvar=True, help="API key allowed to replay scenarios (better given through the environment)")] = None,
+    env: Annotated[str, typer.Option("--env", envvar="AGENT_RL_ENV", help="Environment whose replayable tasks are sent: email, support, or a plug-in import path 'package.module:Class'")] = "email",
 ) -> None:
-    """Send scenarios to a running arbiter and print a summary (sent, ok, errors by status, per-version counts)."""
+    """Send an environment's replayable tasks (the email assistant's scenarios) to a running arbiter and print a
+    summary (sent, ok, errors by status, per-version counts)."""
     from tqdm import tqdm
 
     from agent_rl.arbiter.replay import replay, select_scenarios
-    from agent_rl.arbiter.service import default_scenarios_path
+    from agent_rl.environments.core import EnvironmentError
     from agent_rl.records import Split
-    from agent_rl.environments.email.scenarios import load_scenarios
 
     if split is not None and split not in {s.value for s in Split}:
         raise typer.BadParameter(f"{split!r}: choose train or test", param_hint="--split")
-    path = scenarios or default_scenarios_path()
-    if not path.exists():
-        typer.echo(f"error: scenarios file {path} does not exist (give --scenarios FILE)", err=True)
-        raise typer.Exit(2)
     try:
-        chosen = select_scenarios(load_scenarios(path), split, n)
-    except ValueError as exc:
+        chosen = select_scenarios(_replayable_tasks(env, scenarios), split, n)
+    except (EnvironmentError, OSError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
 
@@ -180,3 +177,23 @@ def replay_command(
             typer.echo(f"errors by status: {report['errors_by_status']}")
     if summary.ok < summary.sent:
         raise typer.Exit(1)
+
+
+def _replayable_tasks(env: str, scenarios: Path | None) -> list:
+    """The tasks of `env` a replay may send, from the scenarios file when one is named (an environment that reads
+    none refuses it rather than sending something else)."""
+    from agent_rl.environments.core import EnvironmentError
+    from agent_rl.environments.registry import accepted_options, load_environment
+
+    options = {"scenarios_path": str(scenarios)} if scenarios else {}
+    if options and not accepted_options(env, options):
+        raise EnvironmentError(env, "reads no scenarios file (--scenarios): it brings its own tasks")
+    environment = load_environment(env, **options)
+    try:
+        tasks = environment.replayable_tasks()
+    finally:
+        environment.close()
+    if not tasks:
+        raise ValueError(f"environment {env!r} has no tasks to replay (give --scenarios FILE, or write the "
+                         "scenarios asset first)")
+    return tasks

@@ -1,7 +1,9 @@
 """The arbiter's work behind the HTTP layer: route a question, run the episode, log it to the pool.
 
-Everything blocking (runner, inbox reads, pool reads and writes) runs on threads, so the event
-loop only parses requests and hands work around.
+The environment it serves comes from the registry like any other (`ArbiterConfig.environment`): its replayable
+tasks are the references requests may name, its contexts what callers may ask about, and its judge the verdict.
+Everything blocking (runner, world reads, pool reads and writes) runs on threads, so the event loop only parses
+requests and hands work around.
 """
 
 from __future__ import annotations
@@ -11,32 +13,24 @@ import logging
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from agent_rl import settings
 from agent_rl.agent.runner import Play, play_episodes
-from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
 from agent_rl.agent.shared_base import AdapterPolicy, MixedVersionPolicy, resident_bytes, serving_stats
-from agent_rl.environments.email.tools import tool_schemas
 from agent_rl.arbiter.batching import EpisodeBatcher
 from agent_rl.arbiter.config import ArbiterConfig
 from agent_rl.arbiter.keys import ApiKey, KeyRing
 from agent_rl.arbiter.policies import PolicyCache, PolicyLoadError
 from agent_rl.policy_specs import load_served
 from agent_rl.arbiter.routing import Router
-from agent_rl.environments.email.inbox.store import InboxStore, open_inbox_store
 from agent_rl.pool import PoolRepository, Routing
 from agent_rl.pool.repository import normalize_weights
-from agent_rl.environments.core import Task
-from agent_rl.environments.registry import load_environment
-from agent_rl.records import Episode, Scenario, Split
-from agent_rl.reward.judge import DeterministicJudge, Verdict
-from agent_rl.environments.email.scenarios import load_scenarios
+from agent_rl.environments.core import Environment, Task
+from agent_rl.environments.registry import accepted_options, load_environment
+from agent_rl.records import Episode
 
 log = logging.getLogger(__name__)
 
@@ -63,40 +57,13 @@ class OutOfScope(PermissionError):
     """The caller's key does not cover the context it asked about."""
 
 
-def default_scenarios_path() -> Path:
-    """Where the scenarios asset and `inbox build-demo` write scenarios; read when no file is given."""
-    from agent_rl.environments.email.scenarios.demo import scenarios_path
-
-    return scenarios_path()
-
-
-def read_scenarios(path: Path | str) -> dict[str, Scenario]:
-    """Scenarios by id from a JSONL file of Scenario records (a bad line is an error naming its number)."""
-    return {scenario.id: scenario for scenario in load_scenarios(path)}
-
-
-class MemoJudge:
-    """A deterministic judge whose verdicts are remembered: replayed traffic repeats (question, golden, answer)."""
-
-    def __init__(self, judge: DeterministicJudge, size: int = 4096) -> None:
-        self._judge = judge
-        self._verdicts: OrderedDict[tuple[str, str, str], Verdict] = OrderedDict()
-        self._size = size
-        self._lock = threading.Lock()
-
-    def judge(self, question: str, golden: str, answer: str) -> Verdict:
-        key = (question, golden, answer)
-        with self._lock:
-            verdict = self._verdicts.get(key)
-            if verdict is not None:
-                self._verdicts.move_to_end(key)
-                return verdict
-        verdict = self._judge.judge(question, golden, answer)
-        with self._lock:
-            self._verdicts[key] = verdict
-            if len(self._verdicts) > self._size:
-                self._verdicts.popitem(last=False)
-        return verdict
+def serving_environment(config: ArbiterConfig) -> Environment:
+    """The environment /v1/ask serves, from the registry. The world and tasks the configuration names (inbox store,
+    scenarios file) go to an environment that takes them by those names (the email assistant); others bring their
+    own."""
+    named = {"store_url": config.inbox_url, "scenarios_path": config.scenarios_path}
+    options = {key: str(value) for key, value in named.items() if value}
+    return load_environment(config.environment, **accepted_options(config.environment, options))
 
 
 @dataclass
@@ -112,22 +79,13 @@ class ArbiterService:
         if not len(self.keys):
             log.warning("no API keys configured: /v1/ask and /v1/feedback refuse every request")
         self.pool = PoolRepository(config.pool_url)
-        self.inbox_url = config.inbox_url or settings.inbox_url()
         self.router = Router(self.pool, config.default_routing, ttl_s=config.routing_ttl_s)
         # Registered versions and base models share one loaded base per model (agent/shared_base.py).
         self.policies = PolicyCache(lambda spec: load_served(spec, vllm=config.vllm))
-        # A plug-in environment instead of the email assistant: its tasks are the replayable references and its
-        # contexts (a store, ...) what callers ask about (environments/).
-        self.environment = None if config.environment == "email" else load_environment(config.environment)
-        self.tasks: dict[str, Task] = {}
-        self.scenarios: dict[str, Scenario] = {}
-        if self.environment is not None:
-            self.tasks = {t.id: t for split in Split for t in self.environment.tasks(split)}
-        else:
-            scenarios_path = config.scenarios_path or default_scenarios_path()
-            if scenarios_path.exists() or config.scenarios_path:
-                self.scenarios = read_scenarios(scenarios_path)
-        self.judge = MemoJudge(DeterministicJudge())
+        # Its replayable tasks are the references requests may name; its contexts (an inbox, a store) what callers
+        # ask about. Its sessions are opened on the episode threads, so it must take concurrent plays.
+        self.environment = serving_environment(config)
+        self.tasks: dict[str, Task] = {task.id: task for task in self.environment.replayable_tasks()}
         self.executor = ThreadPoolExecutor(config.episode_workers, thread_name_prefix="episode")
         self.batcher = EpisodeBatcher(
             self._run_batch,
@@ -136,11 +94,8 @@ class ArbiterService:
             max_batch=config.max_batch,
             max_concurrent=config.episode_workers,
         )
-        self._local = threading.local()
         self._stats_lock = threading.Lock()
         self.episodes_written = 0
-        self._stores: list[InboxStore] = []
-        self._stores_lock = threading.Lock()
         self._inboxes: frozenset[str] = frozenset()
         self._inboxes_at = float("-inf")
         self._refresh_inboxes()
@@ -149,11 +104,7 @@ class ArbiterService:
 
     def _warm_up(self) -> None:
         """Load the routed policies and the tool schemas now, so the first requests don't pay for imports."""
-        # Builds schemas through transformers: seconds on first use.
-        if self.environment is not None:
-            self.environment.tool_schemas()
-        else:
-            tool_schemas()
+        self.environment.tool_schemas()  # builds schemas through transformers: seconds on first use
         for version in self.router.current().versions:
             spec = self.router.current().specs.get(version, version)
             try:
@@ -163,24 +114,11 @@ class ArbiterService:
 
     # -- blocking helpers (run on executor threads) -------------------------------------------
 
-    def _store(self) -> InboxStore:
-        """This thread's inbox connection: backends keep one connection each, so threads don't queue on it."""
-        store = getattr(self._local, "store", None)
-        if store is None:
-            store = open_inbox_store(self.inbox_url)
-            self._local.store = store
-            with self._stores_lock:
-                self._stores.append(store)
-        return store
-
     def _refresh_inboxes(self) -> None:
-        if self.environment is not None:  # a plug-in's contexts are those of its tasks
-            self._inboxes = frozenset(t.context for t in self.tasks.values())
-        else:
-            self._inboxes = frozenset(self._store().inboxes())
+        self._inboxes = self.environment.contexts()
         self._inboxes_at = time.monotonic()
 
-    def _run_batch(self, specs: list[str], tasks: list[EpisodeTask]) -> tuple[list[Episode], float]:
+    def _run_batch(self, specs: list[str], tasks: list[Play]) -> tuple[list[Episode], float]:
         """Play a batch and commit its episodes in one transaction, on the same thread.
 
         Writing here (instead of handing episodes to a writer thread) saves a thread hand-off per
@@ -200,13 +138,11 @@ class ArbiterService:
             self.episodes_written += len(episodes)
         return episodes, played
 
-    def _run(self, policy: Any, tasks: list[Any]) -> list[Episode]:
-        """One runner call: email questions on the inbox store, or a plug-in's plays in its environment."""
-        if self.environment is not None:
-            return play_episodes(policy, self.environment, tasks, self.config.runner)
-        return run_episodes(policy, tasks, self._store(), self.config.runner, self.judge)
+    def _run(self, policy: Any, tasks: list[Play]) -> list[Episode]:
+        """One runner call: the plays in the served environment."""
+        return play_episodes(policy, self.environment, tasks, self.config.runner)
 
-    def _play(self, specs: list[str], tasks: list[Any]) -> list[Episode]:
+    def _play(self, specs: list[str], tasks: list[Play]) -> list[Episode]:
         """One runner call; tasks of several versions on one shared base decode together (mixed batch)."""
         distinct = list(dict.fromkeys(specs))
         if len(distinct) == 1:
@@ -252,8 +188,8 @@ class ArbiterService:
         if inbox not in self._inboxes:
             raise UnknownInbox(inbox)
 
-    def reference(self, key: ApiKey, inbox: str, question: str, scenario_id: str | None) -> Scenario | Task | None:
-        """The scenario to judge the episode against, or None: then it is live traffic without a reference.
+    def reference(self, key: ApiKey, inbox: str, question: str, scenario_id: str | None) -> Task | None:
+        """The task to judge the episode against, or None: then it is live traffic without a reference.
 
         A judged episode becomes a training label, so a scenario is honoured only for keys allowed to
         replay, and only with the scenario's own question: anyone else naming a scenario (or a replay
@@ -262,21 +198,12 @@ class ArbiterService:
         """
         if scenario_id is None or not key.replay:
             return None
-        if self.environment is not None:
-            task = self.tasks.get(scenario_id)
-            if task is None or not key.may_use(task.context):
-                raise UnknownScenario(scenario_id)
-            if task.context != inbox:
-                raise ScenarioMismatch(scenario_id)
-            return task if question == task.prompt else None
-        scenario = self.scenarios.get(scenario_id)
-        if scenario is None or not key.may_use(scenario.inbox_id):
+        task = self.tasks.get(scenario_id)
+        if task is None or not key.may_use(task.context):
             raise UnknownScenario(scenario_id)
-        if scenario.inbox_id != inbox:
+        if task.context != inbox:
             raise ScenarioMismatch(scenario_id)
-        if question != scenario.question:
-            return None
-        return scenario
+        return task if question == task.prompt else None
 
     async def ask(
         self, key: ApiKey, inbox: str, question: str, scenario_id: str | None, request_key: str | None
@@ -284,18 +211,14 @@ class ArbiterService:
         if not key.may_use(inbox):  # before any lookup: whether the inbox exists is not the caller's business
             raise OutOfScope(inbox)
         await self.check_inbox(inbox)
-        scenario = self.reference(key, inbox, question, scenario_id)
+        reference = self.reference(key, inbox, question, scenario_id)
         version, spec = self.router.choose(request_key)
         if not self.policies.is_loaded(spec):
             await self._blocking(self.policies.get, spec)  # load once, off the loop; errors name the spec
-        if self.environment is not None:
-            reference = scenario or Task(id=f"live-{uuid.uuid4().hex[:12]}", environment=self.environment.name,
-                                         context=inbox, prompt=question)
-            task: Any = Play(reference, policy_version=version, tenant=key.tenant)
-        else:
-            task = EpisodeTask(inbox=inbox, question=question, scenario=scenario, policy_version=version,
-                               tenant=key.tenant)
-        episode, seconds = await self.batcher.submit(spec, task, lane=self.lane_of(spec))
+        task = reference or Task(id=f"live-{uuid.uuid4().hex[:12]}", environment=self.environment.name,
+                                 context=inbox, prompt=question)  # live traffic: nothing to judge it against
+        play = Play(task, policy_version=version, tenant=key.tenant)
+        episode, seconds = await self.batcher.submit(spec, play, lane=self.lane_of(spec))
         return Served(episode=episode, episode_seconds=seconds)
 
     async def feedback(self, key: ApiKey, episode_id: str, verdict: str) -> None:
@@ -335,9 +258,6 @@ class ArbiterService:
     def close(self) -> None:
         self.router.stop_refreshing()
         self.executor.shutdown(wait=True)  # running batches finish and commit before the pool closes
-        with self._stores_lock:
-            for store in self._stores:
-                store.close()
-            self._stores.clear()
+        self.environment.close()
         self.pool.close()
 

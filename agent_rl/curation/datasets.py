@@ -1,10 +1,10 @@
 """TRL-ready datasets: SFT conversations from good episodes, GRPO prompts from training scenarios, JSONL with hashes.
 
-Quality (for SFT selection) is 0 unless the episode's outcome is correct; a correct episode of any other
-environment (its own judge or a gateway verdict said so) has quality 1; for a correct email episode it is the share of the correct tier's extra credit it earned (right sources, citation precision, turn
-efficiency): (reward - correct base) / (rubric maximum - correct base), clamped to [0, 1]. So
-quality >= 0.8 means a correct answer with the right citations and few turns, the behaviour we want
-the warm-up to imitate.
+Quality (for SFT selection) is 0 unless the episode's outcome is correct; a correct episode's quality is what
+its environment's `demonstration_quality(reward)` says (the registry finds it by the episode's `environment`): 1 by
+default, the share of the rubric's extra credit for the email assistant (right sources, few turns). An
+environment the registry does not know by name (gateway traffic, a plug-in loaded by import path) has quality 1:
+its judge (or a user's verdict) said correct.
 
 Rows are saved as JSONL from plain Python objects: a `datasets.Dataset` built from message lists
 whose tool calls have different argument keys merges the schemas and fills the missing keys with
@@ -17,8 +17,9 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -27,21 +28,22 @@ from agent_rl.jsonl import read_jsonl
 from agent_rl.records import DEFAULT_ENVIRONMENT, Split
 
 
-def quality(episode: Mapping[str, Any], weights: Any = None) -> float:
-    """How good a demonstration the episode is, from the rubric (see module docstring)."""
-    from agent_rl.reward.rubric import RubricWeights, reward_bounds
-
-    weights = weights or RubricWeights()
+def quality(episode: Mapping[str, Any]) -> float:
+    """How good a demonstration the episode is (see module docstring)."""
     reward = episode.get("reward")
     if str(episode.get("outcome")) != "correct" or not isinstance(reward, (int, float)):
         return 0.0
-    if str(episode.get("environment") or "email") != "email":
-        return 1.0  # a plug-in's judge (or a gateway verdict) said correct; the email rubric's scale does not apply
-    _, highest = reward_bounds(weights)
-    span = highest - weights.correct
-    if span <= 0:
-        return 1.0
-    return round(min(1.0, max(0.0, (float(reward) - weights.correct) / span)), 9)  # float noise at the top
+    return _demonstration_quality(str(episode.get("environment") or DEFAULT_ENVIRONMENT))(float(reward))
+
+
+@lru_cache(maxsize=None)
+def _demonstration_quality(environment: str) -> Callable[[float], float]:
+    """The scale of the environment the registry knows by that name; 1.0 for one it does not know."""
+    from agent_rl.environments.registry import available, load_environment
+
+    if environment not in available():
+        return lambda reward: 1.0
+    return load_environment(environment).demonstration_quality
 
 
 def _schemas(tools: list[dict[str, Any]] | None, environment: str, known: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -115,7 +117,6 @@ DEFAULT_MAX_IDK_SHARE = 0.2
 def sft_rows(
     episodes: Iterable[Mapping[str, Any]],
     min_quality: float = 0.8,
-    weights: Any = None,
     tools: list[dict[str, Any]] | None = None,
     max_idk_share: float | None = DEFAULT_MAX_IDK_SHARE,
 ) -> list[dict[str, Any]]:
@@ -135,7 +136,7 @@ def sft_rows(
     known: dict[str, list[dict[str, Any]]] = {}
     rows: list[tuple[bool, dict[str, Any]]] = []
     for episode in episodes:
-        if quality(episode, weights) < min_quality:
+        if quality(episode) < min_quality:
             continue
         schemas = _schemas(tools, str(episode.get("environment") or DEFAULT_ENVIRONMENT), known)
         messages = episode.get("messages")
@@ -163,9 +164,12 @@ def sft_rows(
 
 
 def grpo_rows(scenarios: Iterable[Any], split: str | None = Split.TRAIN.value) -> list[dict[str, Any]]:
-    """Scenarios of `split` (None = all) as prompts with the columns the environment needs to score them."""
-    from agent_rl.environments.email.prompts import initial_messages
+    """Scenarios of `split` (None = all) as prompts with the columns the environment needs to score them. A scenario
+    (records.Scenario) is the default environment's task; its prompt is the opening that environment gives it."""
+    from agent_rl.environments.core import Task
+    from agent_rl.environments.registry import load_environment
 
+    environment = load_environment(DEFAULT_ENVIRONMENT)
     rows = []
     for scenario in scenarios:
         data = scenario.model_dump(mode="json") if hasattr(scenario, "model_dump") else dict(scenario)
@@ -173,8 +177,10 @@ def grpo_rows(scenarios: Iterable[Any], split: str | None = Split.TRAIN.value) -
             continue
         query_date = data.get("query_date")
         when = datetime.fromisoformat(query_date) if isinstance(query_date, str) else query_date
+        opening = Task(id=str(data["id"]), environment=environment.name, context=data["inbox_id"],
+                       prompt=data["question"], metadata={"query_date": when} if when else {})
         rows.append({
-            "prompt": initial_messages(data["inbox_id"], data["question"], when),
+            "prompt": environment.opening_messages(opening),
             "scenario_id": data["id"],
             "inbox": data["inbox_id"],
             "answer": data["answer"],

@@ -144,6 +144,21 @@ class Environment(abc.ABC):
         """OpenAI-style function schemas of the tools, derived from their signatures and docstrings."""
         return session_tool_schemas(self.session_type())
 
+    def replayable_tasks(self) -> list[Task]:
+        """The tasks a served request may be judged against (a caller allowed to replay names one by id, with its
+        prompt). Default: every task of every split."""
+        return [task for split in Split for task in self.tasks(split)]
+
+    def contexts(self) -> frozenset[str]:
+        """The contexts callers may ask about when served (an inbox, a store); asked again when a caller names an
+        unknown one, so a world that grows is served without a restart. Default: those of `replayable_tasks`."""
+        return frozenset(task.context for task in self.replayable_tasks())
+
+    def demonstration_quality(self, reward: float) -> float:
+        """How good a demonstration a correct episode with `reward` is, in [0, 1]: SFT keeps the correct episodes
+        at or above curation's min_quality. Default 1.0: the judge said correct, and that is all it says."""
+        return 1.0
+
     def privacy(self) -> PrivacySpec:
         return PrivacySpec()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import inspect
 import re
 from typing import Any
 
@@ -74,6 +75,21 @@ def load_environment(spec: str, **options: Any) -> Environment:
     except TypeError as exc:
         raise EnvironmentError(spec, f"cannot be built with options {sorted(options)}: {exc}") from None
     return check_environment(environment)
+
+
+def accepted_options(spec: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Those of `options` that the factory `spec` names takes by name (all of them when it takes **kwargs): a
+    setting that names one environment's world (the email assistant's inbox store) passes over the others."""
+    factory = resolve(spec)
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: let load_environment say what it refuses
+        return dict(options)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return dict(options)
+    names = {p.name for p in parameters if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                      inspect.Parameter.KEYWORD_ONLY)}
+    return {key: value for key, value in options.items() if key in names}
 
 
 def environment_commands() -> list[tuple[str, Any, str]]:

@@ -4,6 +4,10 @@ TRL 1.16 `GRPOTrainer(environment_factory=...)` makes one `InboxEnvironment` per
 `reset(**row)` with the dataset row (inbox, query date, golden answer...), offers the public
 methods (the three tools, inherited unchanged so their schemas match SFT and serving) to the
 model, and hands the instances to the reward functions, which read `observe()`.
+
+This is the one training module that knows the email assistant: its rollouts are scored by the rubric's separate
+reward groups (train/rewards.py), where every other environment's rollouts (train/plugin_rollouts.py) get its
+judge's one number.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 
 from agent_rl.agent.tool_calls import call_name
 from agent_rl.environments.email.tools import TOOL_NAMES, EpisodeTrace, InboxTools, ToolConfig
-from agent_rl.environments.email.inbox.store import InboxStore
+from agent_rl.environments.email.inbox.store import InboxStore, open_inbox_store
 from agent_rl.environments.core import Task
 from agent_rl.environments.email.environment import judge_outcome, rubric_observation
 from agent_rl.records import Category, Outcome
@@ -25,6 +29,8 @@ from agent_rl.turn_budget import DEFAULT_MAX_TURNS
 from agent_rl.utc import as_utc
 
 ANSWER_ACK = "Answer recorded."  # what return_final_answer says back (see tools.InboxTools._answer)
+# The environment whose GRPO rollouts are InboxEnvironments (scored by the rubric's groups); it trains alone.
+RUBRIC_ENVIRONMENT = "email"
 
 
 def parse_query_date(value: Any) -> datetime | None:
@@ -141,7 +147,7 @@ class InboxEnvironment(InboxTools):
     def _task(self) -> Task:
         """The bound row as the email environment's task record."""
         row = self._row
-        return Task(id=str(row.get("scenario_id") or ""), environment="email", context=self._inbox,
+        return Task(id=str(row.get("scenario_id") or ""), environment=RUBRIC_ENVIRONMENT, context=self._inbox,
                     prompt=self.question, reference=str(row["answer"]), category=str(row.get("category") or ""),
                     metadata={"source_ids": [str(s) for s in (row.get("source_ids") or [])]})
 
@@ -192,3 +198,10 @@ def calls_left_unanswered(completion: list[dict[str, Any]]) -> bool:
 def observe(environment: InboxEnvironment, completion: list[dict[str, Any]]) -> RolloutObservation:
     """The judged rollout of `environment` whose conversation after the prompt is `completion`."""
     return environment._observe(completion)
+
+
+def inbox_rollouts(store_url: str, max_turns: int) -> tuple[Callable[[], InboxEnvironment], InboxStore]:
+    """TRL's environment_factory for the email assistant's rollouts on the inbox store at `store_url`, and that store
+    (the caller closes it when training ends)."""
+    store = open_inbox_store(store_url)
+    return (lambda: InboxEnvironment(store, max_turns=max_turns)), store

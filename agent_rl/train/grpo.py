@@ -20,9 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_rl.environments.email.tools import TOOL_NAMES
 from agent_rl.train.config import GRPOSettings, common_trainer_args
-from agent_rl.train.environment import InboxEnvironment
+from agent_rl.train.environment import RUBRIC_ENVIRONMENT, inbox_rollouts
 from agent_rl.train.plugin_rollouts import rollout_class
 from agent_rl.train.prompt_filter import FilterReport, filter_prompts
 from agent_rl.train.rewards import REWARD_GROUPS, ExtraReward, check_extra_rewards, make_reward_funcs
@@ -234,7 +233,7 @@ def train_grpo(
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is marked experimental
     from transformers import AutoTokenizer
 
-    from agent_rl.environments.email.inbox.store import open_inbox_store
+    from agent_rl.environments.registry import load_environment
 
     settings = settings or GRPOSettings()
     extras = check_extra_rewards(extra_rewards or [])
@@ -245,9 +244,10 @@ def train_grpo(
     rows = read_jsonl(grpo_rows_jsonl)
     _check_rows(rows, plugins, settings, grpo_rows_jsonl, inbox_store_url)
     names = [p.name for p in plugins]
-
-    store = open_inbox_store(inbox_store_url) if plugin is None else None
     max_turns = settings.max_turns  # tool rounds + the answer's closing turn
+    # The environments rolled out in: the plug-ins, or the email assistant on its inbox store (rubric rollouts).
+    played = plugins or [load_environment(RUBRIC_ENVIRONMENT, store_url=inbox_store_url)]
+    factory, store = (_factory(plugins, max_turns), None) if plugins else inbox_rollouts(inbox_store_url, max_turns)
     rows_hash = file_sha256(grpo_rows_jsonl)  # read once: the resume fingerprint and MLflow's dataset hash
     resume = resumable_checkpoint(out_dir, inputs_fingerprint(
         rows_hash, str(model_path), Path(sft_adapter) if sft_adapter else "no SFT adapter",
@@ -257,7 +257,8 @@ def train_grpo(
     # Built first: reading its world size starts the process group under `accelerate launch`.
     args = _grpo_config(settings, out_dir, group_names, [x.weight for x in extras])
     kept, report = _kept_rows(rows, resume, out_dir, settings, args.world_size, solve_rates=solve_rates,
-                              model_path=model_path, adapter=sft_adapter, store=store, max_turns=max_turns)
+                              model_path=model_path, adapter=sft_adapter, environment=played[0],
+                              max_turns=max_turns)
     dataset = _dataset(kept, plugin)
 
     tokenizer_dir = sft_adapter if sft_adapter and (Path(sft_adapter) / "tokenizer_config.json").exists() else model_path
@@ -285,8 +286,8 @@ def train_grpo(
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
-        environment_factory=_factory(plugins, store, max_turns),
-        tool_order=list(dict.fromkeys(t for p in plugins for t in p.tool_names())) if plugins else TOOL_NAMES,
+        environment_factory=factory,
+        tool_order=list(dict.fromkeys(t for p in played for t in p.tool_names())),
         callbacks=[callback, *(callbacks or [])],
         group_weights=settings.reward_weights.as_list(group_names),
         rubric=settings.rubric,
@@ -297,15 +298,14 @@ def train_grpo(
         extra_prompts_per_step=settings.experimental.extra_prompts_per_step,
     )
     if settings.static_prefix and kept and len(plugins) <= 1:  # one system prompt for every row
-        trainer.static_prefix = _static_prefix(tokenizer, kept[0]["prompt"][0], plugin)
+        trainer.static_prefix = _static_prefix(tokenizer, kept[0]["prompt"][0], played[0])
     started = time.perf_counter()
     try:
         trainer.train(resume_from_checkpoint=resume)
     except BaseException:
         if stage is not None:
             stage.finish("FAILED")
-        if store is not None:
-            store.close()
+        _close(store, played)
         raise
     seconds = time.perf_counter() - started
 
@@ -313,9 +313,17 @@ def train_grpo(
     result = _grpo_result(trainer, callback.history, adapter_dir, rollouts_path, len(rollouts), report, seconds,
                           resume, stage)
     _report(result, stage, settings.max_completion_length, group_names, extras, rollouts)
+    _close(store, played)
+    return result
+
+
+def _close(store: Any, played: list) -> None:
+    """Release the rollouts' inbox store and what the email assistant opened for the prompt filter; plug-ins stay
+    open (the caller gave them, or loaded them for several uses)."""
     if store is not None:
         store.close()
-    return result
+        for environment in played:
+            environment.close()
 
 
 def _check_rows(rows: list[dict[str, Any]], plugins: list, settings: GRPOSettings, grpo_rows_jsonl: str | Path,
@@ -335,7 +343,7 @@ def _check_rows(rows: list[dict[str, Any]], plugins: list, settings: GRPOSetting
         if strays:
             raise ValueError(f"GRPO rows of environment(s) {', '.join(strays)} not among those trained on "
                              f"({', '.join(names)})")
-    if plugin and settings.prompt_filter.mode == "sampled":
+    if plugin and settings.prompt_filter.mode == "sampled":  # its rows are scenarios (train/prompt_filter.row_task)
         raise ValueError(f"prompt filter mode 'sampled' plays the email environment only; environment "
                          f"{plugin.name!r} needs mode 'none' or 'solve_rates'")
     if plugin is None and not inbox_store_url:
@@ -368,7 +376,7 @@ def _kept_rows(rows: list[dict[str, Any]], resume: str | None, out_dir: Path, se
 
 def _filtered_rows(rows: list[dict[str, Any]], resume: str | None, out_dir: Path, settings: GRPOSettings, *,
                    solve_rates: dict[str, float] | None, model_path: str | Path, adapter: str | Path | None,
-                   store: Any, max_turns: int) -> tuple[list[dict[str, Any]], FilterReport]:
+                   environment: Any, max_turns: int) -> tuple[list[dict[str, Any]], FilterReport]:
     """The rows the prompt filter keeps (saved to out_dir/grpo_prompts.jsonl); a resumed run reuses that file."""
     if resume:
         # The filter already ran for this out_dir: reuse its choice so the resumed data order is the same.
@@ -376,7 +384,8 @@ def _filtered_rows(rows: list[dict[str, Any]], resume: str | None, out_dir: Path
         kept = read_jsonl(kept_path) if kept_path.exists() else rows
         return kept, FilterReport("resumed", len(rows), len(kept))
     kept, report = filter_prompts(rows, settings.prompt_filter, solve_rates=solve_rates, model_path=model_path,
-                                  adapter=adapter, store=store, max_turns=max_turns, seed=settings.compute.seed)
+                                  adapter=adapter, environment=environment, max_turns=max_turns,
+                                  seed=settings.compute.seed)
     with (out_dir / "grpo_prompts.jsonl").open("w", encoding="utf-8") as handle:
         for row in kept:
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
@@ -392,13 +401,10 @@ def _dataset(kept: list[dict[str, Any]], plugin: Any):
                                                   "query_date": str(row.get("query_date") or "")} for row in kept])
 
 
-def _static_prefix(tokenizer, system_message: dict[str, Any], plugin: Any) -> StaticPrefix | None:
+def _static_prefix(tokenizer, system_message: dict[str, Any], environment: Any) -> StaticPrefix | None:
     """The prompts' shared opening block (train/static_prefix.py), when the prompts open with a system message."""
-    from agent_rl.environments.email.tools import tool_schemas
-
     if system_message.get("role") == "system":
-        schemas = plugin.tool_schemas() if plugin else tool_schemas()
-        return StaticPrefix.of_system_message(tokenizer, system_message, schemas)
+        return StaticPrefix.of_system_message(tokenizer, system_message, environment.tool_schemas())
     return None
 
 
@@ -483,10 +489,10 @@ def _plugin_environments(environment: Any) -> list:
         return []
     many = list(environment) if isinstance(environment, (list, tuple)) else [environment]
     loaded = [load_environment(e) if isinstance(e, str) else e for e in many]
-    if len(loaded) == 1 and loaded[0].name == "email":
+    if len(loaded) == 1 and loaded[0].name == RUBRIC_ENVIRONMENT:
         return []
     names = [e.name for e in loaded]
-    if "email" in names:
+    if RUBRIC_ENVIRONMENT in names:
         raise ValueError("the email assistant trains alone (its inbox rubric path); combine it with no other "
                          f"environment, got {', '.join(names)}")
     if len(set(names)) < len(names):
@@ -494,10 +500,8 @@ def _plugin_environments(environment: Any) -> list:
     return loaded
 
 
-def _factory(plugins: list, store: Any, max_turns: int) -> Any:
-    """TRL's environment_factory: the inbox, one plug-in's rollout class, or several by name."""
-    if not plugins:
-        return lambda: InboxEnvironment(store, max_turns=max_turns)
+def _factory(plugins: list, max_turns: int) -> Any:
+    """TRL's environment_factory for plug-ins: one plug-in's rollout class, or several by name."""
     if len(plugins) == 1:
         return rollout_class(plugins[0], max_turns)
     return {p.name: rollout_class(p, max_turns) for p in plugins}

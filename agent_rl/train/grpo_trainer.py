@@ -16,8 +16,7 @@ import torch
 from accelerate.utils import DistributedType, gather_object
 from trl import GRPOTrainer
 
-from agent_rl.environments.email.tools import TOOL_NAMES
-from agent_rl.train.environment import ANSWER_ACK, InboxEnvironment
+from agent_rl.train.environment import ANSWER_ACK
 from agent_rl.train.grpo import choose_groups, scored_alike, select_rows, trim_padding
 from agent_rl.train.rewards import REWARD_GROUPS, ExtraReward, rollout_scores
 
@@ -32,8 +31,8 @@ _WHOLE_MODEL_PER_PROCESS = frozenset(t for t in DistributedType if t.value == "N
 class AgentGRPOTrainer(GRPOTrainer):
     """GRPOTrainer plus rollout bookkeeping; generation, tool loop, masking and loss are TRL's."""
 
-    def __init__(self, *args, group_weights: list[float], rubric, rollouts_kept: int = 256,
-                 tool_order: Sequence[str] = TOOL_NAMES, cached_rollouts: bool = True, max_turn_tokens: int | None = None,
+    def __init__(self, *args, group_weights: list[float], rubric, tool_order: Sequence[str], rollouts_kept: int = 256,
+                 cached_rollouts: bool = True, max_turn_tokens: int | None = None,
                  extra_rewards: list[ExtraReward] | None = None, extra_prompts_per_step: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
         if extra_prompts_per_step and self.accelerator.num_processes > 1:
@@ -362,7 +361,7 @@ def _zero_loss(model):
     return sum(trainable) * 0.0
 
 
-def _rollout_record(env: InboxEnvironment, obs, total: float, components: dict[str, float], step: int,
+def _rollout_record(env: Any, obs, total: float, components: dict[str, float], step: int,
                     group: int) -> dict[str, Any]:
     return {
         "budget_cut": obs.budget_cut,

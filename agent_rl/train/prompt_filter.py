@@ -2,7 +2,7 @@
 and teaches nothing (docs/architecture.md: on CPU most groups had zero variance).
 
 Solve rates come either from outside (e.g. the SFT evaluation, by scenario id) or from a quick sampled
-pre-pass of the SFT model through the real episode runner.
+pre-pass of the SFT model through the real episode runner, in the environment the rows belong to.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_rl.records import Outcome, Scenario, Split
+from agent_rl.environments.core import Environment, Task
+from agent_rl.records import Outcome, Split
 from agent_rl.train.config import PromptFilterSettings
 from agent_rl.train.environment import parse_query_date
 from agent_rl.turn_budget import DEFAULT_MAX_TURNS
@@ -52,13 +53,13 @@ def row_question(row: dict[str, Any]) -> str:
     return str(users[-1])
 
 
-def row_scenario(row: dict[str, Any]) -> Scenario:
-    """The scenario a GRPO row was made from (for the episode runner)."""
-    return Scenario(
-        id=str(row.get("scenario_id") or ""), inbox_id=str(row["inbox"]), question=row_question(row),
-        answer=str(row["answer"]), source_ids=[str(s) for s in row.get("source_ids") or []],
-        category=row["category"], split=Split.TRAIN,
-        query_date=parse_query_date(row.get("query_date")) or parse_query_date("1970-01-01"),
+def row_task(row: dict[str, Any], environment: str) -> Task:
+    """The task a scenario's GRPO row (curation.datasets.grpo_rows) was made from, for the episode runner."""
+    query_date = parse_query_date(row.get("query_date")) or parse_query_date("1970-01-01")
+    return Task(
+        id=str(row.get("scenario_id") or ""), environment=environment, context=str(row["inbox"]),
+        prompt=row_question(row), reference=str(row["answer"]), category=str(row["category"]), split=Split.TRAIN,
+        metadata={"source_ids": [str(s) for s in row.get("source_ids") or []], "query_date": query_date.isoformat()},
     )
 
 
@@ -68,29 +69,29 @@ def select_by_rates(rows: list[dict[str, Any]], rates: dict[str, float], setting
             and settings.min_rate < rate < settings.max_rate]
 
 
-def sampled_solve_rates(model_path: str | Path, adapter: str | Path | None, rows: list[dict[str, Any]], store,
-                        settings: PromptFilterSettings, max_turns: int, max_new_tokens: int = 256,
-                        seed: int = 0) -> dict[str, float]:
-    """Play every row `samples_per_prompt` times with the sampled SFT model; share of correct episodes per row."""
+def sampled_solve_rates(model_path: str | Path, adapter: str | Path | None, rows: list[dict[str, Any]],
+                        environment: Environment, settings: PromptFilterSettings, max_turns: int,
+                        max_new_tokens: int = 256, seed: int = 0) -> dict[str, float]:
+    """Play every row `samples_per_prompt` times with the sampled SFT model in `environment`; share of correct
+    episodes per row."""
     from agent_rl.agent.local_policy import LocalPolicy
-    from agent_rl.agent.runner import RunnerConfig
-    from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
+    from agent_rl.agent.runner import Play, RunnerConfig, play_episodes
 
     policy = LocalPolicy(model_path, adapter=adapter, temperature=settings.temperature, seed=seed, batch_size=16)
-    tasks = [EpisodeTask.from_scenario(row_scenario(row)) for row in rows for _ in range(settings.samples_per_prompt)]
+    tasks = [row_task(row, environment.name) for row in rows for _ in range(settings.samples_per_prompt)]
     config = RunnerConfig(max_turns=max_turns, max_new_tokens=max_new_tokens, batch_size=16, timeout_s=3600)
-    episodes = run_episodes(policy, tasks, store, config)
+    episodes = play_episodes(policy, environment, [Play(task) for task in tasks], config)
     correct: dict[str, list[bool]] = defaultdict(list)
     for task, episode in zip(tasks, episodes):
-        correct[task.scenario.id].append(episode.outcome == Outcome.CORRECT)
+        correct[task.id].append(episode.outcome == Outcome.CORRECT)
     return {sid: sum(flags) / len(flags) for sid, flags in correct.items()}
 
 
 def filter_prompts(rows: list[dict[str, Any]], settings: PromptFilterSettings, *,
                    solve_rates: dict[str, float] | None = None, model_path: str | Path | None = None,
-                   adapter: str | Path | None = None, store=None, max_turns: int = DEFAULT_MAX_TURNS,
-                   seed: int = 0) -> tuple[list[dict[str, Any]], FilterReport]:
-    """The rows to train on and what the filter did."""
+                   adapter: str | Path | None = None, environment: Environment | None = None,
+                   max_turns: int = DEFAULT_MAX_TURNS, seed: int = 0) -> tuple[list[dict[str, Any]], FilterReport]:
+    """The rows to train on and what the filter did; mode 'sampled' plays them in `environment`."""
     import time
 
     started = time.perf_counter()
@@ -102,9 +103,9 @@ def filter_prompts(rows: list[dict[str, Any]], settings: PromptFilterSettings, *
             raise ValueError("prompt filter mode 'solve_rates' needs solve_rates (scenario id -> share solved)")
         rates = dict(solve_rates)
     else:
-        if model_path is None or store is None:
-            raise ValueError("prompt filter mode 'sampled' needs the model and the inbox store")
-        rates = sampled_solve_rates(model_path, adapter, candidates, store, settings, max_turns, seed=seed)
+        if model_path is None or environment is None:
+            raise ValueError("prompt filter mode 'sampled' needs the model and the environment to play in")
+        rates = sampled_solve_rates(model_path, adapter, candidates, environment, settings, max_turns, seed=seed)
     passed = select_by_rates(candidates, rates, settings)
     # The filter drops only what it knows teaches nothing; prompts beyond the (cost-bounded) candidates were never
     # looked at and stay. Keeping only the survivors of 8 candidates once left GRPO 4 steps on a single question.

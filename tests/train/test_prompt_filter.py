@@ -33,3 +33,37 @@ def test_nothing_passes_and_nothing_else_falls_back_to_the_candidates_or_fails_c
     assert kept == []
     with pytest.raises(ValueError, match="needs solve_rates"):
         filter_prompts(rows, PromptFilterSettings(mode="solve_rates"))
+
+
+def test_sampled_rates_play_each_scenario_row_as_the_email_runner_plays_its_scenario(tmp_path, monkeypatch):
+    """The sampled pre-pass goes through the environment contract: a row's task is its scenario's own, and the
+    outcomes are those of the email runner on the same store."""
+    import agent_rl.agent.local_policy as local_policy
+    from agent_rl.curation.datasets import grpo_rows
+    from agent_rl.environments.email.environment import scenario_task
+    from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
+    from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
+    from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
+    from agent_rl.environments.email.inbox.store import open_inbox_store
+    from agent_rl.environments.email.scenarios import generate_scenarios
+    from agent_rl.environments.registry import load_environment
+    from agent_rl.train.prompt_filter import row_task, sampled_solve_rates
+
+    url = f"sqlite:///{tmp_path / 'inbox.db'}"
+    store = open_inbox_store(url)
+    scenarios = generate_scenarios(build_demo_corpus(store, seed=0, n_inboxes=2, n_emails=120))[:8]
+    rows = grpo_rows(scenarios, split=None)
+    assert [row_task(row, "email") for row in rows] == [scenario_task(s) for s in scenarios]
+
+    teacher = HeuristicPolicy(HeuristicConfig(scenarios=scenarios, wrong_rate=0.4), store=store)
+    monkeypatch.setattr(local_policy, "LocalPolicy", lambda *args, **kwargs: teacher)
+    environment = load_environment("email", store_url=url)
+    settings = PromptFilterSettings(mode="sampled", samples_per_prompt=2)
+    try:
+        rates = sampled_solve_rates("model", None, rows, environment, settings, max_turns=6)
+    finally:
+        environment.close()
+    played = run_episodes(teacher, [EpisodeTask.from_scenario(s) for s in scenarios for _ in range(2)], store)
+    store.close()
+    expected = {s.id: sum(e.outcome == "correct" for e in played[2 * i: 2 * i + 2]) / 2 for i, s in enumerate(scenarios)}
+    assert rates == expected and 0 < sum(rates.values()) < len(rates)

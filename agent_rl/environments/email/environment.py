@@ -9,6 +9,7 @@ arbiter's live episodes all call `judge_outcome` and `rubric_observation`.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from datetime import datetime
 from typing import Any, ClassVar
@@ -17,6 +18,7 @@ from agent_rl.environments.email.prompts import SYSTEM_PROMPT, initial_messages
 from agent_rl.environments.email.tools import TOOL_NAMES, EpisodeTrace, InboxTools, ToolConfig, call_tool, tool_schemas
 from agent_rl.environments.core import Environment, FinalAnswer, Judgement, PrivacySpec, Task, Trajectory
 from agent_rl.environments.email.inbox.store import InboxStore, open_inbox_store
+from agent_rl.environments.email.memo_judge import MemoJudge
 from agent_rl.records import Category, Outcome, Scenario, Split
 from agent_rl.reward.judge import DeterministicJudge, Judge, is_idk
 from agent_rl.reward.rubric import FormatErrorKind, RubricObservation, RubricWeights, reward_bounds, score
@@ -99,35 +101,71 @@ class EmailEnvironment(Environment):
         command line passes through the registry); neither: the demo world's, opened when first needed."""
         self.store = store
         self.store_url = store_url
-        self._opened_store = False
+        self._local = threading.local()  # the store opened from store_url for each thread that plays
+        self._opened: list[InboxStore] = []
+        self._opened_lock = threading.Lock()
         self._scenarios = scenarios
         self.scenarios_path = scenarios_path
         self.tool_config = tools or ToolConfig()
         self.rubric = rubric or RubricWeights()
         self.reward_range = reward_bounds(self.rubric)  # what the rubric can give: curation's range check
-        self.answer_judge = judge or DeterministicJudge()
+        # Deterministic verdicts are remembered: served traffic replays the same scenarios over and over.
+        self.answer_judge = judge or MemoJudge(DeterministicJudge())
 
     def tasks(self, split: Split) -> list[Task]:
+        return [scenario_task(s) for s in self._all_scenarios() if s.split == split]
+
+    def _all_scenarios(self) -> list[Scenario]:
         if self._scenarios is None:
             from agent_rl.environments.email.scenarios.demo import load_default_scenarios
 
             self._scenarios = load_default_scenarios(self.scenarios_path)
-        return [scenario_task(s) for s in self._scenarios if s.split == split]
+        return self._scenarios
+
+    def replayable_tasks(self) -> list[Task]:
+        """Every scenario's task, in the file's order; none while no scenarios were given, named or written to the
+        default path (a new inbox serves live traffic before its scenarios exist)."""
+        if self._scenarios is None and not self.scenarios_path:
+            from agent_rl.environments.email.scenarios.demo import scenarios_path
+
+            if not scenarios_path().exists():
+                return []
+        return [scenario_task(s) for s in self._all_scenarios()]
+
+    def contexts(self) -> frozenset[str]:
+        """Every inbox of the store, read afresh: a mailbox ingested after start-up is served."""
+        return frozenset(self._inbox_store().inboxes())
+
+    def demonstration_quality(self, reward: float) -> float:
+        """The share of the correct tier's extra credit the episode earned (right sources, citation precision, turn
+        efficiency): (reward - correct base) / (rubric maximum - correct base), clamped to [0, 1]. So 0.8 and up
+        is a correct answer with the right citations and few turns, what the SFT warm-up should imitate."""
+        span = self.reward_range[1] - self.rubric.correct
+        if span <= 0:
+            return 1.0
+        return round(min(1.0, max(0.0, (float(reward) - self.rubric.correct) / span)), 9)  # float noise at the top
 
     def _inbox_store(self) -> InboxStore:
-        """The store given, else the one at `store_url`, opened when first needed (and closed by close())."""
-        if self.store is None:
-            self.store, self._opened_store = open_inbox_store(self.store_url), True
-        return self.store
+        """The store given, else one at `store_url` per thread, opened when that thread first needs it (closed by
+        close()): a backend keeps one connection per store, so threads playing at once do not queue on one."""
+        if self.store is not None:
+            return self.store
+        store = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = open_inbox_store(self.store_url)
+            with self._opened_lock:
+                self._opened.append(store)
+        return store
 
     def open(self, task: Task) -> InboxTools:
         return InboxTools(self._inbox_store(), task.context, query_date_of(task), self.tool_config)
 
     def close(self) -> None:
-        """Close the inbox store this environment opened (one it was given stays the caller's)."""
-        if self.store is not None and self._opened_store:
-            self.store.close()
-            self.store, self._opened_store = None, False
+        """Close the inbox stores this environment opened (one it was given stays the caller's)."""
+        with self._opened_lock:
+            opened, self._opened, self._local = self._opened, [], threading.local()
+        for store in opened:
+            store.close()
 
     def session_type(self) -> type:
         return InboxTools
