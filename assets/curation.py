@@ -3,7 +3,6 @@ write the SFT and GRPO datasets. Failing gates are blocking checks, so training 
 
 
 import json
-import os
 from collections import Counter
 from dataclasses import asdict
 
@@ -22,15 +21,11 @@ from agent_rl.curation.live import (
     split_live,
 )
 from agent_rl.curation.plugin_privacy import anonymize_plugin_partition, merged_privacy_reports
-from agent_rl.curation.privacy import anonymize_partition
 from agent_rl.environments import worlds
 from agent_rl.environments.core import Task
-from agent_rl.environments.registry import load_environment
 from agent_rl.records import Split
 from agent_rl.train.plugin_rollouts import task_rows
 from agent_rl.curation.validate import config_for, gate_results, validate_episodes
-from agent_rl.environments.email.inbox.store import open_inbox_store
-from agent_rl.environments.email.scenarios.demo import load_default_scenarios
 from assets.environment import inbox, scenarios
 from assets.partitions import weekly
 from assets.pool import export_path, pool_episodes
@@ -173,38 +168,21 @@ def anonymization(context: dg.AssetExecutionContext, inbox_store: InboxStoreReso
     if environment.is_live:
         yield from _anonymize_live(partition, episodes, curation)
         return
-    if not environment.is_email:
-        yield from _anonymize_plugin(partition, episodes, environment, curation)
-        return
-    items = load_default_scenarios()
-    store = inbox_store.open()
-    inboxes = sorted({e["context"] for e in episodes} | {s.inbox_id for s in items})
-    emails = [email for address in inboxes for email in store.iter_emails(address)]
-    # Every inbox's headers say who is a person, not just those of the inboxes in this partition.
-    everyone = (email for address in store.inboxes() for email in store.iter_emails(address))
-    world = load_environment(environment.name, store_url=inbox_store.resolved_url())
+    envs = environment.loads(store_url=inbox_store.resolved_url())
     try:
-        public_terms = world.privacy().public_terms
+        # An environment whose world the loop cannot copy whole runs the pass itself and writes its world here (the
+        # email assistant's inbox store); it trains alone. Any other goes through the loop's pass below.
+        own = (envs[0].privacy_pass(episodes, stage_dir("anonymized_environment", partition), curation.canaries,
+                                    curation.anonymizer()) if len(envs) == 1 else None)
+        if own is None:
+            yield from _anonymize_plugin(partition, episodes, envs, curation)
+            return
+        yield _anonymized_episodes(partition, own.episodes, own.report, own.leaks)
+        yield dg.MaterializeResult(asset_key="anonymized_environment",
+                                   metadata={"environment": envs[0].name, **own.world})
     finally:
-        world.close()
-    result = anonymize_partition(episodes, emails, items, canaries=curation.canaries, directory_emails=everyone,
-                                 config=curation.anonymizer(public_terms))
-
-    episodes_result = _anonymized_episodes(partition, result.episodes, result.report, result.leaks)
-
-    env_dir = stage_dir("anonymized_environment", partition)
-    tmp_db = env_dir / "inbox.db.tmp"
-    tmp_db.unlink(missing_ok=True)
-    anon_store = open_inbox_store(f"sqlite:///{tmp_db}")
-    anon_store.add_emails(result.emails)
-    anon_store.close()
-    os.replace(tmp_db, env_dir / "inbox.db")  # whole or nothing: a killed run leaves the old store
-    scenarios_hash = save_jsonl([s.model_dump(mode="json") for s in result.scenarios], env_dir / "scenarios.jsonl")
-    yield episodes_result
-    yield dg.MaterializeResult(asset_key="anonymized_environment", metadata={
-        "emails": len(result.emails), "scenarios": len(result.scenarios), "inboxes": len(inboxes),
-        "store": str(env_dir / "inbox.db"), "scenarios_hash": scenarios_hash,
-    })
+        for env in envs:
+            env.close()
 
 
 def _anonymized_episodes(partition: str, episodes: list[dict], report: dict, leaks: list,
@@ -222,12 +200,11 @@ def _anonymized_episodes(partition: str, episodes: list[dict], report: dict, lea
     })
 
 
-def _anonymize_plugin(partition: str, episodes: list[dict], environment: EnvironmentResource,
-                      curation: CurationResource):
+def _anonymize_plugin(partition: str, episodes: list[dict], envs: list, curation: CurationResource):
     """Each plug-in's episodes, tasks and world under one set of pseudonyms (curation/plugin_privacy.py); with
     several plug-ins, one pass per environment, its world saved under its name."""
     results = []
-    for env in environment.loads():
+    for env in envs:
         mine = [e for e in episodes if str(e.get("environment")) == env.name]
         tasks = env.tasks(Split.TRAIN) + env.tasks(Split.TEST)
         results.append(anonymize_plugin_partition(env, mine, tasks, canaries=curation.canaries,

@@ -76,7 +76,7 @@ def run_bare(model: Path, url: str, rows: Path, out: Path, settings) -> float:
     from trl import GRPOTrainer
 
     from agent_rl.environments.email.inbox.store import open_inbox_store
-    from agent_rl.train.environment import InboxEnvironment
+    from agent_rl.environments.email.rollouts import InboxEnvironment
     from agent_rl.train.grpo import _grpo_config
     from agent_rl.train.rewards import REWARD_GROUPS, make_reward_funcs
     from agent_rl.train.sft import load_model, lora_config, read_jsonl

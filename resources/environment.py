@@ -1,12 +1,14 @@
 """Which agent the loop trains: one environment plug-in for the whole job (assets, checks, sensors), or several
 plug-ins trained into one policy."""
 
+from typing import Any
+
 from dagster import ConfigurableResource
 from pydantic import Field, field_validator, model_validator
 
 from agent_rl.curation.live import LIVE_ENVIRONMENT, is_live
 from agent_rl.environments.core import Environment
-from agent_rl.environments.registry import load_environment, setting_names
+from agent_rl.environments.registry import accepted_options, load_environment, setting_names
 
 EMAIL = "email"
 
@@ -69,13 +71,13 @@ class EnvironmentResource(ConfigurableResource):
             return [LIVE_ENVIRONMENT]
         return [env.name for env in self.loads()]
 
-    def load(self) -> Environment:
-        """The (first) environment."""
+    def load(self, **options: Any) -> Environment:
+        """The (first) environment; of `options` (a world's `store_url`), those its class takes."""
         if self.is_live:
             raise ValueError("the gateway's live episodes have no environment plug-in to load (tools run in the "
                              "client); curation/live.py handles them")
-        return load_environment(self.name)
+        return load_environment(self.name, **accepted_options(self.name, options))
 
-    def loads(self) -> list[Environment]:
-        """Every plug-in this run trains on, in order."""
-        return [self.load(), *(load_environment(n) for n in self.also)]
+    def loads(self, **options: Any) -> list[Environment]:
+        """Every plug-in this run trains on, in order, each built with those of `options` its class takes."""
+        return [self.load(**options), *(load_environment(n, **accepted_options(n, options)) for n in self.also)]

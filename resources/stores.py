@@ -1,23 +1,21 @@
-"""Where emails and episodes live: the inbox store and the benchmark pool, by URL (SQLite default)."""
+"""Where the environment's world and the episodes live, by URL (SQLite default): the world's store is handed to the
+environment, which opens it; the pool is the loop's own."""
 
 
 from dagster import ConfigurableResource
 from pydantic import Field
 
 from agent_rl import settings
-from agent_rl.environments.email.inbox.store import InboxStore, open_inbox_store
 
 
 class InboxStoreResource(ConfigurableResource):
-    """The email store; empty URL means AGENT_RL_INBOX_URL or SQLite under AGENT_RL_HOME."""
+    """The store an environment's world lives in, passed to environments that take a `store_url` (the email
+    assistant's inbox store); empty URL means AGENT_RL_INBOX_URL or SQLite under AGENT_RL_HOME."""
 
     url: str = Field(default="", description="sqlite:///PATH or postgresql://HOST/DB; empty for the default")
 
     def resolved_url(self) -> str:
         return self.url or settings.inbox_url()
-
-    def open(self) -> InboxStore:
-        return open_inbox_store(self.resolved_url())
 
 
 class PoolResource(ConfigurableResource):

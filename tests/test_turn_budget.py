@@ -8,7 +8,7 @@ from agent_rl.evaluate.harness import EvalConfig
 from agent_rl.reward.rubric import RubricObservation
 from agent_rl.records import Outcome
 from agent_rl.train.config import GRPOSettings
-from agent_rl.train.environment import InboxEnvironment
+from agent_rl.environments.email.rollouts import InboxEnvironment
 from agent_rl.turn_budget import DEFAULT_MAX_TURNS
 from resources.evaluation import EvaluationResource
 from resources.training import TrainingResource

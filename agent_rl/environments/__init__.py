@@ -9,7 +9,8 @@ from agent_rl.environments.core import (
     ProbeItem,
     Task,
     Trajectory,
+    WorldPrivacy,
 )
 
 __all__ = ["Environment", "EnvironmentError", "FinalAnswer", "Judgement", "PrivacySpec", "ProbeItem", "Task",
-           "Trajectory"]
+           "Trajectory", "WorldPrivacy"]

@@ -20,7 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent_rl.records import Outcome, Split
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from agent_rl.agent.policy import Policy
+    from agent_rl.curation.anonymize import AnonymizerConfig
     from agent_rl.reward.hacking import Detector
 
 
@@ -91,6 +94,17 @@ class PrivacySpec:
     # Names in the world that belong to no person (products, places): a name detector must leave them, or an
     # anonymized task would ask for a product the world does not have.
     public_terms: tuple[str, ...] = ()
+
+
+@dataclass
+class WorldPrivacy:
+    """What an environment's own privacy pass (`Environment.privacy_pass`) gives curation: the anonymized episodes,
+    the privacy report and the auditor's findings (the blocking gate reads them), and what it wrote of its world."""
+
+    episodes: list[dict[str, Any]]
+    report: dict[str, Any]
+    leaks: list[Any] = field(default_factory=list)
+    world: dict[str, Any] = field(default_factory=dict)  # the anonymized world's summary, for the run's metadata
 
 
 class EnvironmentError(RuntimeError):  # noqa: A001 - the loop's own error for a broken plug-in
@@ -167,6 +181,33 @@ class Environment(abc.ABC):
         through `transform`, curation's pseudonymizer: the same function rewrites the episodes and tasks, so an
         anonymized task still plays to the same outcome. Default: the world holds no personal data."""
         return self
+
+    def privacy_pass(self, episodes: list[dict[str, Any]], out_dir: Path, canaries: list[str],
+                     config: AnonymizerConfig) -> WorldPrivacy | None:
+        """Curation's privacy pass run by the environment itself, for a world the loop cannot copy whole: anonymize
+        the week's episodes with the world under one set of pseudonyms, audit both, write the anonymized world
+        under `out_dir` and return the rest. Default None: the loop's pass over `privacy()` and `anonymized()`,
+        with the anonymized copy saved for training (curation/plugin_privacy.py)."""
+        return None
+
+    def build_world(self, **options: Any) -> dict[str, Any]:
+        """Build the world the tasks run in (a store filled from a corpus) before anything plays in it; `options`
+        are the run's world settings (a seed, a corpus to ingest), each taken by the environments that use it.
+        Returns what was built, for the run's metadata. Default: the world comes with the environment."""
+        return {}
+
+    def build_tasks(self, **options: Any) -> dict[str, Any]:
+        """Write the tasks `tasks(split)` gives from the world `build_world` built (generated questions with their
+        answers), with the same `options`; returns what was written, for the run's metadata. Default: the tasks
+        come with the environment."""
+        return {}
+
+    def rollout_factory(self, max_turns: int) -> Callable[[], Any] | None:
+        """TRL's `environment_factory` for GRPO rollouts of this environment's rows, if it has its own: objects with
+        `reset(**row)`, the tools as public methods, and `_observe(completion)` giving an
+        `agent_rl.environments.rollouts.JudgedRollout` (one whose `rubric` is set is scored by the rubric's reward
+        groups). Default None: the loop's rollouts over `open`, judged by `judge` (train/plugin_rollouts.py)."""
+        return None
 
     def teacher(self) -> Policy | None:
         """A policy that plays the tasks well (seeding a pool before any model is trained), if there is one."""

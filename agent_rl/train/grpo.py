@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from agent_rl.train.config import GRPOSettings, common_trainer_args
-from agent_rl.train.environment import RUBRIC_ENVIRONMENT, inbox_rollouts
-from agent_rl.train.plugin_rollouts import rollout_class
+from agent_rl.train.environment import RUBRIC_ENVIRONMENT
+from agent_rl.train.plugin_rollouts import rollout_factory
 from agent_rl.train.prompt_filter import FilterReport, filter_prompts
 from agent_rl.train.rewards import REWARD_GROUPS, ExtraReward, check_extra_rewards, make_reward_funcs
 from agent_rl.train.static_prefix import StaticPrefix
@@ -247,7 +247,7 @@ def train_grpo(
     max_turns = settings.max_turns  # tool rounds + the answer's closing turn
     # The environments rolled out in: the plug-ins, or the email assistant on its inbox store (rubric rollouts).
     played = plugins or [load_environment(RUBRIC_ENVIRONMENT, store_url=inbox_store_url)]
-    factory, store = (_factory(plugins, max_turns), None) if plugins else inbox_rollouts(inbox_store_url, max_turns)
+    factory = _factory(played, max_turns)
     rows_hash = file_sha256(grpo_rows_jsonl)  # read once: the resume fingerprint and MLflow's dataset hash
     resume = resumable_checkpoint(out_dir, inputs_fingerprint(
         rows_hash, str(model_path), Path(sft_adapter) if sft_adapter else "no SFT adapter",
@@ -305,7 +305,7 @@ def train_grpo(
     except BaseException:
         if stage is not None:
             stage.finish("FAILED")
-        _close(store, played)
+        _close(played, loaded_here=not plugins)
         raise
     seconds = time.perf_counter() - started
 
@@ -313,15 +313,14 @@ def train_grpo(
     result = _grpo_result(trainer, callback.history, adapter_dir, rollouts_path, len(rollouts), report, seconds,
                           resume, stage)
     _report(result, stage, settings.max_completion_length, group_names, extras, rollouts)
-    _close(store, played)
+    _close(played, loaded_here=not plugins)
     return result
 
 
-def _close(store: Any, played: list) -> None:
-    """Release the rollouts' inbox store and what the email assistant opened for the prompt filter; plug-ins stay
-    open (the caller gave them, or loaded them for several uses)."""
-    if store is not None:
-        store.close()
+def _close(played: list, loaded_here: bool) -> None:
+    """Release what the environment loaded here opened for its rollouts and the prompt filter (the email
+    assistant's inbox store); plug-ins stay open (the caller gave them, or loaded them for several uses)."""
+    if loaded_here:
         for environment in played:
             environment.close()
 
@@ -500,11 +499,12 @@ def _plugin_environments(environment: Any) -> list:
     return loaded
 
 
-def _factory(plugins: list, max_turns: int) -> Any:
-    """TRL's environment_factory for plug-ins: one plug-in's rollout class, or several by name."""
-    if len(plugins) == 1:
-        return rollout_class(plugins[0], max_turns)
-    return {p.name: rollout_class(p, max_turns) for p in plugins}
+def _factory(played: list, max_turns: int) -> Any:
+    """TRL's environment_factory: the environment's own rollouts (`Environment.rollout_factory`) or the loop's
+    plug-in rollouts; several environments by name."""
+    if len(played) == 1:
+        return rollout_factory(played[0], max_turns)
+    return {p.name: rollout_factory(p, max_turns) for p in played}
 
 
 def _redact(url: str) -> str:

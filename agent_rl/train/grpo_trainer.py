@@ -16,7 +16,7 @@ import torch
 from accelerate.utils import DistributedType, gather_object
 from trl import GRPOTrainer
 
-from agent_rl.train.environment import ANSWER_ACK
+from agent_rl.environments.rollouts import ANSWER_ACK
 from agent_rl.train.grpo import choose_groups, scored_alike, select_rows, trim_padding
 from agent_rl.train.rewards import REWARD_GROUPS, ExtraReward, rollout_scores
 

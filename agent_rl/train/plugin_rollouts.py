@@ -2,7 +2,8 @@
 methods are the tools and whose `reset(**row)` binds it to a dataset row. `rollout_class(env)` builds that class
 from the environment's session type: each tool delegates to a fresh session `env.open(task)` per row (so writes
 never leak between rollouts), and the finished rollout is judged by the environment's own judge, the same one the
-episode runner uses. The email assistant keeps its richer rubric path (train/environment.py).
+episode runner uses. This is the default of `Environment.rollout_factory`: an environment that offers its own
+(the email assistant, scored by the rubric's groups) is rolled out in that instead.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_rl.environments.core import Environment, FinalAnswer, Judgement, Task, Trajectory
+from agent_rl.environments.rollouts import JudgedRollout, calls_left_unanswered, scan_turns
 from agent_rl.environments.sessions import judge_episode
 from agent_rl.records import Outcome
-from agent_rl.train.environment import JudgedRollout, calls_left_unanswered, scan_turns
 
 
 def task_rows(environment: Environment, tasks: list[Task]) -> list[dict[str, Any]]:
@@ -136,6 +137,12 @@ def _delegate(name: str, original: Any) -> Any:
         return result
 
     return tool
+
+
+def rollout_factory(environment: Environment, max_turns: int) -> Any:
+    """TRL's environment_factory for `environment`: its own (`Environment.rollout_factory`), else its rollout
+    class built here."""
+    return environment.rollout_factory(max_turns) or rollout_class(environment, max_turns)
 
 
 def rollout_class(environment: Environment, max_turns: int) -> type[PluginRollout]:

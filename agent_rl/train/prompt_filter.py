@@ -16,7 +16,7 @@ from typing import Any
 from agent_rl.environments.core import Environment, Task
 from agent_rl.records import Outcome, Split
 from agent_rl.train.config import PromptFilterSettings
-from agent_rl.train.environment import parse_query_date
+from agent_rl.environments.rollouts import parse_query_date
 from agent_rl.turn_budget import DEFAULT_MAX_TURNS
 
 log = logging.getLogger(__name__)

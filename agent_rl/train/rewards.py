@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent_rl.environments.rollouts import JudgedRollout
 from agent_rl.reward.rubric import Reward, RubricWeights, score
-from agent_rl.train.environment import InboxEnvironment, RolloutObservation, observe
-from agent_rl.train.plugin_rollouts import PluginRollout, rollout_groups
+from agent_rl.train.plugin_rollouts import rollout_groups
 
 REWARD_GROUPS: dict[str, tuple[str, ...]] = {
     "outcome": ("correct", "wrong", "idk", "ran_out"),
@@ -45,18 +45,28 @@ def grouped(reward: Reward) -> dict[str, float]:
     return totals
 
 
-def rollout_reward(environment: InboxEnvironment, completion: list[dict[str, Any]], weights: RubricWeights) -> Reward:
-    return score(observe(environment, completion).rubric, weights)
+def observe(rollout: Any, completion: list[dict[str, Any]]) -> JudgedRollout:
+    """The judged rollout of a TRL environment instance whose conversation after the prompt is `completion`."""
+    return rollout._observe(completion)
 
 
-def rollout_scores(environment: Any, completion: list[dict[str, Any]],
+def rollout_reward(rollout: Any, completion: list[dict[str, Any]], weights: RubricWeights) -> Reward:
+    """The rubric's reward of a rollout that observes the rubric's inputs (its `rubric` hook)."""
+    observation = observe(rollout, completion)
+    if observation.rubric is None:
+        raise ValueError(f"{type(rollout).__name__} rollouts are judged by their environment, not by the rubric")
+    return score(observation.rubric, weights)
+
+
+def rollout_scores(rollout: Any, completion: list[dict[str, Any]],
                    weights: RubricWeights) -> tuple[dict[str, float], dict[str, float]]:
-    """(reward per group, components) of a finished rollout: the email rubric for the inbox environment, the
-    plug-in's own judge for any other (train/plugin_rollouts.py)."""
-    if isinstance(environment, PluginRollout):
-        groups, components = rollout_groups(environment._observe(completion))
+    """(reward per group, components) of a finished rollout: the rubric under `weights` when its observation
+    carries the rubric's inputs (the email assistant's), else its environment's judge (train/plugin_rollouts.py)."""
+    observation = observe(rollout, completion)
+    if observation.rubric is None:
+        groups, components = rollout_groups(observation)
         return {**dict.fromkeys(REWARD_GROUPS, 0.0), **groups}, components
-    reward = rollout_reward(environment, completion, weights)
+    reward = score(observation.rubric, weights)
     return grouped(reward), dict(reward.components)
 
 
@@ -65,7 +75,7 @@ def make_reward_funcs(weights: RubricWeights | None = None) -> list[Callable[...
     weights = weights or RubricWeights()
 
     def make(group: str) -> Callable[..., list[float]]:
-        def reward_func(completions: list[list[dict[str, Any]]], environments: list[InboxEnvironment] | None = None,
+        def reward_func(completions: list[list[dict[str, Any]]], environments: list[Any] | None = None,
                         **_: Any) -> list[float]:
             if environments is None:
                 raise ValueError("reward functions need TRL's environment instances (use environment_factory)")
@@ -114,5 +124,5 @@ def check_extra_rewards(extras: Sequence[ExtraReward]) -> list[ExtraReward]:
     return list(extras)
 
 
-def observations(environments: list[InboxEnvironment], completions: list[list[dict[str, Any]]]) -> list[RolloutObservation]:
+def observations(environments: list[Any], completions: list[list[dict[str, Any]]]) -> list[JudgedRollout]:
     return [observe(env, c) for env, c in zip(environments, completions, strict=True)]

@@ -9,7 +9,8 @@ import pytest
 from agent_rl.records import Outcome
 from agent_rl.reward.rubric import FormatErrorKind, RubricWeights, score
 from agent_rl.train.config import GRPOSettings, RewardWeights
-from agent_rl.train.environment import ANSWER_ACK, InboxEnvironment, observe
+from agent_rl.environments.email.rollouts import InboxEnvironment, observe
+from agent_rl.environments.rollouts import ANSWER_ACK
 from agent_rl.train.rewards import REWARD_GROUPS, make_reward_funcs
 
 
@@ -149,3 +150,52 @@ def test_grpo_trains_to_answer_only_when_two_answers_in_three_would_be_right(env
     assert (changed.correct, changed.wrong) == (1.5, settings.rubric.wrong)
     with pytest.raises(ValueError, match="rubric tiers out of order"):
         GRPOSettings.model_validate({"rubric": {"wrong": -2.7}})  # below GRPO's format errors + partial credit
+
+
+def test_the_email_environment_offers_its_rubric_rollouts_through_the_contract(env_row, train_data):
+    """GRPO asks the environment for its TRL factory: the email assistant's rollouts carry the rubric's inputs, so
+    the reward functions score them by the rubric's groups, as the InboxEnvironment built by hand is scored."""
+    from agent_rl.environments.email.environment import EmailEnvironment
+    from agent_rl.train.plugin_rollouts import rollout_factory
+    from agent_rl.train.rewards import grouped, rollout_scores
+
+    _, row = env_row
+    env = EmailEnvironment(store_url=train_data["store_url"])
+    try:
+        rollout = rollout_factory(env, max_turns=5)()
+        assert isinstance(rollout, InboxEnvironment) and rollout._max_turns == 5
+        rollout.reset(**row)
+        gold = row["source_ids"][0]
+        completion = _play(rollout, [("read_email", {"message_id": gold}),
+                                     ("return_final_answer", {"answer": row["answer"], "sources": [gold]}), ""])
+        weights = RubricWeights(correct=2.0)
+        groups, components = rollout_scores(rollout, completion, weights)
+        expected = score(observe(rollout, completion).rubric, weights)
+        assert groups == grouped(expected) and components == expected.components and groups["outcome"] == 2.0
+    finally:
+        env.close()
+
+
+def test_a_rollout_without_the_rubric_hook_is_scored_by_its_judge():
+    """The hook is the observation's `rubric`: None sends the judge's one number to the outcome group (format
+    errors to the format group), whatever class the rollout is."""
+    from agent_rl.environments.core import Judgement
+    from agent_rl.train.plugin_rollouts import PluginObservation, PluginTrace
+    from agent_rl.train.rewards import rollout_reward, rollout_scores
+
+    class Judged:
+        def __init__(self, format_error):
+            self.observation = PluginObservation(
+                question="q", outcome=Outcome.CORRECT if format_error is None else Outcome.FORMAT_ERROR,
+                format_error=format_error, turns=1, trace=PluginTrace(),
+                judgement=Judgement(Outcome.CORRECT, 0.75, {"solved": 0.75}))
+
+        def _observe(self, completion):
+            return self.observation
+
+    groups, components = rollout_scores(Judged(None), [], RubricWeights())
+    assert groups == {**dict.fromkeys(REWARD_GROUPS, 0.0), "outcome": 0.75} and components == {"solved": 0.75}
+    groups, _ = rollout_scores(Judged(FormatErrorKind.NO_TOOL_CALL), [], RubricWeights())
+    assert groups["format"] == 0.75 and groups["outcome"] == 0.0
+    with pytest.raises(ValueError, match="judged by their environment"):
+        rollout_reward(Judged(None), [], RubricWeights())

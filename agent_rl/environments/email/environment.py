@@ -12,17 +12,21 @@ import logging
 import threading
 import uuid
 from datetime import datetime
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agent_rl.environments.email.prompts import SYSTEM_PROMPT, initial_messages
 from agent_rl.environments.email.tools import TOOL_NAMES, EpisodeTrace, InboxTools, ToolConfig, call_tool, tool_schemas
-from agent_rl.environments.core import Environment, FinalAnswer, Judgement, PrivacySpec, Task, Trajectory
+from agent_rl.environments.core import Environment, FinalAnswer, Judgement, PrivacySpec, Task, Trajectory, WorldPrivacy
 from agent_rl.environments.email.inbox.store import InboxStore, open_inbox_store
 from agent_rl.environments.email.memo_judge import MemoJudge
 from agent_rl.records import Category, Outcome, Scenario, Split
 from agent_rl.reward.judge import DeterministicJudge, Judge, is_idk
 from agent_rl.reward.rubric import FormatErrorKind, RubricObservation, RubricWeights, reward_bounds, score
 from agent_rl.utc import as_utc
+
+if TYPE_CHECKING:
+    from agent_rl.curation.anonymize import AnonymizerConfig
 
 log = logging.getLogger(__name__)
 
@@ -205,6 +209,40 @@ class EmailEnvironment(Environment):
 
         return PrivacySpec(id_fields=("scenario_id", "citations"),
                            public_terms=public_terms_of(self._inbox_store().inboxes()))
+
+    def privacy_pass(self, episodes: list[dict[str, Any]], out_dir: Path, canaries: list[str],
+                     config: AnonymizerConfig) -> WorldPrivacy:
+        """The episodes, the inboxes and the scenarios under one set of pseudonyms (privacy_pass.py): the inbox
+        store is written anonymized to `out_dir` (inbox.db, scenarios.jsonl) rather than copied with the
+        environment. The demo world's public terms join the configured ones."""
+        from agent_rl.environments.email.privacy_pass import anonymize_inboxes
+
+        public = self.privacy().public_terms
+        config = config.model_copy(update={"public_terms": tuple(dict.fromkeys([*config.public_terms, *public]))})
+        return anonymize_inboxes(self._inbox_store(), self._all_scenarios(), episodes, out_dir, canaries, config)
+
+    def build_world(self, **options: Any) -> dict[str, Any]:
+        """The inbox store: a real export ingested (`ingest_path`), else the demo corpus of `seed`, `n_inboxes`,
+        `n_emails` (world.py)."""
+        from agent_rl.environments.email.world import build_inboxes
+
+        return build_inboxes(self._inbox_store(), **options)
+
+    def build_tasks(self, **options: Any) -> dict[str, Any]:
+        """The scenarios about the inboxes `build_world` built, written where `tasks` reads them (world.py)."""
+        from agent_rl.environments.email.scenarios.demo import scenarios_path
+        from agent_rl.environments.email.world import write_scenarios
+
+        path = Path(self.scenarios_path) if self.scenarios_path else scenarios_path()
+        self._scenarios, meta = write_scenarios(self._inbox_store(), path, **options)
+        return meta
+
+    def rollout_factory(self, max_turns: int) -> Any:
+        """InboxEnvironments on this environment's inbox store (rollouts.py), scored by the rubric's groups."""
+        from agent_rl.environments.email.rollouts import InboxEnvironment
+
+        store, config = self._inbox_store(), self.tool_config
+        return lambda: InboxEnvironment(store, config=config, max_turns=max_turns)
 
     def teacher(self, **options: Any) -> Any:
         """The rule-based reader; `options` are HeuristicConfig's (error rates, seed, version): with error rates

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_rl.environments.rollouts import ANSWER_ACK
 from agent_rl.environments.sessions import tool_parameters
 from agent_rl.environments.email.inbox.store import MAX_RESULTS, InboxStore
 from agent_rl.records import Email
@@ -294,7 +295,7 @@ class InboxTools:
             raise ToolArgumentError("an answer was already given")
         self.trace.final_answer = answer.strip()
         self.trace.sources = list(dict.fromkeys(s.strip() for s in sources if s.strip()))
-        return "Answer recorded."
+        return ANSWER_ACK  # the trainer ends a rollout on it (environments/rollouts.py)
 
 
 READ_CACHE_SIZE = 4096

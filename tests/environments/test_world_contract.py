@@ -1,0 +1,97 @@
+"""The world is the environment's concern: building it (`build_world`, `build_tasks`), its own privacy pass
+(`privacy_pass`) and its GRPO rollouts (`rollout_factory`) are contract methods whose defaults leave a plug-in's
+world as it came; the email assistant implements each with what the Dagster assets used to do by name."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from agent_rl.environments.email.environment import EmailEnvironment, scenario_task
+from agent_rl.environments.email.inbox.demo_corpus import generate_demo_corpus
+from agent_rl.environments.email.scenarios.generate import generate_scenarios
+from agent_rl.records import Split
+from examples.timetable import TimetableEnvironment
+
+SMALL = {"seed": 1, "n_inboxes": 2, "n_emails": 200}
+
+
+def test_a_plugin_whose_world_comes_with_it_builds_nothing_and_rolls_out_in_the_loops_rollouts(tmp_path):
+    from agent_rl.curation.anonymize import AnonymizerConfig
+    from agent_rl.train.plugin_rollouts import PluginRollout, rollout_factory
+
+    env = TimetableEnvironment()
+    assert env.build_world(**SMALL, ingest_path="") == {} and env.build_tasks(**SMALL) == {}
+    assert env.privacy_pass([], tmp_path, [], AnonymizerConfig()) is None
+    assert env.rollout_factory(4) is None
+    made = rollout_factory(env, 4)
+    assert issubclass(made, PluginRollout) and made._max_turns == 4
+
+
+@pytest.fixture
+def email(tmp_path):
+    env = EmailEnvironment(store_url=f"sqlite:///{tmp_path / 'inbox.db'}", scenarios_path=str(tmp_path / "s.jsonl"))
+    yield env
+    env.close()
+
+
+def test_the_email_world_is_the_seeded_demo_corpus_and_its_scenarios(email, tmp_path):
+    built = email.build_world(**SMALL)
+    corpus = generate_demo_corpus(**SMALL)
+    assert built["generated_emails"] == built["emails"] == len(corpus.emails) and built["inboxes"] == 2
+    assert "| inbox | emails |" in built["per_inbox"]
+    assert email.build_world(**SMALL)["emails"] == len(corpus.emails)  # idempotent
+
+    written = email.build_tasks(**SMALL)
+    expected = generate_scenarios(corpus, seed=SMALL["seed"])
+    assert written["path"] == str(tmp_path / "s.jsonl") and len(written["content_hash"]) == 64
+    assert email.tasks(Split.TRAIN) + email.tasks(Split.TEST) == [
+        scenario_task(s) for split in (Split.TRAIN, Split.TEST) for s in expected if s.split == split]
+    reread = EmailEnvironment(store_url=email.store_url, scenarios_path=written["path"])
+    assert reread.tasks(Split.TEST) == email.tasks(Split.TEST)  # what the file holds, not just memory
+
+
+def test_an_ingested_corpus_without_an_endpoint_is_refused(email, tmp_path):
+    from tests.conftest import ENRON_CSV
+
+    assert email.build_world(ingest_path=str(ENRON_CSV))["inserted"] == 103
+    with pytest.raises(ValueError, match="needs an LLM endpoint"):
+        email.build_tasks(ingest_path=str(ENRON_CSV))
+
+
+def test_the_email_privacy_pass_is_curations_email_pass(tmp_path):
+    """Same episodes, inbox and scenarios as `curation.privacy.anonymize_partition` called as the curation asset
+    called it: the directory from every inbox's headers, the demo world's public terms after the configured ones."""
+    from agent_rl.curation.anonymize import AnonymizerConfig
+    from agent_rl.curation.datasets import load_jsonl
+    from agent_rl.curation.privacy import anonymize_partition
+    from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
+    from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
+    from agent_rl.environments.email.inbox.demo_world import public_terms_of
+
+    env = EmailEnvironment(store_url=f"sqlite:///{tmp_path / 'inbox.db'}", scenarios_path=str(tmp_path / "s.jsonl"))
+    try:
+        env.build_world(**SMALL)
+        env.build_tasks(**SMALL)
+        store, scenarios = env._inbox_store(), env._all_scenarios()
+        train = [s for s in scenarios if s.split == Split.TRAIN][:12]
+        policy = HeuristicPolicy(HeuristicConfig(scenarios=train, wrong_rate=0.2, seed=1), store=store)
+        episodes = [e.model_dump(mode="json")
+                    for e in run_episodes(policy, [EpisodeTask.from_scenario(s) for s in train], store)]
+        config = AnonymizerConfig(public_terms=("Acme Widget",))
+        own = env.privacy_pass(episodes, tmp_path / "anon", ["4111 1111 1111 1111"], config)
+
+        inboxes = sorted({e["context"] for e in episodes} | {s.inbox_id for s in scenarios})
+        direct = anonymize_partition(
+            episodes, [m for a in inboxes for m in store.iter_emails(a)], scenarios, canaries=["4111 1111 1111 1111"],
+            directory_emails=[m for a in store.inboxes() for m in store.iter_emails(a)],
+            config=AnonymizerConfig(public_terms=("Acme Widget", *public_terms_of(store.inboxes()))))
+    finally:
+        env.close()
+    timeless = [{k: v for k, v in r.items() if k != "seconds"} for r in (own.report, direct.report)]
+    assert own.episodes == direct.episodes and timeless[0] == timeless[1] and own.leaks == direct.leaks == []
+    assert load_jsonl(tmp_path / "anon" / "scenarios.jsonl") == [s.model_dump(mode="json") for s in direct.scenarios]
+    with sqlite3.connect(tmp_path / "anon" / "inbox.db") as db:
+        assert db.execute("select count(*) from emails").fetchone()[0] == len(direct.emails) == own.world["emails"]
+    assert own.world["scenarios"] == len(scenarios) and own.world["inboxes"] == len(inboxes)
