@@ -45,22 +45,26 @@ def step(name: str):
 
 
 @contextmanager
-def arbiter_process(port: int, scenarios: Path, token: str):
+def arbiter_process(port: int, scenarios: Path | None, token: str, extra_keys: tuple = (),
+                    extra_args: tuple[str, ...] = ()):
     """The arbiter as its own process, like production; stopped (SIGTERM, drained) on exit.
 
     It admits one API key made here (every inbox, may replay scenarios): its hashed entry goes to the
-    arbiter in $AGENT_RL_API_KEYS, its token to replay() in this process's $AGENT_RL_API_KEY.
+    arbiter in $AGENT_RL_API_KEYS, its token to replay() in this process's $AGENT_RL_API_KEY. `extra_keys`:
+    more `ApiKey` entries it admits (their tokens stay with the caller); `extra_args`: more `arbiter serve` options.
     """
     from agent_rl.arbiter.keys import ApiKey
     from agent_rl.arbiter.server import stop_arbiter, wait_until_serving
 
     api_token, api_key = ApiKey.create("demo-replay", "demo", ["*"], replay=True)
-    env = {**os.environ, "AGENT_RL_ADMIN_TOKEN": token, "AGENT_RL_API_KEYS": json.dumps([api_key.model_dump(mode="json")])}
+    keys = [api_key.model_dump(mode="json")] + [key.model_dump(mode="json") for key in extra_keys]
+    env = {**os.environ, "AGENT_RL_ADMIN_TOKEN": token, "AGENT_RL_API_KEYS": json.dumps(keys)}
     os.environ["AGENT_RL_API_KEY"] = api_token
     # 128 tokens per turn: the trained agent's turns are under 90 (a tool call or an answer with sources); a model
     # that rambles stops there.
     command = [sys.executable, "-m", "agent_rl.cli", "arbiter", "serve", "--port", str(port), "--workers", "1",
-               "--scenarios", str(scenarios), "--log-level", "warning", "--max-new-tokens", "128"]
+               *(["--scenarios", str(scenarios)] if scenarios is not None else []), "--log-level", "warning",
+               "--max-new-tokens", "128", *extra_args]
     process = subprocess.Popen(command, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -243,6 +247,16 @@ def parse_plan(argv: list[str] | None = None) -> DemoPlan:
     return DemoPlan(args, environment, production_spec, production, ours, "fast" if args.fast else "demo")
 
 
+def wants_gateway(argv: list[str] | None) -> bool:
+    """Whether the command line (or $AGENT_RL_ENV) asks for the gateway's demo: `--env gateway`."""
+    from agent_rl.curation.live import is_live
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--env", default=os.environ.get("AGENT_RL_ENV") or "email")
+    known, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    return is_live(known.env)
+
+
 def default_production(environment, env_arg: str, fast: bool) -> str | None:
     """The agent production runs before training when the command line names none: the simulated API model of
     SIMULATED_PRODUCTION for the environment (the email's perfect rule-based reader in the fast demo), else the
@@ -296,6 +310,10 @@ class DemoRun:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if wants_gateway(argv):  # an outside agent's week through the gateway: its own driver (pipelines/demo_gateway.py)
+        from pipelines.demo_gateway import main as gateway_main
+
+        return gateway_main(argv)
     plan = parse_plan(argv)
     log_file = prepare_home(plan)
     started = time.perf_counter()
@@ -396,12 +414,15 @@ def run_week(run: DemoRun, week: int, requests: int, train, test) -> dict:
     return row
 
 
-def retrain(run: DemoRun):
-    """The week's retraining run and its failed checks; a crashed step (not a failed gate) marks the demo failed."""
+def retrain(run: DemoRun, resources: dict[str, dict] | None = None):
+    """The week's retraining run and its failed checks; a crashed step (not a failed gate) marks the demo failed.
+    `resources`: more field changes for this run, beside the week's (resource name -> fields)."""
     from pipelines.sensors import end_mlflow_parent_run
 
-    result = run.job("retraining_job", resources=week_changes(run.plan.ours, run.plan.args.fast),
-                     partition_key=run.partition, raise_on_error=False)
+    changes = week_changes(run.plan.ours, run.plan.args.fast)
+    for name, fields in (resources or {}).items():
+        changes[name] = {**changes.get(name, {}), **fields}
+    result = run.job("retraining_job", resources=changes, partition_key=run.partition, raise_on_error=False)
     with output_to(run.log_file):  # MLflow's own INFO lines belong in the log, not on the console
         end_mlflow_parent_run(run.defs.resources["mlflow"].uri(), result.run_id, result.success)
     failed_checks = [e for e in result.get_asset_check_evaluations() if not e.passed]
