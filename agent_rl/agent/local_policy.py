@@ -114,7 +114,8 @@ class LocalPolicy(Policy):
         self._lock = threading.Lock()
         # Per adapter (None: the model as it is): the system block's tokens and their attention cache.
         self._system_cache: dict[str | None, tuple[tuple[int, ...], Any]] = {}
-        self.turn_cache = TurnCache(self.config.turn_cache_tokens if _plain_dynamic_layers(self.model) else 0)
+        self._plain_layers = _plain_dynamic_layers(self.model)
+        self.turn_cache = TurnCache(self.config.turn_cache_tokens if self._plain_layers else 0)
         self._cache_owner = next(_CACHE_OWNERS)
         self.rows: Any = None  # RowAdapters when per-row adapters are installed (agent/row_lora.py)
         self._waiting: list[_Request] = []  # calls waiting for the lock (decoded together, see _generate)
@@ -209,11 +210,11 @@ class LocalPolicy(Policy):
         remember = prompts is not None and self.turn_cache.enabled
         starts: list[tuple[int, CachedRow | None]] = batch.get("turn_hits") or [(0, None)] * len(active)
         keys = [(self._cache_owner, a) for a in (adapters or [None] * len(active))]
+        row_adapters = adapters or [None] * len(active)
         if self.rows is not None:
-            self.rows.set_rows(adapters or [None] * len(active))
+            self.rows.set_rows(row_adapters)
         with torch.inference_mode():
-            logits = self.model(input_ids=ids[:, cached:], attention_mask=mask, position_ids=positions[:, cached:],
-                                past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+            logits, cache = self._prompt_pass(ids, mask, positions, cache, cached, row_adapters)
             # Generated tokens go into reserved slots instead of a concatenation per token (agent/slot_cache.py).
             slots = max_new_tokens > 1 and _plain_dynamic_layers_of(cache)
             if slots:
@@ -249,6 +250,28 @@ class LocalPolicy(Policy):
                                     past_key_values=cache, use_cache=True).logits[:, -1, :]
                 next_positions = next_positions + 1
         return outputs
+
+    def _prompt_pass(self, ids: Any, mask: Any, positions: Any, cache: Any, cached: int,
+                     adapters: list[str | None]) -> tuple[Any, Any]:
+        """Last-token logits of every row and the filled cache: rows bringing new tokens of very different
+        lengths run in groups so the padding is not computed (agent/ragged_prefill.py)."""
+        from agent_rl.agent.ragged_prefill import grouped_prefill, new_token_lengths, prefill_groups
+
+        def forward(input_ids: Any, attention_mask: Any, position_ids: Any, past_key_values: Any) -> Any:
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                              past_key_values=past_key_values, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+
+        groups = [list(range(ids.shape[0]))]
+        if self._plain_layers and ids.shape[0] > 1 and (not cached or _plain_dynamic_layers_of(cache)):
+            groups = prefill_groups(new_token_lengths(mask, ids.shape[1] - cached))
+        if len(groups) == 1:
+            return forward(ids[:, cached:], mask, positions[:, cached:], cache), cache
+
+        def select_rows(rows: list[int]) -> None:
+            if self.rows is not None:
+                self.rows.set_rows([adapters[i] for i in rows])
+
+        return grouped_prefill(forward, cache, ids, mask, positions, cached, groups, select_rows, self.model.config)
 
     def _pick(self, logits: Any, generator: Any) -> Any:
         """Next token per row: argmax, or a sample from the temperature-scaled nucleus (top_p)."""
