@@ -312,7 +312,8 @@ class LeakAuditor:
             # "an email to donna lowry" is a name when neither word is written lowercase anywhere else.
             pairs, self._lower_pairs = self._lower_pairs, Counter()
             for (a, b), count in pairs.items():
-                if self._lower_words[a] <= count and self._lower_words[b] <= count:
+                # A declared public term ("san antonio") is not a person however it is written.
+                if self._lower_words[a] <= count and self._lower_words[b] <= count and (a, b) not in self._public:
                     self.full_names.add((a, b))
             self.__dict__.pop("_distinctive", None)
         return self._distinctive

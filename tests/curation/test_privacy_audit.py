@@ -163,6 +163,20 @@ def test_a_declared_public_place_is_no_leak_and_a_person_beside_it_still_is():
             assert bool(found) == (name in leaked), (public, name)
 
 
+def test_a_declared_public_place_written_in_lower_case_is_no_leak_either():
+    """Users type "sandy hook" in lower case; a lower-case first name + surname pair is a person only when it is
+    not a declared public term, while a person written in lower case ("nadia pemberton") is still caught."""
+    from agent_rl.curation.leak_check import LeakAuditor
+
+    text = "what is the budget for the sandy hook pilot? ask nadia pemberton."
+    for public, leaked in (((), {"sandy hook", "nadia pemberton"}), (("Sandy Hook",), {"nadia pemberton"})):
+        auditor = LeakAuditor(b"salt", public=public)
+        auditor.learn_text(text)
+        for name in ("sandy hook", "nadia pemberton"):
+            found = auditor.scan("sft_dataset/train.jsonl", "line 1", {"content": f"ask {name} about it."})
+            assert bool(found) == (name in leaked), (public, name)
+
+
 def _enron_paths() -> tuple[Path, Path]:
     local = Path(__file__).resolve().parents[1] / "data"
     if (local / "emails_sample.csv").is_file() and (local / "enron_annotated.json").is_file():
