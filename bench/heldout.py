@@ -55,16 +55,15 @@ class Timed:
 
 
 def machine() -> str:
-    flags, name = set(), "unknown CPU"
+    from agent_rl.agent.precision import _cpu_flags
+
+    name = "unknown CPU"
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and name == "unknown CPU":
-                name = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
+        name = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
         pass
-    extras = [f for f in ("amx_tile", "avx512_bf16") if f in flags]
+    extras = [f for f in ("amx_tile", "avx512_bf16") if f in _cpu_flags()]
     return f"{name}, {os.cpu_count()} cores" + (f", {'+'.join(extras)}" if extras else "")
 
 

@@ -7,20 +7,15 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from agent_rl.arbiter.server import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow
@@ -30,7 +25,7 @@ def test_a_week_of_an_outside_agent_end_to_end(tmp_path):
     (tmp_path / "dagster").mkdir()
     # Fewer users than the demo's 3000, a larger rating share so that the labeler is fitted and measured.
     done = subprocess.run([sys.executable, "-m", "pipelines.demo", "--fast", "--env", "gateway", "--port",
-                           str(_free_port()), "--users", "500", "--rated-share", "0.3", "--ab-users", "100",
+                           str(free_port()), "--users", "500", "--rated-share", "0.3", "--ab-users", "100",
                            "--ab-rounds", "1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     out = done.stdout
     assert done.returncode == 0, f"exit {done.returncode}\n{out[-4000:]}\n{done.stderr[-3000:]}"

@@ -7,21 +7,16 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from agent_rl.arbiter.server import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 AGENTS = ("email", "support", "examples.timetable:TimetableEnvironment")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow
@@ -32,7 +27,7 @@ def test_three_agents_run_their_own_weeks_in_one_home(tmp_path):
     outputs = {}
     for agent in AGENTS:
         done = subprocess.run([sys.executable, "-m", "pipelines.demo", "--fast", "--env", agent,
-                               "--port", str(_free_port())], cwd=ROOT, env=env, capture_output=True, text=True,
+                               "--port", str(free_port())], cwd=ROOT, env=env, capture_output=True, text=True,
                               timeout=1200)
         outputs[agent] = done.stdout
         assert done.returncode == 0, f"{agent}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"

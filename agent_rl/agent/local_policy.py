@@ -261,9 +261,10 @@ class LocalPolicy(Policy):
             return self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                               past_key_values=past_key_values, use_cache=True, logits_to_keep=1).logits[:, -1, :]
 
-        groups = [list(range(ids.shape[0]))]
+        lengths, groups = [], [list(range(ids.shape[0]))]
         if self._plain_layers and ids.shape[0] > 1 and (not cached or _plain_dynamic_layers_of(cache)):
-            groups = prefill_groups(new_token_lengths(mask, ids.shape[1] - cached))
+            lengths = new_token_lengths(mask, ids.shape[1] - cached)
+            groups = prefill_groups(lengths)
         if len(groups) == 1:
             return forward(ids[:, cached:], mask, positions[:, cached:], cache), cache
 
@@ -271,7 +272,8 @@ class LocalPolicy(Policy):
             if self.rows is not None:
                 self.rows.set_rows([adapters[i] for i in rows])
 
-        return grouped_prefill(forward, cache, ids, mask, positions, cached, groups, select_rows, self.model.config)
+        return grouped_prefill(forward, cache, ids, mask, positions, cached, lengths, groups, select_rows,
+                               self.model.config)
 
     def _pick(self, logits: Any, generator: Any) -> Any:
         """Next token per row: argmax, or a sample from the temperature-scaled nucleus (top_p)."""

@@ -52,17 +52,18 @@ def prefill_groups(lengths: list[int], max_padding: float = MAX_PADDING) -> list
 
 
 def grouped_prefill(forward: Callable[..., Any], cache: Any, ids: Any, mask: Any, positions: Any, cached: int,
-                    groups: list[list[int]], select_rows: Callable[[list[int]], None], config: Any) -> tuple[Any, Any]:
+                    lengths: list[int], groups: list[list[int]], select_rows: Callable[[list[int]], None],
+                    config: Any) -> tuple[Any, Any]:
     """Run the prompt pass group by group; returns (last-token logits of every row, in batch order, and the
     batch cache of length cached + width holding every row's prompt where the padded pass would have put it).
 
     `forward(input_ids, attention_mask, position_ids, past_key_values)` is the model call returning logits of the
-    last position; `select_rows(rows)` tells per-row adapters which rows the next pass holds."""
+    last position; `lengths` are new_token_lengths of the batch, `groups` prefill_groups of them; `select_rows(rows)`
+    tells per-row adapters which rows the next pass holds."""
     import torch
     from transformers import DynamicCache
 
     batch, width = ids.shape[0], ids.shape[1] - cached
-    lengths = new_token_lengths(mask, width)
     logits = None
     layers: list[tuple[Any, Any]] | None = None
     for group in groups:

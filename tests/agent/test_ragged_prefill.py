@@ -59,7 +59,7 @@ def test_grouped_prompt_pass_answers_like_the_padded_one_and_like_each_alone(tin
     original = ragged_prefill.grouped_prefill
 
     def counted(*args, **kwargs):
-        calls.append(len(args[6]))
+        calls.append(len(args[7]))
         return original(*args, **kwargs)
 
     monkeypatch.setattr(ragged_prefill, "grouped_prefill", counted)
@@ -96,7 +96,7 @@ def test_grouped_cache_is_laid_out_like_the_padded_one(tiny):
                      past_key_values=past_key_values, use_cache=True, logits_to_keep=1).logits[:, -1, :]
 
     with torch.inference_mode():
-        logits, grouped = ragged_prefill.grouped_prefill(forward, cache, ids, mask, positions, cached, groups,
+        logits, grouped = ragged_prefill.grouped_prefill(forward, cache, ids, mask, positions, cached, lengths, groups,
                                                          lambda rows: None, model.config)
         again = policy._batch(prompts, 0, [None] * len(prompts))
         padded_logits = forward(ids[:, cached:], mask, positions[:, cached:], again["past_key_values"])
