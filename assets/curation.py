@@ -146,8 +146,8 @@ def labeler_agreement(context: dg.AssetCheckExecutionContext):
                    f"{labeled} labeled episodes from a labeler that failed its check ({labeler['reason']})")
     return dg.AssetCheckResult(passed=passed, description=description, metadata={
         key: value if value is not None else "n/a"
-        for key, value in labeler.items() if key in ("auc", "ece", "ece_floor", "n_rated", "n_unrated", "n_labeled",
-                                                     "min_auc", "max_ece", "reason")})
+        for key, value in labeler.items() if key in ("auc", "ece", "ece_floor", "ece_excess", "n_rated", "n_unrated",
+                                                     "n_labeled", "min_auc", "max_ece", "reason")})
 
 
 # -- anonymized_episodes + anonymized_environment ----------------------------------------------

@@ -372,10 +372,11 @@ def print_summary(args: argparse.Namespace, week: dict, started: float) -> None:
     if labeler:
         check = labeler["report"]
         changed = args.labeler_min_auc is not None or args.labeler_max_ece is not None
-        bars = f"bars AUC >= {check.min_auc}, ECE <= {check.max_ece}" + (
+        bars = f"bars AUC >= {check.min_auc}, ECE <= {check.max_ece} beyond sampling noise" + (
             ", set for this run on the command line, not the profile's" if changed else ", the profile's")
         oof = (f"out of fold on {check.n_rated} rated: AUC {check.auc:.3f}, ECE {check.ece:.3f} (sampling noise alone "
-               f"~{check.ece_floor:.3f})" if check.auc is not None else f"not fitted ({check.reason})")
+               f"~{check.ece_floor:.3f}, beyond it {check.ece_excess:.3f})" if check.auc is not None else
+               f"not fitted ({check.reason})")
         print(f"labeler check ({bars}): {oof} -> {'PASSED, labels used' if check.passed else 'FAILED: ratings alone'}"
               + (f" ({check.reason})" if check.reason else ""))
         if labeler["auc"] is not None:

@@ -88,7 +88,8 @@ class JudgeLabeler(BaseModel):
                 if check["passed"] and unrated else ()
         confident = tuple(label for label in scored if label.good is not None)
         report = LabelerReport(
-            auc=check["auc"], ece=check["ece"], ece_floor=check["ece_floor"], n_rated=len(labels),
+            auc=check["auc"], ece=check["ece"], ece_floor=check["ece_floor"], ece_excess=check["ece_excess"],
+            n_rated=len(labels),
             n_rated_good=sum(labels), n_unrated=len(unrated), n_labeled=len(confident),
             n_labeled_good=sum(bool(label.good) for label in confident), passed=check["passed"],
             reason=check["reason"], min_auc=self.min_auc, max_ece=self.max_ece)

@@ -13,6 +13,7 @@ from sklearn.metrics import roc_auc_score
 from agent_rl.feedback.labeler import (
     LabelerConfig,
     TrainOn,
+    agreement,
     ece_floor,
     expected_calibration_error,
     label_episodes,
@@ -59,7 +60,10 @@ def test_bars_missed_means_rated_only_with_the_reason(week):
     result = label_episodes(signals, LabelerConfig(min_auc=0.99, max_ece=0.001))
     report = result.report
     assert not report.passed and result.train_on is TrainOn.RATED_ONLY and result.labels == ()
-    assert "AUC" in report.reason and "< 0.99" in report.reason and "ECE" in report.reason
+    assert "AUC" in report.reason and "< 0.99" in report.reason
+    # Its ECE is within what sampling noise gives on these ratings: no calibration miss, even at a bar of 0.001.
+    assert report.ece_excess == max(0.0, report.ece - report.ece_floor) and ("ECE" in report.reason) == (
+        report.ece_excess > 0.001)
     assert report.n_labeled == 0 and result.scored  # the scores stay inspectable
     assert report.ece_floor is not None and report.ece_floor > 0
 
@@ -99,6 +103,23 @@ def test_the_ece_floor_is_sampling_noise_that_shrinks_with_more_episodes():
     small, large = rng.random(200), rng.random(5000)
     assert ece_floor(large) < ece_floor(small) < 0.1
     assert ece_floor(small) == ece_floor(small)  # seeded
+
+
+def test_the_calibration_bar_is_held_against_the_error_beyond_sampling_noise():
+    # 150 ratings drawn from the probabilities themselves: a perfectly calibrated labeler. Its raw ECE sits near the
+    # noise floor (~0.08), above a bar of 0.05 that the raw ECE could never meet at this size; beyond noise it passes.
+    rng = np.random.default_rng(3)
+    p = rng.random(150)
+    calibrated = (rng.random(150) < p).astype(int)
+    report = agreement(calibrated, p, min_auc=0.5, max_ece=0.05)
+    assert report["ece"] > 0.05 and report["ece_floor"] > 0.05
+    assert report["ece_excess"] == pytest.approx(max(0.0, report["ece"] - report["ece_floor"]))
+    assert report["passed"], report["reason"]
+    # The same ratings read by a labeler 0.25 too sure of itself: well beyond noise, and the reason says by how much.
+    overconfident = np.clip(p + 0.25, 0, 1)
+    report = agreement(calibrated, overconfident, min_auc=0.5, max_ece=0.05)
+    assert not report["passed"] and report["ece_excess"] > 0.05
+    assert "beyond the" in report["reason"] and "sampling noise" in report["reason"] and "150 rated" in report["reason"]
 
 
 def test_config_is_checked():
