@@ -44,7 +44,7 @@ def test_kubernetes_mode_needs_a_store_and_a_good_one():
     assert TrainingCompute().mode == ComputeMode.SUBPROCESS and TrainingCompute().stage_store_url == ""
 
 
-def _fake_stage(local: dict) -> dict:
+def _fake_stage(local: dict, _uploaders: list = ()) -> dict:
     out = Path(local["out_dir"]) / "adapter"
     out.mkdir(parents=True)
     (out / "adapter_model.safetensors").write_bytes(Path(local["rows_jsonl"]).read_bytes())

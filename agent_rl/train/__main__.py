@@ -152,7 +152,8 @@ def run_configured(stage: str, config: dict[str, Any], where: str, callbacks: li
 
     if STORE_KEY not in config:
         return run_stage(stage, config, where, extra_callbacks=callbacks)
-    return run_in_scratch(config, lambda local: run_stage(stage, local, where, extra_callbacks=callbacks))
+    return run_in_scratch(config, lambda local, uploaders: run_stage(
+        stage, local, where, extra_callbacks=[*(callbacks or []), *uploaders]))
 
 
 def rank() -> int:
@@ -173,7 +174,7 @@ def run_helper_rank(stage: str, config: dict[str, Any], where: str) -> None:
           file=sys.stderr, flush=True)
     config = {**config, "tracking": None}
     if STORE_KEY in config:  # its own scratch, inputs downloaded, nothing uploaded
-        run_in_scratch(config, lambda local: run_stage(stage, local, where), upload=False)
+        run_in_scratch(config, lambda local, _: run_stage(stage, local, where), upload=False)
         return
     import shutil
     import tempfile

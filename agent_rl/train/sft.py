@@ -239,6 +239,9 @@ def last_checkpoint(out_dir: Path) -> str | None:
 
 
 INPUTS_FILE = "inputs.sha256"  # what the checkpoints in an out_dir were trained from
+# Written in INPUTS_FILE by the stage store after it downloaded a checkpoint of the same stage (same inputs, proved by
+# the stage key): the run adopts it under its own fingerprint instead of starting afresh.
+ADOPT_CHECKPOINTS = "adopt: same stage key"
 # Settings that say how long and how often to save, not what is learned: a run may go on with more steps.
 RUN_LENGTH_FIELDS = {"max_steps", "save_steps", "save_total_limit", "logging_steps"}
 
@@ -267,7 +270,11 @@ def resumable_checkpoint(out_dir: str | Path, fingerprint: str) -> str | None:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     marker = out_dir / INPUTS_FILE
-    if marker.is_file() and marker.read_text().strip() == fingerprint:
+    recorded = marker.read_text().strip() if marker.is_file() else None
+    if recorded == ADOPT_CHECKPOINTS:
+        marker.write_text(fingerprint + "\n")
+        return last_checkpoint(out_dir)
+    if recorded == fingerprint:
         return last_checkpoint(out_dir)
     for folder in out_dir.glob("checkpoint-*"):
         shutil.rmtree(folder, ignore_errors=True)

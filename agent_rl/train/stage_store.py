@@ -8,6 +8,11 @@ URLs; the host downloads that output into its own home and rewrites every path b
 manifests). Objects are content-addressed (a hash of the bytes and the name), so a re-run uploads nothing it
 already did, and an object counts only once its marker is written last: an interrupted upload is never read.
 
+A pod may be preempted and started again elsewhere, with a fresh scratch. So every checkpoint the stage saves is
+uploaded too, and a pointer written last (`checkpoints/<stage key>/latest.json`) names the newest; a pod that
+starts on the same stage (the same config of content-addressed inputs and settings: the stage key) downloads that
+checkpoint into its scratch first and the trainer resumes from it, as it would from its own folder on one machine.
+
 Host: `StagedConfig.prepare(stage, config, store_url)`, then `.env_value` for the launch and `.bring_back(result)`.
 Pod:  `read_stage_config(os.environ[CONFIG_ENV])`, then `run_in_scratch(config, run)` when it names a store.
 """
@@ -34,6 +39,7 @@ STORE_KEY = "stage_store"  # the config key naming the store; its presence makes
 CONFIG_ENV_LIMIT = 64 * 1024  # Linux caps one variable at 128 KiB; a larger config travels as a store object
 MARKER = ".complete"  # written last beside an object: its file list; no marker, no object
 OBJECTS = "objects"
+CHECKPOINTS = "checkpoints"  # <store>/checkpoints/<stage key>/latest.json: the newest checkpoint a pod uploaded
 
 # Config keys that name files or directories the stage reads, with the URL prefix around the path (a SQLite URL).
 INPUT_KEYS: dict[str, str] = {
@@ -180,6 +186,37 @@ class StageStore:
         finally:
             _remove(incoming)
         return dest
+
+    def _pointer(self, key: str) -> str:
+        return f"{self.root}/{CHECKPOINTS}/{key}/latest.json"
+
+    def latest_checkpoint(self, key: str) -> dict[str, Any] | None:
+        """The newest checkpoint uploaded for stage `key` ({"url", "name", "step"}), None when there is none."""
+        try:
+            pointer = json.loads(self._call("read", self.fs.cat_file, self._pointer(key)))
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            raise StageStoreError(f"checkpoint pointer of stage {key} in {shown_url(self.url)} is not JSON") from None
+        return pointer if isinstance(pointer, dict) and self.owns(pointer.get("url")) else None
+
+    def record_checkpoint(self, key: str, out_dir: Path, step: int) -> str:
+        """Upload the output folder as it stands at checkpoint `step` (that checkpoint, not the older ones, and
+        what the run keeps beside them: its inputs marker, the prompts a GRPO filter kept, rollout records), then
+        point stage `key` at it (the pointer last: a half upload is never named). Returns the snapshot's URL."""
+        keep = f"checkpoint-{step}"
+        url = self.put(out_dir, skip=lambda rel: skip_checkpoints(rel) and rel.split("/", 1)[0] != keep)
+        self._call("create a folder in", self.fs.makedirs, self._pointer(key).rsplit("/", 1)[0], exist_ok=True)
+        self._call("write to", self.fs.pipe_file, self._pointer(key),
+                   json.dumps({"url": url, "name": keep, "step": step}).encode())
+        return url
+
+    def forget_checkpoints(self, key: str) -> None:
+        """Drop stage `key`'s pointer once the stage has finished (its objects stay, content-addressed)."""
+        try:
+            self._call("remove from", self.fs.rm_file, self._pointer(key))
+        except FileNotFoundError:
+            pass
 
     def _call(self, what: str, function: Callable, *args: Any, **kwargs: Any) -> Any:
         """Run one filesystem call; failures other than a missing file name the store, never its credentials."""
@@ -366,14 +403,58 @@ def read_stage_config(value: str) -> dict[str, Any]:
     return json_object(text, CONFIG_ENV)
 
 
-def run_in_scratch(config: dict[str, Any], run: Callable[[dict[str, Any]], dict[str, Any]],
+def stage_key(config: dict[str, Any]) -> str:
+    """What identifies one stage across pod restarts: its config as the pod gets it (inputs are content-addressed
+    store URLs, settings by value). The same key means the same inputs, so a checkpoint under it may be resumed."""
+    text = json.dumps({k: v for k, v in config.items() if k != STORE_KEY}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def checkpoint_uploader(store: StageStore, key: str, out_dir: Path):
+    """A Trainer callback that uploads each checkpoint the trainer saves (process zero only) and points the stage's
+    key at it, so a restarted pod resumes there. Built on demand: this module does not need transformers."""
+    from transformers import TrainerCallback
+
+    class CheckpointUploader(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            folder = out_dir / f"checkpoint-{state.global_step}"
+            if state.is_world_process_zero and (folder / "trainer_state.json").is_file():
+                store.record_checkpoint(key, out_dir, state.global_step)
+            return control
+
+    return CheckpointUploader()
+
+
+def _restore_checkpoint(store: StageStore, key: str, out_dir: Path) -> str | None:
+    """Create out_dir: the output folder an earlier pod of this stage uploaded at its newest checkpoint, or empty.
+    Returns the checkpoint's name (None: nothing to resume). The inputs marker then says the checkpoint may be
+    adopted: the stage key already proved the inputs the same."""
+    from agent_rl.train.sft import ADOPT_CHECKPOINTS, INPUTS_FILE
+
+    pointer = store.latest_checkpoint(key)
+    if pointer is None:
+        out_dir.mkdir()
+        return None
+    store.get(pointer["url"], out_dir)
+    (out_dir / INPUTS_FILE).write_text(ADOPT_CHECKPOINTS + "\n")
+    return str(pointer.get("name"))
+
+
+def run_in_scratch(config: dict[str, Any], run: Callable[[dict[str, Any], list], dict[str, Any]],
                    upload: bool = True) -> dict[str, Any]:
-    """The pod's side: download the inputs to scratch, `run(local config)`, upload the output directory; the
-    summary with store URLs in place of scratch paths, plus `stage_out` and `pod_paths` for the host.
-    `upload=False`: a helper process of a multi-process stage, whose rank 0 uploads and reports."""
+    """The pod's side: download the inputs to scratch, `run(local config, trainer callbacks)`, upload the output
+    directory; the summary with store URLs in place of scratch paths, plus `stage_out` and `pod_paths` for the host.
+    A checkpoint an earlier pod of the same stage uploaded is downloaded first (the run resumes from it), and each
+    checkpoint this run saves is uploaded (the callbacks `run` must hand the trainer). The scratch folder is named
+    by the stage key, so the inputs land on the same paths in every pod of the stage (the resume fingerprint reads
+    them). `upload=False`: a helper process of a multi-process stage, whose rank 0 uploads and reports."""
     store = StageStore(config[STORE_KEY])
-    with tempfile.TemporaryDirectory(prefix="agent-rl-stage-", dir=os.environ.get(SCRATCH_ENV) or None) as scratch:
-        scratch_dir = Path(scratch)
+    key = stage_key(config)
+    base = Path(os.environ.get(SCRATCH_ENV) or tempfile.gettempdir())
+    scratch_dir = base / (f"agent-rl-stage-{key}" + ("" if upload else f"-rank{os.environ.get('RANK', 'x')}"))
+    _remove(scratch_dir)  # an earlier pod's leftovers on this node: downloads are redone, never half-read
+    scratch_dir.mkdir(parents=True)
+    try:
         pod_paths: dict[str, str] = {}
 
         def download(_key: str, value: str) -> str:
@@ -386,10 +467,15 @@ def run_in_scratch(config: dict[str, Any], run: Callable[[dict[str, Any]], dict[
             return str(local)
 
         local_config = {k: v for k, v in _map_inputs(config, download).items() if k != STORE_KEY}
-        local_config["out_dir"] = str(scratch_dir / "out")
-        summary = run(local_config)
+        out_dir = scratch_dir / "out"
+        local_config["out_dir"] = str(out_dir)
+        _restore_checkpoint(store, key, out_dir)
+        summary = run(local_config, [checkpoint_uploader(store, key, out_dir)] if upload else [])
         if not upload:
             return summary
-        out_url = store.put(scratch_dir / "out", skip=skip_checkpoints)
-        pod_paths[str(scratch_dir / "out")] = out_url
+        out_url = store.put(out_dir, skip=skip_checkpoints)
+        store.forget_checkpoints(key)
+        pod_paths[str(out_dir)] = out_url
         return {**translate(summary, pod_paths.items()), "stage_out": out_url, "pod_paths": pod_paths}
+    finally:
+        _remove(scratch_dir)

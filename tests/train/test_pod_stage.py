@@ -144,3 +144,52 @@ def test_grpo_in_two_processes_writes_one_adapter_and_reports_the_whole_batch(tr
     assert len(rollouts) == 8 and grpo["groups"] == grpo["zero_variance_groups"] == 4
     assert sorted(r["group"] for r in rollouts) == [0, 0, 1, 1, 2, 2, 3, 3]
     assert grpo["tool_calls"] >= 8 and grpo["outcomes"] == {"ran_out": 8}
+
+
+class _Preempted(RuntimeError):
+    pass
+
+
+def _preempt_after(step: int):
+    """A Trainer callback that stops the run after `step` as a preempted node would: no clean save, no output."""
+    from transformers import TrainerCallback
+
+    class Preempt(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == step:
+                raise _Preempted(f"node preempted after step {step}")
+            return control
+
+    return Preempt()
+
+
+def test_a_preempted_pod_resumes_in_a_fresh_pod_from_the_checkpoint_in_the_store(train_data, tmp_path, monkeypatch):
+    from agent_rl.train.__main__ import run_configured
+    from agent_rl.train.stage_store import StagedConfig, StageStore, stage_key
+
+    out_dir = tmp_path / "host" / "sft_adapter"
+    config = {"model_path": str(train_data["tiny"]), "rows_jsonl": str(train_data["sft"]), "out_dir": str(out_dir),
+              "settings": {"max_steps": 4, "save_steps": 2, "per_device_train_batch_size": 2, "max_length": 8192}}
+    staged = StagedConfig.prepare("sft", config, f"file://{tmp_path / 'store'}")
+    store, key = StageStore(staged.config["stage_store"]), stage_key(staged.config)
+
+    # The first pod trains steps 1-3 on its node and is preempted: its scratch is gone, checkpoint-2 went up.
+    monkeypatch.setenv("AGENT_RL_SCRATCH", str((tmp_path / "node-a").resolve()))
+    (tmp_path / "node-a").mkdir()
+    with pytest.raises(_Preempted):
+        run_configured("sft", staged.config, "test", callbacks=[_preempt_after(3)])
+    assert not list((tmp_path / "node-a").iterdir()), "the first pod's scratch is removed"
+    assert store.latest_checkpoint(key)["name"] == "checkpoint-2"
+
+    # Its replacement runs on another node with an empty scratch: it resumes from the store's checkpoint-2.
+    monkeypatch.setenv("AGENT_RL_SCRATCH", str((tmp_path / "node-b").resolve()))
+    (tmp_path / "node-b").mkdir()
+    reported = run_configured("sft", staged.config, "test")
+    assert reported["resumed_from"] == "checkpoint-2"
+    assert reported["steps"] == 4 and len(reported["losses"]) == 2  # only steps 3 and 4 ran again
+    assert store.latest_checkpoint(key) is None, "a finished stage leaves no checkpoint to resume"
+
+    result = staged.bring_back(reported)
+    assert Path(result["adapter_dir"]) == out_dir / "adapter"
+    assert (out_dir / "adapter" / "adapter_model.safetensors").is_file()
+    assert not list(out_dir.glob("checkpoint-*")), "checkpoints stay in the store, not in the host's output"

@@ -99,7 +99,7 @@ def test_a_url_outside_the_store_is_refused(store, tmp_path):
         store.get(f"file://{tmp_path}/elsewhere/x", tmp_path / "x")
 
 
-def _play_stage(local: dict) -> dict:
+def _play_stage(local: dict, _uploaders: list = ()) -> dict:
     """What a training stage does with its files: read the inputs, write an adapter whose manifest names them."""
     assert Path(local["rows_jsonl"]).read_text() == '{"messages": []}\n'
     assert (Path(local["init_adapter"]) / "adapter_model.safetensors").is_file()
@@ -199,3 +199,40 @@ def test_a_sqlite_database_with_commits_in_its_log_travels_whole(store, tmp_path
         assert sqlite3.connect(copy).execute("SELECT id FROM emails").fetchall() == [("m1",)]
     finally:
         writer.close()
+
+
+def test_a_checkpoint_snapshot_carries_what_the_run_keeps_beside_it(store, tmp_path, monkeypatch):
+    """What a restarted pod gets: the newest checkpoint and the run's own files (the prompts a GRPO filter kept,
+    rollout records so far), not the older checkpoints; a marker that lets the run adopt it; nothing once done."""
+    from agent_rl.train.sft import ADOPT_CHECKPOINTS, INPUTS_FILE, resumable_checkpoint
+
+    config = {"model_path": "m", stage_store.STORE_KEY: store.url, "settings": {"max_steps": 4}}
+    key = stage_store.stage_key(config)
+    assert key == stage_store.stage_key({**config, stage_store.STORE_KEY: "file:///elsewhere"})
+    assert key != stage_store.stage_key({**config, "settings": {"max_steps": 5}})
+    first = tmp_path / "first-out"
+    for step in (2, 4):
+        (first / f"checkpoint-{step}").mkdir(parents=True)
+        (first / f"checkpoint-{step}" / "trainer_state.json").write_text(f'{{"global_step": {step}}}')
+    (first / "grpo_prompts.jsonl").write_text('{"prompt": "kept"}\n')
+    (first / INPUTS_FILE).write_text("fingerprint of the first pod's paths\n")
+    store.record_checkpoint(key, first, 4)
+    assert store.latest_checkpoint(key)["name"] == "checkpoint-4"
+
+    monkeypatch.setenv(stage_store.SCRATCH_ENV, str(tmp_path / "node-b"))
+    (tmp_path / "node-b").mkdir()
+    seen = {}
+
+    def resumed_stage(local: dict, uploaders: list) -> dict:
+        out = Path(local["out_dir"])
+        seen["entries"] = sorted(p.name for p in out.iterdir())
+        seen["marker"] = (out / INPUTS_FILE).read_text().strip()
+        seen["resume"] = resumable_checkpoint(out, "fingerprint of this pod's paths")
+        seen["uploaders"] = len(uploaders)
+        (out / "adapter").mkdir()
+        return {"adapter_dir": str(out / "adapter")}
+
+    stage_store.run_in_scratch(config, resumed_stage)
+    assert seen["entries"] == sorted([INPUTS_FILE, "checkpoint-4", "grpo_prompts.jsonl"])
+    assert seen["marker"] == ADOPT_CHECKPOINTS and seen["resume"].endswith("checkpoint-4") and seen["uploaders"] == 1
+    assert store.latest_checkpoint(key) is None  # the stage finished: nothing left to resume
