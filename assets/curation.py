@@ -10,11 +10,12 @@ import dagster as dg
 
 from agent_rl import settings
 from agent_rl.curation.balance import balance_episodes
-from agent_rl.curation.datasets import grpo_rows, load_jsonl, save_jsonl, sft_rows
+from agent_rl.curation.datasets import load_jsonl, save_jsonl, sft_rows
 from agent_rl.curation.live import (
     FEEDBACK,
     GRPO_SKIPPED,
     LABELER,
+    NO_WORLD_TO_ANONYMIZE,
     judge_by_feedback,
     label_unrated,
     live_validation_config,
@@ -24,7 +25,7 @@ from agent_rl.curation.plugin_privacy import anonymize_plugin_partition, merged_
 from agent_rl.environments import worlds
 from agent_rl.environments.core import Task
 from agent_rl.records import Split
-from agent_rl.train.plugin_rollouts import task_rows
+from agent_rl.train.plugin_rollouts import training_rows
 from agent_rl.curation.validate import config_for, gate_results, validate_episodes
 from assets.environment import inbox, scenarios
 from assets.partitions import weekly
@@ -56,21 +57,21 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
     # gateway's live episodes against what their clients declared, judged by their users' feedback. The export
     # holds this run's environments only: other agents' episodes in the pool wait for their own runs.
     labeler, labeler_config = None, curation.labeler()
-    if environment.is_live:
+    # What the diversity gate may ask of this run (gate_results); users' traffic has whatever categories clients send.
+    if environment.capabilities.judged_by_users:
         rows = [judge_by_feedback(row) for row in rows]
         if labeler_config is not None:
             rows, labeler = label_unrated(rows, labeler_config)
-        config = live_validation_config(rows)
+        config, declared = live_validation_config(rows), None
     else:
         config = config_for(environment.loads())
+        declared = len(config.categories)
     result = validate_episodes(rows, config)
     if result.quarantined:
         pool.open().quarantine(result.quarantined, partition=partition)
     out = stage_dir("validated_episodes", partition)
     digest = save_jsonl(result.clean, out / "episodes.jsonl")
     report = {k: v for k, v in result.report.items() if isinstance(v, (int, float, str, dict, list))}
-    # What the diversity gate may ask of this run (gate_results); a gateway's categories are whatever clients send.
-    declared = None if environment.is_live else len(config.categories)
     report.update(count_in=len(rows), clean=len(result.clean), declared_categories=declared,
                   category_names=sorted({r["task_category"] for r in result.clean if r.get("task_category")}))
     if labeler is not None:
@@ -165,8 +166,8 @@ def anonymization(context: dg.AssetExecutionContext, inbox_store: InboxStoreReso
                   environment: EnvironmentResource):
     partition = context.partition_key
     episodes = load_jsonl(stage_dir("validated_episodes", partition) / "episodes.jsonl")
-    if environment.is_live:
-        yield from _anonymize_live(partition, episodes, curation)
+    if environment.capabilities.judged_by_users:  # no world to anonymize; rated-good episodes held out
+        yield from _anonymize_live(partition, environment.name, episodes, curation)
         return
     envs = environment.loads(store_url=inbox_store.resolved_url())
     try:
@@ -218,7 +219,7 @@ def _anonymize_plugin(partition: str, episodes: list[dict], envs: list, curation
     tasks_hash = save_jsonl([t.model_dump(mode="json") for t in tasks], env_dir / "tasks.jsonl")
     for r in results:
         worlds.save(r.environment, world_path(partition, r.environment.name))
-    (env_dir / WORLDS_INDEX).write_text(json.dumps([r.environment.name for r in results]))
+    worlds.save_index([r.environment.name for r in results], env_dir)
     yield episodes_result
     yield dg.MaterializeResult(asset_key="anonymized_environment", metadata={
         "environment": ", ".join(r.environment.name for r in results), "tasks": len(tasks), "tasks_hash": tasks_hash,
@@ -227,16 +228,12 @@ def _anonymize_plugin(partition: str, episodes: list[dict], envs: list, curation
     })
 
 
-WORLDS_INDEX = "worlds.json"
-
-
 def world_path(partition: str, name: str):
     """Where curation saves a plug-in's anonymized world for this partition (GRPO and validation load it)."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-    return stage_dir("anonymized_environment", partition) / "worlds" / f"{safe}.pkl"
+    return worlds.saved_path(stage_dir("anonymized_environment", partition), name)
 
 
-def _anonymize_live(partition: str, episodes: list[dict], curation: CurationResource):
+def _anonymize_live(partition: str, name: str, episodes: list[dict], curation: CurationResource):
     """The gateway's live episodes: no tasks and no world, the same Anonymizer and auditor over the episodes; the
     rated-good episodes held out for validation are written apart (curation/live.py)."""
     result = anonymize_plugin_partition(None, episodes, [], canaries=curation.canaries, config=curation.anonymizer())
@@ -245,8 +242,8 @@ def _anonymize_live(partition: str, episodes: list[dict], curation: CurationReso
     held_out_hash = save_jsonl(held_out, stage_dir("anonymized_environment", partition) / "held_out.jsonl")
     yield episodes_result
     yield dg.MaterializeResult(asset_key="anonymized_environment", metadata={
-        "environment": "gateway", "held_out_episodes": len(held_out), "held_out_hash": held_out_hash,
-        "note": "no world: the client runs the tools; validation replays these rated-good episodes",
+        "environment": name, "held_out_episodes": len(held_out), "held_out_hash": held_out_hash,
+        "note": NO_WORLD_TO_ANONYMIZE,
     })
 
 
@@ -257,13 +254,12 @@ def held_out_live(partition: str) -> list[dict]:
 
 def anonymized_tasks(partition: str) -> list[Task]:
     """The plug-in's tasks as curation anonymized them for this partition."""
-    return [Task.model_validate(row) for row in load_jsonl(stage_dir("anonymized_environment", partition) / "tasks.jsonl")]
+    return worlds.saved_tasks(stage_dir("anonymized_environment", partition))
 
 
 def anonymized_plugins(partition: str) -> list:
     """The plug-ins with their anonymized worlds, as curation saved them for this partition, in run order."""
-    names = json.loads((stage_dir("anonymized_environment", partition) / WORLDS_INDEX).read_text())
-    return [worlds.load_saved(world_path(partition, name)) for name in names]
+    return worlds.saved_environments(stage_dir("anonymized_environment", partition))
 
 
 def anonymized_plugin(partition: str):
@@ -309,7 +305,7 @@ def sft_dataset(context: dg.AssetExecutionContext, curation: CurationResource, e
     partition = context.partition_key
     episodes = load_jsonl(stage_dir("balanced_episodes", partition) / "episodes.jsonl")
     options = {"min_quality": curation.min_quality, "max_idk_share": curation.max_idk_share}
-    if environment.is_live:
+    if environment.capabilities.judged_by_users:
         # Held-out episodes are for validation only; each row trains with the tools its client declared.
         rows = sft_rows(split_live(episodes)[0], tools=[], **options)
     else:  # each environment's episodes train with its own tools
@@ -326,21 +322,19 @@ def sft_dataset(context: dg.AssetExecutionContext, curation: CurationResource, e
           description="Training scenarios (anonymized) as GRPO prompts with what the reward needs.")
 def grpo_dataset(context: dg.AssetExecutionContext, environment: EnvironmentResource):
     partition = context.partition_key
-    if environment.is_live:
+    if not environment.capabilities.world:  # nothing of ours to roll out in
         context.log.warning(GRPO_SKIPPED)
         digest = save_jsonl([], stage_dir("grpo_dataset", partition) / "train.jsonl")
         return dg.MaterializeResult(metadata={"rows": 0, "content_hash": digest, "skipped": GRPO_SKIPPED})
-    if environment.is_email:
-        items = load_jsonl(stage_dir("anonymized_environment", partition) / "scenarios.jsonl")
-        rows = grpo_rows(items, split="train")
-    else:
-        train = [t for t in anonymized_tasks(partition) if t.split == Split.TRAIN]
-        rows = [row for env in anonymized_plugins(partition)
-                for row in task_rows(env, [t for t in train if t.environment == env.name])]
+    per_environment = {}
+    for world in worlds.reopen(environment.loads(), stage_dir("anonymized_environment", partition)):
+        per_environment[world.environment.name] = training_rows(world.environment, world.tasks)
+        world.environment.close()
+    rows = [row for mine in per_environment.values() for row in mine]
     digest = save_jsonl(rows, stage_dir("grpo_dataset", partition) / "train.jsonl")
     return dg.MaterializeResult(metadata={
         "rows": len(rows), "content_hash": digest,
         "per_category": dg.MetadataValue.json(dict(Counter(r["category"] for r in rows))),
-        "per_environment": dg.MetadataValue.json(dict(Counter(str(r.get("environment", "email")) for r in rows))),
+        "per_environment": dg.MetadataValue.json({name: len(mine) for name, mine in per_environment.items() if mine}),
         "path": str(stage_dir("grpo_dataset", partition) / "train.jsonl"),
     })

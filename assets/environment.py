@@ -8,6 +8,7 @@ from collections import Counter
 import dagster as dg
 from pydantic import Field
 
+from agent_rl.curation.live import NO_TASKS, NO_WORLD
 from agent_rl.records import Split
 from resources.environment import EnvironmentResource
 from resources.stores import InboxStoreResource
@@ -56,9 +57,8 @@ def _built(environment: EnvironmentResource, inbox_store: InboxStoreResource, bu
                                                  "assistant: its inbox store, demo corpus or ingested).")
 def inbox(context: dg.AssetExecutionContext, config: CorpusConfig, inbox_store: InboxStoreResource,
           environment: EnvironmentResource):
-    if environment.is_live:
-        return dg.MaterializeResult(metadata={"environment": environment.name, "inboxes": 0,
-                                              "note": "gateway episodes bring no world: the client runs the tools"})
+    if not environment.capabilities.world:
+        return dg.MaterializeResult(metadata={"environment": environment.name, "inboxes": 0, "note": NO_WORLD})
     envs, meta = _built(environment, inbox_store, "build_world", config)
     if not meta:
         return dg.MaterializeResult(metadata={"environment": ", ".join(e.name for e in envs), "inboxes": 0,
@@ -72,10 +72,8 @@ def inbox(context: dg.AssetExecutionContext, config: CorpusConfig, inbox_store: 
                       "split train/test by fact), written by the environment from its world.")
 def scenarios(context: dg.AssetExecutionContext, config: CorpusConfig, inbox_store: InboxStoreResource,
               environment: EnvironmentResource):
-    if environment.is_live:
-        return dg.MaterializeResult(metadata={
-            "environment": environment.name, "scenarios": 0,
-            "note": "gateway episodes bring no tasks: validation replays held-out episodes users rated good"})
+    if not environment.capabilities.world:
+        return dg.MaterializeResult(metadata={"environment": environment.name, "scenarios": 0, "note": NO_TASKS})
     _, meta = _built(environment, inbox_store, "build_tasks", config)
     envs = environment.loads(store_url=inbox_store.resolved_url())  # afresh: the tasks as written
     try:

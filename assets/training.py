@@ -11,9 +11,10 @@ import dagster as dg
 from agent_rl.agent.models import resolve_model
 from agent_rl.curation.datasets import load_jsonl
 from agent_rl.curation.live import GRPO_SKIPPED
+from agent_rl.train.environment import grpo_world
 from agent_rl.train.starting_point import starting_point
 from agent_rl.reward.hacking import HackingConfig, environment_detectors, measure_reward_hacking
-from assets.curation import grpo_dataset, sft_dataset, stage_dir, world_path
+from assets.curation import grpo_dataset, sft_dataset, stage_dir
 from assets.partitions import weekly
 from resources.compute import TrainingCompute
 from resources.environment import EnvironmentResource
@@ -102,17 +103,15 @@ def grpo_adapter(context: dg.AssetExecutionContext, compute: TrainingCompute, tr
     skipped = skipped_path(partition)
     # Nothing to roll out in (the gateway's tools run in the client), or GRPO turned off for this run: SFT alone is
     # the candidate (validation reads the marker).
-    reason = GRPO_SKIPPED if environment.is_live else None if training.grpo_enabled else GRPO_OFF
+    reason = GRPO_SKIPPED if not environment.capabilities.world else None if training.grpo_enabled else GRPO_OFF
     if reason:
         context.log.warning(reason)
         skipped.parent.mkdir(parents=True, exist_ok=True)
         skipped.write_text(json.dumps({"reason": reason}))
         return dg.MaterializeResult(metadata={"skipped": reason})
     skipped.unlink(missing_ok=True)
-    env_dir = stage_dir("anonymized_environment", partition)
-    # The email assistant rolls out in the anonymized inbox; a plug-in in its anonymized world, as curation saved it.
-    where = ({"inbox_store_url": f"sqlite:///{env_dir / 'inbox.db'}"} if environment.is_email
-             else {"environment_files": [str(world_path(partition, env.name)) for env in environment.loads()]})
+    # Rolled out in the anonymized world curation left: the store an environment wrote itself, or the saved plug-ins.
+    where = grpo_world(environment.loads(), stage_dir("anonymized_environment", partition))
     config = {
         "model_path": str(resolve_model(training.base_model)),
         "sft_adapter": str(adapter_dir("sft_adapter", partition)),

@@ -10,21 +10,12 @@ import json
 import dagster as dg
 
 from agent_rl import registry, settings
-from agent_rl.curation.datasets import save_jsonl
-from agent_rl.environments.registry import load_environment
-from agent_rl.evaluate.harness import evaluate_environments, evaluate_tasks, forgetting_probe, torch_threads
+from agent_rl.environments import worlds
 from agent_rl.evaluate.cache import EvaluationCache, inputs_fingerprint, registered_fingerprint, weights_fingerprint
-from agent_rl.evaluate.metrics import EvalMetrics
-from agent_rl.evaluate.report import (
-    category_markdown,
-    choose_candidate,
-    comparison_chart,
-    comparison_markdown,
-)
-from agent_rl.evaluate.gates import forgetting_gate, promotion_gate
+from agent_rl.evaluate.report import category_markdown, comparison_chart, comparison_markdown
+from agent_rl.evaluate.validation import Model, environment_table, held_out_measure, validate
 from agent_rl.policy_specs import load_policy, load_stacked
-from agent_rl.evaluate.replay import evaluate_replay
-from assets.curation import anonymized_plugins, anonymized_tasks, held_out_live, stage_dir
+from assets.curation import held_out_live, stage_dir
 from assets.partitions import weekly
 from assets.training import (
     grpo_adapter,
@@ -45,11 +36,6 @@ def report_path(partition: str):
     return stage_dir("evaluation_report", partition) / "report.json"
 
 
-def _simulation_label(policy) -> dict | None:
-    simulation = getattr(policy, "simulation", None)
-    return simulation.label() if simulation is not None else None
-
-
 @dg.asset(group_name="validation", partitions_def=weekly, deps=[grpo_adapter, "anonymized_environment"],
           description="SFT alone, SFT + GRPO and the production incumbent on the same held-out tasks; the better "
                       "trained model is the candidate; forgetting probe against the base model.")
@@ -57,115 +43,36 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
                       training: TrainingResource, mlflow: MlflowResource, pool: PoolResource,
                       environment: EnvironmentResource):
     partition = context.partition_key
-    env = stage_dir("anonymized_environment", partition)
-    email, probe_items = None, None
-    per_environment: dict[str, dict] = {}  # model -> environment -> metrics, when the run trains on several
-    measure = "held-out tasks played to the end and judged"
-    if environment.is_live:  # the gateway's tools run in the client: replay the held-out steps users rated good
-        held_out = held_out_live(partition)
-        measure = (f"replay of {len(held_out)} held-out gateway episodes users rated good: accuracy is the share of "
-                   "their steps where the model takes the approved action")
-
-        def evaluate(policy, name):
-            return evaluate_replay(policy, held_out, evaluation.eval_config()), []
-    elif environment.is_email:  # the anonymized inbox and scenarios, as GRPO saw them
-        email = load_environment("email", store_url=f"sqlite:///{env / 'inbox.db'}",
-                                 scenarios_path=str(env / "scenarios.jsonl"))
-        tasks = email.tasks(evaluation.eval_config().split)
-
-        def evaluate(policy, name):
-            result = evaluate_tasks(policy, email, tasks, evaluation.eval_config(), version=name)
-            return result.metrics, result.episodes
-    else:  # plug-ins: their anonymized held-out tasks in their anonymized worlds, as GRPO saw them
-        plugins, tasks = anonymized_plugins(partition), anonymized_tasks(partition)
-        pairs = [(p, [t for t in tasks if t.environment == p.name]) for p in plugins]
-        probe_items = [item for p in plugins for item in p.probe()] or None
-
-        def evaluate(policy, name):
-            combined, each = evaluate_environments(policy, pairs, evaluation.eval_config(), version=name)
-            if len(pairs) > 1:
-                per_environment[name] = {env: m.model_dump() for env, m in each.items()}
-            return combined.metrics, combined.episodes
-    incumbent_version, incumbent_spec = pool.incumbent(training.base_model)
+    env_dir, out = stage_dir("anonymized_environment", partition), stage_dir("evaluation_report", partition)
+    config, base_model = evaluation.eval_config(), training.base_model
+    # The anonymized worlds as GRPO saw them, or the held-out episodes users rated good: the run's capabilities say.
+    held_out = held_out_measure(environment.capabilities, config, rated_good=lambda: held_out_live(partition),
+                                worlds=lambda: worlds.reopen(environment.loads(), env_dir))
+    incumbent_version, incumbent_spec = pool.incumbent(base_model)
     _, hacked = grpo_hacking(partition, environment)
     skipped = grpo_skipped(partition)
-    loaders = {
-        "sft": lambda: load_stacked(training.base_model, sft_adapters(partition), version="sft"),
-        "grpo": lambda: load_stacked(training.base_model, trained_adapters(partition), version="grpo"),
-        "incumbent": lambda: load_policy(incumbent_spec),
+    models = {
+        "sft": Model(lambda: load_stacked(base_model, sft_adapters(partition), version="sft"),
+                     lambda: weights_fingerprint(base_model, sft_adapters(partition))),
+        "grpo": Model(lambda: load_stacked(base_model, trained_adapters(partition), version="grpo"),
+                      lambda: weights_fingerprint(base_model, trained_adapters(partition))),
+        "incumbent": Model(lambda: load_policy(incumbent_spec),
+                           lambda: registered_fingerprint(incumbent_spec, mlflow.model_name, mlflow.uri()),
+                           label=f" ({incumbent_version}: {incumbent_spec})"),
     }
-    if hacked:  # disqualified: evaluating it would decide nothing
-        context.log.warning(f"SFT + GRPO disqualified, not evaluated: {hacked}")
-        del loaders["grpo"]
-    if skipped:
-        context.log.warning(skipped)
-        loaders.pop("grpo", None)
-    results: dict[str, EvalMetrics] = {}
-    episode_files: dict[str, str] = {}
-    probes: dict[str, float | None] = {}
-    simulation = None
     # A model evaluated before on the same held-out world (the incumbent was v0 or last week's candidate) is not
     # played again: its result is keyed by its weights, every file of the world and the settings.
     cache = EvaluationCache(settings.artifact_dir("evaluation_cache"))
-    inputs = inputs_fingerprint(env, evaluation.eval_config().model_dump_json() + measure)
-    weights = {"sft": weights_fingerprint(training.base_model, sft_adapters(partition)),
-               "grpo": weights_fingerprint(training.base_model, trained_adapters(partition)) if "grpo" in loaders
-               else None,
-               "incumbent": registered_fingerprint(incumbent_spec, mlflow.model_name, mlflow.uri())}
-    for name, load in loaders.items():
-        label = f" ({incumbent_version}: {incumbent_spec})" if name == "incumbent" else ""
-        hit = cache.get(weights[name], inputs) if weights[name] else None
-        if hit is not None:
-            results[name], episodes, probes[name] = hit
-            for episode in episodes:
-                episode.policy_version = name
-            if episodes:
-                episode_files[name] = save_held_out(episodes, stage_dir("evaluation_report", partition), name)
-            context.log.info(f"{name}{label}: the same weights were evaluated on this held-out world before; "
-                             f"reusing that result (accuracy {results[name].accuracy:.1%})")
-            continue
-        context.log.info(f"evaluating {name}{label}")
-        with torch_threads(evaluation.torch_threads):
-            policy = load()
-            results[name], episodes = evaluate(policy, name)
-            if episodes:  # each held-out episode as played, to see which tasks a model got wrong and how
-                episode_files[name] = save_held_out(episodes, stage_dir("evaluation_report", partition), name)
-            if name == "incumbent":
-                simulation = _simulation_label(policy)
-            # A rule-based or simulated incumbent has no general knowledge to lose: no probe.
-            is_model = hasattr(policy, "model")
-            probes[name] = forgetting_probe(policy, items=probe_items) if is_model else None
-            del policy
-        if weights[name]:
-            cache.put(weights[name], inputs, results[name], episodes, probes[name])
-    with torch_threads(evaluation.torch_threads):
-        base = load_policy(training.base_model)
-        probes["base"] = forgetting_probe(base, items=probe_items)
-        del base
-    if email is not None:
-        email.close()
-    choice = choose_candidate(results["sft"], results.get("grpo"), disqualified=hacked, skipped=skipped)
-    context.log.info(choice.reason)
-    candidate, candidate_probe = results[choice.name], probes[choice.name]
-    improvement = promotion_gate(candidate, results["incumbent"], evaluation.gates(),
-                                 incumbent_name=f"production's {incumbent_version}")
-    forgetting = forgetting_gate(candidate_probe or 0.0, probes["base"] or 0.0, evaluation.gates())
-    report = {
-        "dagster_run_id": context.run_id,  # readers take the report of the run they ran, never a leftover
-        "incumbent": {"version": incumbent_version, "spec": incumbent_spec, "simulation": simulation},
-        "choice": {"candidate": choice.name, "reason": choice.reason, "grpo_disqualified": hacked,
-                   "grpo_skipped": skipped},
-        "measure": measure,
-        "per_environment": per_environment,
-        "metrics": {"candidate": candidate.model_dump(), **{n: m.model_dump() for n, m in results.items()}},
-        "forgetting_probe": probes,
-        "episodes": episode_files,
-        "gates": {"improvement": improvement.as_dict(), "forgetting": forgetting.as_dict()},
-    }
+    result = validate(models, held_out, base=lambda: load_policy(base_model), gates=evaluation.gates(),
+                      incumbent_version=incumbent_version, cache=cache, out_dir=out,
+                      inputs=inputs_fingerprint(env_dir, config.model_dump_json() + held_out.measure),
+                      threads=evaluation.torch_threads, hacked=hacked, skipped=skipped, log=context.log)
+    report = result.report(context.run_id, (incumbent_version, incumbent_spec), held_out, hacked, skipped)
     report_path(partition).write_text(json.dumps(report, indent=1, default=str))
     _log_to_mlflow(context, mlflow, report)
+    results, probes, candidate = result.results, result.probes, result.candidate
     shown = {f"{n} ({incumbent_version})" if n == "incumbent" else n: m for n, m in results.items()}
-    chart = comparison_chart(shown, stage_dir("evaluation_report", partition) / "comparison.png")
+    chart = comparison_chart(shown, out / "comparison.png")
     return dg.MaterializeResult(metadata={
         "comparison": dg.MetadataValue.md(comparison_markdown(
             shown, {**probes, f"incumbent ({incumbent_version})": probes["incumbent"]})),
@@ -173,37 +80,21 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
         "chart_preview": dg.MetadataValue.md(f"![comparison]({chart})"),
         "incumbent": incumbent_version,
         "incumbent_spec": incumbent_spec,
-        "incumbent_simulation": dg.MetadataValue.json(simulation) if simulation else "no (measured)",
-        "candidate": choice.name,
-        "choice": choice.reason,
-        "measure": measure,
-        "gate": improvement.message,
-        "gate_passed": improvement.passed,
+        "incumbent_simulation": dg.MetadataValue.json(result.simulation) if result.simulation else "no (measured)",
+        "candidate": result.choice.name,
+        "choice": result.choice.reason,
+        "measure": held_out.measure,
+        "gate": result.improvement.message,
+        "gate_passed": result.improvement.passed,
         "candidate_accuracy": candidate.accuracy,
         "incumbent_accuracy": results["incumbent"].accuracy,
         "candidate_hallucination_rate": candidate.hallucination_rate,
         "candidate_by_category": dg.MetadataValue.md(category_markdown(candidate)),
         "scenarios": candidate.n,
-        **({"episodes": dg.MetadataValue.json(episode_files)} if episode_files else {}),
-        **({"per_environment": dg.MetadataValue.md(_environment_table(per_environment))} if per_environment else {}),
+        **({"episodes": dg.MetadataValue.json(result.episode_files)} if result.episode_files else {}),
+        **({"per_environment": dg.MetadataValue.md(environment_table(held_out.per_environment))}
+           if held_out.per_environment else {}),
     })
-
-
-def save_held_out(episodes, folder, name: str) -> str:
-    """`episodes/<name>.jsonl`: one model's held-out episodes, played in the anonymized world (no personal data
-    to keep out), replacing the file of an earlier run of the partition whole."""
-    path = folder / "episodes" / f"{name}.jsonl"
-    save_jsonl((episode.model_dump(mode="json") for episode in episodes), path)
-    return str(path)
-
-
-def _environment_table(per_environment: dict[str, dict]) -> str:
-    """Accuracy and failures of each model on each environment of a run that trains on several."""
-    lines = ["| model | environment | n | accuracy | failure_rate |", "|---|---|---|---|---|"]
-    for model, environments in per_environment.items():
-        for name, m in environments.items():
-            lines.append(f"| {model} | {name} | {m['n']} | {m['accuracy']:.1%} | {m['failure_rate']:.1%} |")
-    return "\n".join(lines)
 
 
 def _log_to_mlflow(context, mlflow: MlflowResource, report: dict) -> None:

@@ -6,17 +6,15 @@ from typing import Any
 from dagster import ConfigurableResource
 from pydantic import Field, field_validator, model_validator
 
-from agent_rl.curation.live import LIVE_ENVIRONMENT, is_live
-from agent_rl.environments.core import Environment
-from agent_rl.environments.registry import accepted_options, load_environment, setting_names
-
-EMAIL = "email"
+from agent_rl.curation.live import LIVE_ENVIRONMENT, LIVE_TRAFFIC, is_live
+from agent_rl.environments.core import Capabilities, Environment
+from agent_rl.environments.registry import DEFAULT, accepted_options, load_environment, setting_names
 
 
 def split_names(value: str) -> tuple[str, list[str]]:
     """`AGENT_RL_ENV=support,examples.timetable:TimetableEnvironment` as (name, also)."""
     names = setting_names(value)
-    return (names[0] if names else EMAIL), names[1:]
+    return (names[0] if names else DEFAULT), names[1:]
 
 
 class EnvironmentResource(ConfigurableResource):
@@ -25,7 +23,7 @@ class EnvironmentResource(ConfigurableResource):
     trains one policy on several plug-ins). 'gateway' trains on the gateway's live episodes of an agent that is
     no plug-in (curation/live.py): SFT only, validated by replay."""
 
-    name: str = Field(default=EMAIL, description="built-in name, import path 'package.module:Class', or the name "
+    name: str = Field(default=DEFAULT, description="built-in name, import path 'package.module:Class', or the name "
                       "of a plug-in installed under the agent_rl.environments entry point, or 'gateway'")
     also: list[str] = Field(default_factory=list, description="more plug-ins trained in the same run: one policy "
                             "on all of them, curated, balanced and validated per environment (not with 'email' "
@@ -43,10 +41,14 @@ class EnvironmentResource(ConfigurableResource):
     def _together(self) -> "EnvironmentResource":
         if not self.also:
             return self
-        if any(n.strip() in (EMAIL, LIVE_ENVIRONMENT) for n in self.names):
-            raise ValueError("'email' and 'gateway' train alone; 'also' combines plug-ins only "
+        # Live traffic, and an environment whose world is a store of its own, each make a run of their own.
+        envs = [(n, None if is_live(n) else load_environment(n)) for n in self.names]
+        alone = [n for n, env in envs if env is None or env.trains_alone]
+        if alone:
+            raise ValueError(f"{', '.join(repr(n) for n in alone)}: the gateway's live traffic and an environment "
+                             "whose world is a store of its own train alone; 'also' combines plug-ins only "
                              f"(got {', '.join([self.name, *self.also])})")
-        loaded = [load_environment(n).name for n in self.names]
+        loaded = [env.name for _, env in envs]
         if len(set(loaded)) < len(loaded):
             raise ValueError(f"an environment is named twice: {', '.join(loaded)}")
         return self
@@ -56,24 +58,21 @@ class EnvironmentResource(ConfigurableResource):
         return [self.name, *(n.strip() for n in self.also)]
 
     @property
-    def is_email(self) -> bool:
-        return self.name == EMAIL and not self.also
-
-    @property
-    def is_live(self) -> bool:
-        """The gateway's live episodes: no tasks, world or tools of ours."""
-        return is_live(self.name)
+    def capabilities(self) -> Capabilities:
+        """What this run's episodes let the loop do (a world to play in, a judge of ours), which the assets ask
+        instead of the environment's name: declared by the gateway's live traffic, the contract's for plug-ins."""
+        return LIVE_TRAFFIC if is_live(self.name) else Capabilities()
 
     @property
     def episode_environments(self) -> list[str]:
         """The `environment` its episodes carry in the pool: a run exports these and leaves other agents' alone."""
-        if self.is_live:
-            return [LIVE_ENVIRONMENT]
+        if not self.capabilities.world:
+            return [self.name]  # no plug-in to load: the episodes carry the name the setting gave
         return [env.name for env in self.loads()]
 
     def load(self, **options: Any) -> Environment:
         """The (first) environment; of `options` (a world's `store_url`), those its class takes."""
-        if self.is_live:
+        if not self.capabilities.world:
             raise ValueError("the gateway's live episodes have no environment plug-in to load (tools run in the "
                              "client); curation/live.py handles them")
         return load_environment(self.name, **accepted_options(self.name, options))

@@ -11,7 +11,7 @@ from agent_rl import settings
 from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
 from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
 from agent_rl.curation.anonymize import build_directory, scan_for_leaks
-from agent_rl.curation.datasets import load_jsonl
+from agent_rl.curation.datasets import grpo_rows, load_jsonl
 from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.pool.repository import PoolRepository
 from agent_rl.environments.email.scenarios.demo import build_demo_environment
@@ -65,6 +65,9 @@ def test_curation_turns_pool_episodes_into_private_training_data(seeded):
     assert sft and all(row["messages"][-1]["role"] in ("assistant", "tool") for row in sft)
     grpo = load_jsonl(settings.artifact_dir("grpo_dataset", partition) / "train.jsonl")
     assert {row["category"] for row in grpo} >= {"date", "amount", "person", "location", "status"}
+    # The rows the email assistant's own rollouts read: its anonymized training scenarios, in the file's order.
+    world = settings.artifact_dir("anonymized_environment", partition)
+    assert grpo == grpo_rows(load_jsonl(world / "scenarios.jsonl"), split="train")
 
     # Nobody of the real directory survives in what training sees.
     directory = build_directory([e for a in store.inboxes() for e in store.iter_emails(a)])

@@ -19,14 +19,20 @@ from typing import Any
 
 from agent_rl.ab.outcomes import feedback_verdict
 from agent_rl.agent.tool_calls import call_name
+from agent_rl.environments.core import Capabilities
 from agent_rl.records import Outcome
 
 LIVE_ENVIRONMENT = "gateway"
+# What the loop can do with the gateway's traffic: no world of ours (the client runs the tools), judged by its users.
+LIVE_TRAFFIC = Capabilities(world=False, judged_by_users=True)
 UNCATEGORIZED = "uncategorized"
 # Rewards a user may send as feedback ({"reward": x} or a bare number); outside it the episode is quarantined.
 REWARD_RANGE = (-1.0, 1.0)
 DEFAULT_HELD_OUT_SHARE = 0.2
 FEEDBACK = "feedback"  # the reward component of an outcome its users' feedback gave
+NO_WORLD = "gateway episodes bring no world: the client runs the tools"
+NO_TASKS = "gateway episodes bring no tasks: validation replays held-out episodes users rated good"
+NO_WORLD_TO_ANONYMIZE = "no world: the client runs the tools; validation replays these rated-good episodes"
 GRPO_SKIPPED = ("GRPO skipped: the episodes come from the gateway (environment 'gateway'), whose tools run in the "
                 "client, so there is no environment for GRPO to roll out in; the SFT model is the candidate")
 

@@ -1,16 +1,18 @@
 """Environments as plug-ins: the contract (core.py), discovery (registry.py) and safe calls (sessions.py)."""
 
 from agent_rl.environments.core import (
+    Capabilities,
     Environment,
     EnvironmentError,
     FinalAnswer,
     Judgement,
     PrivacySpec,
     ProbeItem,
+    StoredWorld,
     Task,
     Trajectory,
     WorldPrivacy,
 )
 
-__all__ = ["Environment", "EnvironmentError", "FinalAnswer", "Judgement", "PrivacySpec", "ProbeItem", "Task",
-           "Trajectory", "WorldPrivacy"]
+__all__ = ["Capabilities", "Environment", "EnvironmentError", "FinalAnswer", "Judgement", "PrivacySpec", "ProbeItem",
+           "StoredWorld", "Task", "Trajectory", "WorldPrivacy"]

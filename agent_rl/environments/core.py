@@ -107,6 +107,28 @@ class WorldPrivacy:
     world: dict[str, Any] = field(default_factory=dict)  # the anonymized world's summary, for the run's metadata
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a run's episodes let the loop do, asked wherever it once asked which environment it trains. Every plug-in
+    has the defaults; the gateway's live traffic of an agent that is no plug-in declares its own
+    (`agent_rl.curation.live.LIVE_TRAFFIC`: no world, judged by its users)."""
+
+    # Tasks and a world the loop can open: built by the `inbox` and `scenarios` assets, rolled out in by GRPO, played
+    # by validation. Without one there are only recorded episodes: GRPO is skipped and validation replays them.
+    world: bool = True
+    # Outcomes come from users' feedback, not from a judge of ours: curation judges by it (and may label what nobody
+    # rated) and holds out rated-good episodes, which SFT never sees and validation replays.
+    judged_by_users: bool = False
+
+
+@dataclass
+class StoredWorld:
+    """The anonymized world an environment's own `privacy_pass` wrote under a folder, as the loop opens it again."""
+
+    environment: Environment  # reopened on that world: its tasks are the anonymized ones (GRPO rows, validation)
+    store_url: str  # the store GRPO's training process rolls out in (staged for a pod like any other input)
+
+
 class EnvironmentError(RuntimeError):  # noqa: A001 - the loop's own error for a broken plug-in
     """A plug-in that breaks the contract; the message names the environment and what is wrong."""
 
@@ -125,6 +147,10 @@ class Environment(abc.ABC):
     system_prompt: ClassVar[str] = ""
     # Lowest and highest reward the judge gives: curation quarantines episodes outside it as corrupt.
     reward_range: ClassVar[tuple[float, float]] = (-2.0, 1.5)
+    # True for an environment whose world is a store of its own (the email assistant's inbox store): its privacy pass
+    # sees the whole week with its world, and GRPO plays it alone on that store with its own rows, so a run that
+    # trains it trains nothing else.
+    trains_alone: ClassVar[bool] = False
 
     @abc.abstractmethod
     def tasks(self, split: Split) -> list[Task]:
@@ -188,6 +214,17 @@ class Environment(abc.ABC):
         the week's episodes with the world under one set of pseudonyms, audit both, write the anonymized world
         under `out_dir` and return the rest. Default None: the loop's pass over `privacy()` and `anonymized()`,
         with the anonymized copy saved for training (curation/plugin_privacy.py)."""
+        return None
+
+    def stored_world(self, out_dir: Path) -> StoredWorld | None:
+        """Where the anonymized world this environment's `privacy_pass` wrote under `out_dir` lives, and the
+        environment reopened on it, for GRPO and validation to play what curation left. Default None: the loop
+        saved the anonymized copy itself (`environments.worlds`) and reopens that."""
+        return None
+
+    def grpo_rows(self, tasks: list[Task]) -> list[dict[str, Any]] | None:
+        """GRPO rows for `tasks` in the shape this environment's own `rollout_factory` reads (its rollouts'
+        `reset(**row)`). Default None: the loop's rows, each carrying its task (train/plugin_rollouts.task_rows)."""
         return None
 
     def build_world(self, **options: Any) -> dict[str, Any]:

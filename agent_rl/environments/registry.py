@@ -18,6 +18,8 @@ from typing import Any
 from agent_rl.environments.core import Environment, EnvironmentError, check_environment
 
 ENTRY_POINT_GROUP = "agent_rl.environments"
+# What a setting that names no environment trains, and what GRPO plays on the store it is given with no plug-in.
+DEFAULT = "email"
 BUILTINS: dict[str, str] = {
     "email": "agent_rl.environments.email.environment:EmailEnvironment",
     "support": "agent_rl.environments.support:SupportEnvironment",

@@ -1,8 +1,22 @@
-"""Which environment GRPO trains on the rubric's reward groups. The rollouts themselves live with the
-environments: the shared pieces in `agent_rl.environments.rollouts` (plug-ins may import them), the email
-assistant's in its package (`agent_rl.environments.email.rollouts`, offered through `Environment.rollout_factory`)."""
+"""Where GRPO's training process finds the run's anonymized worlds: the stage config entries that name them. The
+rollouts themselves live with the environments: the shared pieces in `agent_rl.environments.rollouts` (plug-ins may
+import them), an environment's own behind `Environment.rollout_factory`."""
 
 from __future__ import annotations
 
-# The environment that trains alone on the rubric's reward groups (train/grpo.py refuses to combine it).
-RUBRIC_ENVIRONMENT = "email"
+from pathlib import Path
+from typing import Any
+
+from agent_rl.environments.core import Environment
+from agent_rl.environments.worlds import saved_path, stored_world
+
+
+def grpo_world(environments: list[Environment], out_dir: str | Path) -> dict[str, Any]:
+    """The GRPO config entries for the worlds curation anonymized under `out_dir`: the store an environment that
+    trains alone wrote itself (`inbox_store_url`, played with its own rows), else the saved plug-ins
+    (`environment_files`). Both are staged for a pod like any input (train/stage_store.py)."""
+    stored = stored_world(environments, out_dir)
+    if stored is not None:
+        stored.environment.close()  # only its location is needed here
+        return {"inbox_store_url": stored.store_url}
+    return {"environment_files": [str(saved_path(out_dir, env.name)) for env in environments]}

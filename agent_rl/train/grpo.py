@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from agent_rl.train.config import GRPOSettings, common_trainer_args
-from agent_rl.train.environment import RUBRIC_ENVIRONMENT
 from agent_rl.train.plugin_rollouts import rollout_factory
 from agent_rl.train.prompt_filter import FilterReport, filter_prompts
 from agent_rl.train.rewards import REWARD_GROUPS, ExtraReward, check_extra_rewards, make_reward_funcs
@@ -225,28 +224,29 @@ def train_grpo(
     out_dir/rollouts.jsonl (input of the reward-hacking detectors). `extra_rewards` add reward functions of your
     own to the rubric's, each with its weight.
 
-    The email assistant rolls out against the inbox store at `inbox_store_url` and is scored by its rubric. Any
-    other plug-in (`environment`: an Environment instance or a spec `load_environment` accepts) rolls out in its
-    own sessions (rows from `plugin_rollouts.task_rows`) and is scored by its own judge. A list of plug-ins trains
-    one policy on all of them: each row's `environment` column picks its world, and its prompt shows that
-    environment's tools only (TRL's environment_factory by name)."""
+    With no `environment`, or one that trains alone (its world a store of its own), GRPO plays it (by default the
+    registry's, the email assistant) on the store at `inbox_store_url`, with its own rows and rollouts, scored by
+    the rubric. Any other plug-in (`environment`: an Environment instance or a spec `load_environment` accepts)
+    rolls out in its own sessions (rows from `plugin_rollouts.task_rows`) and is scored by its own judge. A list of
+    plug-ins trains one policy on all of them: each row's `environment` column picks its world, and its prompt
+    shows that environment's tools only (TRL's environment_factory by name)."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is marked experimental
     from transformers import AutoTokenizer
 
-    from agent_rl.environments.registry import load_environment
+    from agent_rl.environments.registry import DEFAULT, load_environment
 
     settings = settings or GRPOSettings()
     extras = check_extra_rewards(extra_rewards or [])
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    plugins = _plugin_environments(environment)
+    plugins, alone = _plugin_environments(environment)
     plugin = plugins[0] if plugins else None
     rows = read_jsonl(grpo_rows_jsonl)
     _check_rows(rows, plugins, settings, grpo_rows_jsonl, inbox_store_url)
     names = [p.name for p in plugins]
     max_turns = settings.max_turns  # tool rounds + the answer's closing turn
-    # The environments rolled out in: the plug-ins, or the email assistant on its inbox store (rubric rollouts).
-    played = plugins or [load_environment(RUBRIC_ENVIRONMENT, store_url=inbox_store_url)]
+    # The environments rolled out in: the plug-ins, or the one that trains alone on its store (rubric rollouts).
+    played = plugins or [load_environment(alone or DEFAULT, store_url=inbox_store_url)]
     factory = _factory(played, max_turns)
     rows_hash = file_sha256(grpo_rows_jsonl)  # read once: the resume fingerprint and MLflow's dataset hash
     resume = resumable_checkpoint(out_dir, inputs_fingerprint(
@@ -270,7 +270,7 @@ def train_grpo(
         stage = tracker.start_stage(
             "grpo",
             params={"model_path": str(model_path), "sft_adapter": str(sft_adapter),
-                    "environment": "+".join(names) if plugins else "email",
+                    "environment": "+".join(p.name for p in played),
                     "inbox_store": _redact(inbox_store_url) if inbox_store_url else None,
                     "settings": settings.model_dump(mode="json"), "rows": len(rows), "prompts_kept": len(kept),
                     "prompt_filter": report.as_dict(),
@@ -480,23 +480,25 @@ def _report(result: GRPOResult, stage: Any, max_completion_length: int, group_na
     stage.finish()
 
 
-def _plugin_environments(environment: Any) -> list:
-    """The plug-ins GRPO rolls out in; empty for the email assistant (its own rubric path)."""
+def _plugin_environments(environment: Any) -> tuple[list, str | None]:
+    """The plug-ins GRPO rolls out in with the loop's task rows, and the spec of an environment given that trains
+    alone instead (`Environment.trains_alone`: played on `inbox_store_url` with its own rows; no plug-ins then)."""
     from agent_rl.environments.registry import load_environment
 
     if environment is None:
-        return []
+        return [], None
     many = list(environment) if isinstance(environment, (list, tuple)) else [environment]
     loaded = [load_environment(e) if isinstance(e, str) else e for e in many]
-    if len(loaded) == 1 and loaded[0].name == RUBRIC_ENVIRONMENT:
-        return []
     names = [e.name for e in loaded]
-    if RUBRIC_ENVIRONMENT in names:
-        raise ValueError("the email assistant trains alone (its inbox rubric path); combine it with no other "
-                         f"environment, got {', '.join(names)}")
+    alone = [e for e in loaded if e.trains_alone]
+    if alone and len(loaded) == 1:
+        return [], many[0] if isinstance(many[0], str) else loaded[0].name
+    if alone:
+        raise ValueError(f"{', '.join(repr(e.name) for e in alone)} trains alone (its world is a store of its own); "
+                         f"combine it with no other environment, got {', '.join(names)}")
     if len(set(names)) < len(names):
         raise ValueError(f"environments named twice: {', '.join(names)}")
-    return loaded
+    return loaded, None
 
 
 def _factory(played: list, max_turns: int) -> Any:

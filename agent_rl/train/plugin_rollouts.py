@@ -16,7 +16,7 @@ from typing import Any
 from agent_rl.environments.core import Environment, FinalAnswer, Judgement, Task, Trajectory
 from agent_rl.environments.rollouts import JudgedRollout, calls_left_unanswered, scan_turns
 from agent_rl.environments.sessions import judge_episode
-from agent_rl.records import Outcome
+from agent_rl.records import Outcome, Split
 
 
 def task_rows(environment: Environment, tasks: list[Task]) -> list[dict[str, Any]]:
@@ -30,6 +30,14 @@ def task_rows(environment: Environment, tasks: list[Task]) -> list[dict[str, Any
         "answer": str(task.reference or ""),
         "task": task.model_dump_json(),
     } for task in tasks]
+
+
+def training_rows(environment: Environment, tasks: list[Task]) -> list[dict[str, Any]]:
+    """GRPO rows of the training tasks among `tasks`: the rows the environment's own rollouts read
+    (`Environment.grpo_rows`), else the loop's task rows."""
+    train = [task for task in tasks if task.split == Split.TRAIN]
+    own = environment.grpo_rows(train)
+    return task_rows(environment, train) if own is None else own
 
 
 @dataclass

@@ -17,7 +17,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from agent_rl.environments.email.prompts import SYSTEM_PROMPT, initial_messages
 from agent_rl.environments.email.tools import TOOL_NAMES, EpisodeTrace, InboxTools, ToolConfig, call_tool, tool_schemas
-from agent_rl.environments.core import Environment, FinalAnswer, Judgement, PrivacySpec, Task, Trajectory, WorldPrivacy
+from agent_rl.environments.core import (
+    Environment,
+    FinalAnswer,
+    Judgement,
+    PrivacySpec,
+    StoredWorld,
+    Task,
+    Trajectory,
+    WorldPrivacy,
+)
 from agent_rl.environments.email.inbox.store import InboxStore, open_inbox_store
 from agent_rl.environments.email.memo_judge import MemoJudge
 from agent_rl.records import Category, Outcome, Scenario, Split
@@ -31,6 +40,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NAME = "email"
+# The anonymized world `privacy_pass` writes under a partition's folder, where `stored_world` reopens it.
+STORE_FILE = "inbox.db"
+SCENARIOS_FILE = "scenarios.jsonl"
 
 
 def scenario_task(scenario: Scenario) -> Task:
@@ -97,6 +109,7 @@ class EmailEnvironment(Environment):
     categories: ClassVar[tuple[str, ...]] = tuple(c.value for c in Category)
     refusal_categories: ClassVar[tuple[str, ...]] = (Category.UNANSWERABLE.value,)
     system_prompt: ClassVar[str] = SYSTEM_PROMPT
+    trains_alone: ClassVar[bool] = True  # its world is an inbox store, anonymized and reopened whole
 
     def __init__(self, store: InboxStore | None = None, scenarios: list[Scenario] | None = None,
                  tools: ToolConfig | None = None, rubric: RubricWeights | None = None,
@@ -220,6 +233,20 @@ class EmailEnvironment(Environment):
         public = self.privacy().public_terms
         config = config.model_copy(update={"public_terms": tuple(dict.fromkeys([*config.public_terms, *public]))})
         return anonymize_inboxes(self._inbox_store(), self._all_scenarios(), episodes, out_dir, canaries, config)
+
+    def stored_world(self, out_dir: Path) -> StoredWorld:
+        """The anonymized inbox store and scenarios `privacy_pass` wrote under `out_dir` (inbox.db, scenarios.jsonl),
+        reopened with the default tools, rubric and judge."""
+        url = f"sqlite:///{Path(out_dir) / STORE_FILE}"
+        return StoredWorld(EmailEnvironment(store_url=url, scenarios_path=str(Path(out_dir) / SCENARIOS_FILE)), url)
+
+    def grpo_rows(self, tasks: list[Task]) -> list[dict[str, Any]]:
+        """The scenarios of `tasks` as the rows its rollouts read (inbox, golden answer, gold sources, query date:
+        `curation.datasets.grpo_rows`), in the order given."""
+        from agent_rl.curation.datasets import grpo_rows
+
+        scenarios = {scenario.id: scenario for scenario in self._all_scenarios()}
+        return grpo_rows([scenarios[task.id] for task in tasks], split=None)
 
     def build_world(self, **options: Any) -> dict[str, Any]:
         """The inbox store: a real export ingested (`ingest_path`), else the demo corpus of `seed`, `n_inboxes`,
