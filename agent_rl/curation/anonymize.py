@@ -68,6 +68,7 @@ _ID_TOKEN = re.compile(r"(?<![^\W_])[^\W\d_]+(?![^\W_])")
 # "<8069939.1075855675628.JavaMail.evans@thyme>" quoted in text: a run of digits tells it from "<sherry@x.com>".
 _MESSAGE_ID = re.compile(r"<[^<>\s@]*\d{4,}[^<>\s@]*@[^<>\s]+>")
 _LOWER_RUN = re.compile(r"(?<![\w@.])[a-z]+(?:[ \t]+[a-z]+)+(?![\w@])")
+_LOWER_NAME_WORD = re.compile(r"[a-z]+")
 # A lowercase first.last (or first_last) token not part of an address or a longer dotted name.
 _DOTTED_LOCAL = re.compile(r"(?<![\w@.])[a-z]{2,}(?:[._][a-z]+)+(?![\w@]|\.\w)")
 _POSSESSIVE = re.compile(r"['’]s$")
@@ -141,6 +142,10 @@ class Anonymizer(RecordWalker):
         self._lower_full_names = {
             " ".join(n.lower().split()[::len(n.split()) - 1]) for n in self.directory.full_names if len(n.split()) >= 2
         }
+        # Whole names (lowercase word tuples) found as people anywhere, to replace where they are typed in lower case.
+        self._learned_full: set[tuple[str, ...]] = set()
+        self._full_starts = {n.split()[0] for n in self._lower_full_names}
+        self._longest_full = 2
         self._detected: dict[bytes, tuple[_Span, ...]] = {}
         self._id_cache: dict[str, str] = {}
         self._line_persons: dict[str, tuple[tuple[int, int], ...]] = {}
@@ -422,6 +427,12 @@ class Anonymizer(RecordWalker):
     def _learn(self, words: list[str]) -> None:
         # A common word ("Austin", "Drive") is replaced where it was found as a name, never everywhere.
         # A public word ("Reno", "Treasury") is replaced where it was found inside a name, never learned everywhere.
+        whole = tuple(w.rstrip(".").lower() for w in words)
+        if len(whole) >= 2 and all(_LOWER_NAME_WORD.fullmatch(w) for w in whole) and whole not in self._learned_full:
+            self._learned_full.add(whole)  # "Willow Bend" as a whole, common words and all: see _lowercase_names
+            self._full_starts.add(whole[0])
+            self._longest_full = max(self._longest_full, len(whole))
+            self._dictionary_version += 1
         bare = [w.rstrip(".") for w in words if len(w.rstrip(".")) > 1 and usable_name_part(w.rstrip("."))
                 and w.rstrip(".").lower() not in self._names.common and not (w.isupper() and len(w) <= 3)
                 and w.rstrip(".").lower() not in self._public_words]
@@ -463,20 +474,44 @@ class Anonymizer(RecordWalker):
                 parts = [p for p in re.split(r"[._]+", m.group()) if p]
                 if len(parts) >= 2 and _names_in_local_part(parts[0], names) and m.group() not in _NOT_NAMES:
                     yield _Span(m.start(), m.end(), "PERSON", 1.0)
-        if self._lower_full_names:
-            # "an email to mary heinitz": a header name written in lowercase is still that person.
-            for m in _LOWER_RUN.finditer(text):
-                words = m.group().split()
-                for i in range(len(words) - 1):
-                    if f"{words[i]} {words[i + 1]}" in self._lower_full_names:
-                        start = m.start() + len(" ".join(words[:i])) + (1 if i else 0)
-                        start = text.index(words[i], start)
-                        end = text.index(words[i + 1], start + len(words[i])) + len(words[i + 1])
-                        yield _Span(start, end, "PERSON", 1.0)
+        yield from self._lowercase_names(text, names)
         for m in CAPITALIZED.finditer(text):
             word = bare_word(m.group())
             if word.lower() in names and usable_name_part(word):
                 yield _Span(m.start(), m.start() + len(word), "PERSON", 1.0)
+
+    def _lowercase_names(self, text: str, names: set[str]) -> Iterable[_Span]:
+        """People typed in lower case ("who did harold put in charge of the willow bend pilot"), replaced as their
+        capitalised form is, so with the same pseudonym (issue 47: users who type in lower case).
+
+        A header name's first and last word side by side ("an email to mary heinitz") is always that person. A
+        name found as a person elsewhere in the corpus is replaced in lower case only where it cannot be an
+        ordinary word: a whole name of several words ("grace nakamura", "willow bend") when its last word is no
+        ordinary word, else each of its name words ("harold") that is no ordinary word itself, so "irene sent me
+        the file" keeps "sent" where a signature made "Irene / Sent from my iPhone" one name. An ordinary word is a
+        common word or one the corpus writes in lower case in text that capitalises something
+        (`NameFinder.observe`): the verb "reading" beside a town called Reading, the "will" of a person named Will,
+        the "grace" of "grace period". Text typed all in lower case is no evidence either way. Declared public
+        words are never replaced on their own.
+        """
+        if self._full_starts:
+            for m in _LOWER_RUN.finditer(text):
+                words = [(m.start() + w.start(), m.start() + w.end(), w.group())
+                         for w in _LOWER_NAME_WORD.finditer(m.group())]
+                for i, (start, _, first) in enumerate(words):
+                    if first not in self._full_starts:
+                        continue
+                    for n in range(min(self._longest_full, len(words) - i), 1, -1):
+                        seq = tuple(w for _, _, w in words[i:i + n])
+                        if (n == 2 and " ".join(seq) in self._lower_full_names) or (
+                                seq in self._learned_full and not self._names.ordinary(seq[-1])):
+                            yield _Span(start, words[i + n - 1][1], "PERSON", 1.0)
+                            break
+        if names:
+            for start, end, word in self._names.lowercase_words(text):
+                if (word in names and usable_name_part(word) and not self._names.ordinary(word)
+                        and word not in self._public_words):
+                    yield _Span(start, end, "PERSON", 1.0)
 
     def _render(self, text: str) -> str:
         if self._rendered_version != self._dictionary_version:

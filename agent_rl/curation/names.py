@@ -141,8 +141,14 @@ class NameFinder:
 
     def observe(self, text: str) -> None:
         """Remember the words this corpus writes in lowercase: "Imbalance Drawdowns" in a table is no one,
-        since the mails also say "imbalance"; a surname is hardly ever written lowercase."""
-        self._lowercase.update(_LOWER_WORD.findall(text))
+        since the mails also say "imbalance"; a surname is hardly ever written lowercase.
+
+        Only a text that capitalises something counts. One typed all in lower case ("who did harold put in charge
+        of the willow bend pilot", a careless user's re-ask) lowers names and words alike, so it says nothing about
+        which of its words are ordinary; counting it made every name such a user typed an ordinary word, and the
+        name then survived there in lower case (issue 47)."""
+        if any(c.isupper() for c in text):
+            self._lowercase.update(_LOWER_WORD.findall(text))
 
     def is_name_part(self, lower: str) -> bool:
         """A name word on its own: listed or known, and not also a common word."""
@@ -150,6 +156,16 @@ class NameFinder:
 
     def written_lowercase(self, lower: str) -> bool:
         return lower in self._lowercase
+
+    def ordinary(self, lower: str) -> bool:
+        """A word the corpus uses as an ordinary word: a common word, or one it writes in lower case (`observe`)."""
+        return lower in self.common or lower in self._lowercase
+
+    @staticmethod
+    def lowercase_words(text: str) -> Iterable[tuple[int, int, str]]:
+        """(start, end, word) of every all-lowercase word of three letters or more that is not part of an address,
+        a dotted id or a hyphenated word, in order: the words `observe` counts."""
+        return ((m.start(), m.end(), m.group()) for m in _LOWER_WORD.finditer(text))
 
     def listed(self, lower: str) -> bool:
         """In a name list or known, even if also a common word ("Grant", "Chase", "Paris")."""
