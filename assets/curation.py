@@ -23,7 +23,6 @@ from agent_rl.curation.live import (
 )
 from agent_rl.curation.plugin_privacy import anonymize_plugin_partition, merged_privacy_reports
 from agent_rl.environments import worlds
-from agent_rl.environments.core import Task
 from agent_rl.records import Split
 from agent_rl.train.plugin_rollouts import training_rows
 from agent_rl.curation.validate import config_for, gate_results, validate_episodes
@@ -250,21 +249,6 @@ def _anonymize_live(partition: str, name: str, episodes: list[dict], curation: C
 def held_out_live(partition: str) -> list[dict]:
     """The anonymized gateway episodes rated good that this partition keeps for validation."""
     return load_jsonl(stage_dir("anonymized_environment", partition) / "held_out.jsonl")
-
-
-def anonymized_tasks(partition: str) -> list[Task]:
-    """The plug-in's tasks as curation anonymized them for this partition."""
-    return worlds.saved_tasks(stage_dir("anonymized_environment", partition))
-
-
-def anonymized_plugins(partition: str) -> list:
-    """The plug-ins with their anonymized worlds, as curation saved them for this partition, in run order."""
-    return worlds.saved_environments(stage_dir("anonymized_environment", partition))
-
-
-def anonymized_plugin(partition: str):
-    """The (first) plug-in with its anonymized world, as curation saved it for this partition."""
-    return anonymized_plugins(partition)[0]
 
 
 @dg.asset_check(asset="anonymized_episodes", blocking=True,

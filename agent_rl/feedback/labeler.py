@@ -203,9 +203,10 @@ def _check(auc: float, ece: float, floor: float, n_rated: int, min_auc: float, m
     misses = []
     if auc < min_auc:
         misses.append(f"AUC {auc:.3f} < {min_auc}")
-    if ece_excess(ece, floor) > max_ece:
-        misses.append(f"ECE {ece:.3f} is {ece_excess(ece, floor):.3f} beyond the {floor:.3f} that sampling noise "
-                      f"alone gives, > {max_ece}")
+    excess = ece_excess(ece, floor)
+    if excess > max_ece:
+        misses.append(f"ECE {ece:.3f} is {excess:.3f} beyond the {floor:.3f} that sampling noise alone gives, "
+                      f"> {max_ece}")
     return f"{' and '.join(misses)} on {n_rated} rated episodes{how}" if misses else ""
 
 
@@ -253,14 +254,15 @@ def label_episodes(episodes: Iterable[Signals | Episode | Mapping[str, Any]],
     y = np.array([1 if (s.rating or 0) > 0 else 0 for s in rated], dtype=int)
     n_good = int(y.sum())
     reason = _too_little(len(rated), n_good, config)
-    auc = ece = floor = None
+    auc = ece = floor = excess = None
     scored: tuple[EpisodeLabel, ...] = ()
     if not reason:
         x = _matrix(rated)
         oof = out_of_fold(x, y, config)
         check = agreement(y, oof, min_auc=config.min_auc, max_ece=config.max_ece, n_bins=config.ece_bins,
                           seed=config.seed, how=" (out of fold)")
-        auc, ece, floor, reason = check["auc"], check["ece"], check["ece_floor"], check["reason"]
+        auc, ece, floor, excess, reason = (check["auc"], check["ece"], check["ece_floor"], check["ece_excess"],
+                                           check["reason"])
         if unrated:
             model = _estimator(config).fit(x, y)
             probabilities = model.predict_proba(_matrix(unrated))[:, 1]
@@ -268,8 +270,7 @@ def label_episodes(episodes: Iterable[Signals | Episode | Mapping[str, Any]],
     passed = not reason
     labels = tuple(label for label in scored if label.good is not None) if passed else ()
     report = LabelerReport(
-        auc=auc, ece=ece, ece_floor=floor, ece_excess=None if ece is None or floor is None else ece_excess(ece, floor),
-        n_rated=len(rated), n_rated_good=n_good, n_unrated=len(unrated),
+        auc=auc, ece=ece, ece_floor=floor, ece_excess=excess, n_rated=len(rated), n_rated_good=n_good, n_unrated=len(unrated),
         n_labeled=len(labels),
         n_labeled_good=sum(bool(label.good) for label in labels), passed=passed, reason=reason,
         min_auc=config.min_auc, max_ece=config.max_ece)

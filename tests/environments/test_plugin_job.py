@@ -14,6 +14,7 @@ import pytest
 from agent_rl import settings
 from agent_rl.agent.runner import Play, play_episodes
 from agent_rl.curation.datasets import load_jsonl
+from agent_rl.environments import worlds
 from agent_rl.pool.repository import PoolRepository
 from agent_rl.records import Split
 from assets import curation, environment, pool, training, validation
@@ -114,8 +115,9 @@ def test_the_weekly_job_trains_validates_and_registers_a_plugin_environment(spec
             "evaluation_report") for path in settings.artifact_dir(stage, partition).rglob("*.json*"))
         assert written and not [v for v in _personal_values(env) if v in written]
         # GRPO and validation played in the anonymized store: its anonymized tasks still replay to the same outcome.
-        anonymized = curation.anonymized_plugin(partition)
-        tasks = [t for t in curation.anonymized_tasks(partition) if t.split == Split.TEST]
+        anonymized_dir = settings.artifact_dir("anonymized_environment", partition)
+        (anonymized,) = worlds.saved_environments(anonymized_dir)
+        tasks = [t for t in worlds.saved_tasks(anonymized_dir) if t.split == Split.TEST]
         replayed = play_episodes(env.teacher(), anonymized, [Play(t) for t in tasks])
         assert all(e.outcome.value == "correct" for e in replayed)
 
@@ -169,7 +171,8 @@ def test_one_run_trains_one_policy_on_several_environments(tmp_path):
     # GRPO rolled out in both anonymized worlds, each row in its own.
     grpo_rows = load_jsonl(settings.artifact_dir("grpo_dataset", partition) / "train.jsonl")
     assert {row["environment"] for row in grpo_rows} == names
-    assert [env.name for env in curation.anonymized_plugins(partition)] == ["support", "timetable"]
+    assert [env.name for env in worlds.saved_environments(
+        settings.artifact_dir("anonymized_environment", partition))] == ["support", "timetable"]
     rollouts = load_jsonl(settings.artifact_dir("grpo_adapter", partition) / "rollouts.jsonl")
     assert rollouts and {r["environment"] for r in rollouts} <= names
     # Validated per environment and together; categories named with their environment.
