@@ -34,7 +34,9 @@ def test_a_week_of_an_outside_agent_end_to_end(tmp_path):
     assert re.search(r"ratings: \d+ \(\d+ up\)", summary)
     rows = re.search(r"SFT rows: \d+ \(good episodes they come from: (\d+) rated by users, (\d+) labeled", summary)
     assert rows and int(rows.group(1)) > 0, summary
-    assert re.search(r"labeler check \(bars AUC >= 0.85, ECE <= 0.05, the profile's\): out of fold on \d+ rated", summary)
+    assert re.search(r"labeler check \(bars AUC >= 0.85, ECE <= 0.05 beyond sampling noise, the profile's\): "
+                     r"out of fold on \d+ rated: AUC 0\.\d{3}, ECE 0\.\d{3} \(sampling noise alone ~0\.\d{3}, "
+                     r"beyond it 0\.\d{3}\)", summary)
     assert re.search(r"labeler vs the hidden truth on \d+ unrated episodes: AUC 0\.\d{3}, ECE 0\.\d{3}", summary)
     assert "validation: replay of" in summary and re.search(r"incumbent +accuracy", summary)
     assert "A/B test started: v1 at 10% against teacher" in out  # the fast gate is open: registered, then routed
