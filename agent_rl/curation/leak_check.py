@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 _ADDRESS = re.compile(r"[\w.+\-']+@[\w\-]+(?:\.[\w\-]+)+")
+_MESSAGE_ID = re.compile(r"<[^<>\s@]*\d{4,}[^<>\s@]*@[^<>\s]+>")  # "<1234.JavaMail.evans@thyme>"
+_WEB = re.compile(r"(?i)\b(?:https?://|www\.)\S+")
 _PHONE = re.compile(r"(?<![\w.\-])(?:\+?1[ .\-]?)?\(?([2-9]\d{2})\)?[ .\-]?([2-9]\d{2})[ .\-](\d{4})(?![\w\-])")
 _CARD = re.compile(r"(?<![\w\-])\d(?:[ \-]?\d){12,18}(?![\w\-])")
 _TOKEN = re.compile(r"[^\W\d_]+(?:['’\-][^\W\d_]+)*")
@@ -191,11 +193,17 @@ class LeakAuditor:
         """Personal values in one raw free text."""
         if not isinstance(text, str) or not text:
             return
-        for word in re.findall(r"(?<![\w@.])[a-z][a-z'’\-]+(?![\w@])", text):
+        # An address's local part or a web address is not evidence that a word is ordinary ("donna.lowry@...").
+        prose = _WEB.sub(" ", _ADDRESS.sub(" ", text))
+        for word in re.findall(r"(?<![\w@.])[a-z][a-z'’\-]+(?![\w@])", prose):
             self._lower_words[word] += 1
+        ids = [(m.start(), m.end()) for m in _MESSAGE_ID.finditer(text)]
         for m in _ADDRESS.finditer(text):
             address = m.group().lower().strip(".")
-            if address not in self._ignore_ids and address not in self._synthetic:
+            # A message id's tail is no one's address, even one a model garbled ("<000022.9c9aa1\ufffdea@mail...>"
+            # holds "ea@mail..."); names inside ids are still looked for word by word.
+            in_id = any(start < m.start() and m.end() < end for start, end in ids)
+            if address not in self._ignore_ids and address not in self._synthetic and not in_id:
                 self.addresses.add(address)
         for m in _PHONE.finditer(text):
             self.phones.add("".join(m.groups()))
@@ -266,7 +274,10 @@ class LeakAuditor:
         for m in _ADDRESS.finditer(text):
             if m.group().lower().strip(".") in self.addresses:
                 yield self._finding(file, record, field, "address", m.group())
-        raw_tokens = _TOKEN.findall(text)
+        # An address's domain names an organisation ("...@williams.com"); a personal address is found whole above.
+        domains = [(m.start() + m.group().index("@"), m.end()) for m in _ADDRESS.finditer(text)]
+        raw_tokens = [m.group() for m in _TOKEN.finditer(text)
+                      if not any(start < m.start() < end for start, end in domains)]
         # "allen-p" (an Enron mailbox folder) holds "allen"; "Hewlett-Packard" is a firm, not Walter Hewlett.
         raw_tokens += [t.split("-")[0] for t in raw_tokens if re.fullmatch(r"[^\W\d_]{3,}-[^\W\d_]{1,2}", t)]
         tokens = [t.lower() for t in raw_tokens]

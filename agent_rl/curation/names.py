@@ -68,6 +68,9 @@ _CLOSING_LINE = re.compile(
     r"(?i)^\s*(?:thanks|thank\s+you|regards|best(?:\s+regards)?|kind\s+regards|cheers|sincerely|yours(?:\s+truly)?|"
     r"best\s+wishes|warm\s+regards|talk\s+soon|-+)\s*[,.!]?\s*$"
 )
+# The name signed after a closing on its line, in lower case: "Regards,\tjaime____", "thanks, sheila".
+_CLOSING_LOWER = re.compile(r"(?i:\b(?:thanks|thank\s+you|regards|best|cheers|sincerely))[ \t]*[,.!\-]*[ \t]*(?:\n[ \t]*)?"
+                            r"(?:-+[ \t]*)?([a-z]{2,})(?=_*(?![\w@.\-])|_*$)")
 _HEADER_LINE = re.compile(r"(?im)^[ \t>]*(?:to|cc|bcc|from|sent\s+by|reply-to)[ \t]*:[ \t]*(.*)$")
 _PARTICLES = frozenset("van von de da del della di du der den la le bin ibn al el ter ten dos das st".split())
 # One name word: "Dubois", "O'Neil", "McSherry", "Gilbert-Smith", "Seung-Taek", accented letters too.
@@ -178,6 +181,7 @@ class NameFinder:
         found.extend(self._header_lines(text))
         found.extend(self._inverted_lines(text))
         found.extend(self._lowercase_pairs(text))
+        found.extend(self._lowercase_signatures(text))
         found.extend(self._upper_pairs(text))
         return _merge(found)
 
@@ -205,6 +209,15 @@ class NameFinder:
             first, last = m.group(1), m.group(2)
             if first in self.first and last in self.last and first not in self.common and last not in self.common:
                 yield m.start(1), m.end() + len(last)
+
+    def _lowercase_signatures(self, text: str) -> Iterable[tuple[int, int]]:
+        """ "Regards,\tjaime____": a name word signed in lower case after a closing; a word the corpus uses as an
+        ordinary one elsewhere still counts here, since a signature is where people write their own name small."""
+        for m in _CLOSING_LOWER.finditer(text):
+            word = m.group(1)
+            if (self.listed(word) and word not in self.common and word not in self.function
+                    and word not in _ORG_WORDS):
+                yield m.start(1), m.end(1)
 
     # -- runs of capitalised words --------------------------------------------------------------
 
@@ -241,7 +254,8 @@ class NameFinder:
             yield run
 
     def _judge(self, text: str, run: list[_Word]) -> Iterable[tuple[int, int]]:
-        if text[max(0, run[0].start - 1):run[0].start] in ("/", "@"):
+        slashed = self._slashed_name(text, run)
+        if text[max(0, run[0].start - 1):run[0].start] in ("/", "@") and not slashed:
             return  # the ORG of `Name/ORG/ORG@ORG`
         line_start = text.rfind("\n", 0, run[0].start) + 1
         line_end = text.find("\n", run[-1].end)
@@ -271,12 +285,25 @@ class NameFinder:
             yield span  # "Marguerite Dubois", "Chase Fabiszewski": a name word vouches for the words beside it
         elif len(lowers) >= 2 and all(self._unknown(w) for w in lowers):
             yield span  # "Ehtel Tijerino": capitalised words no list or dictionary knows, side by side
-        elif lotus:
-            yield span  # `Taylor@ECT`, `Hirl/HOU/ECT`
+        elif lotus or slashed or self._slash_pair(text, core):
+            yield span  # `Taylor@ECT`, `Hirl/HOU/ECT`; the "Sheila" of "Donna/Sheila"
         elif _CONTEXT_BEFORE.search(before) and (known or self._unknown(lowers[0])):
             yield span  # "call Nguyen", "Dear Ms. Okonkwo", "thanks Sherry"
         elif alone and 2 <= len(lowers) <= 4 and all(self._unknown(w) or self.listed(w) for w in lowers):
             yield span  # a signature line
+
+    def _slashed_name(self, text: str, run: list[_Word]) -> bool:
+        """ "Donna/Sheila--Call Irene": after a slash, a first name that no org code is (codes are capitals, and
+        a Notes path goes on with another "/" or "@") is the second of two people."""
+        after = text[run[-1].end:run[-1].end + 1]
+        return (run[0].start > 0 and text[run[0].start - 1] == "/" and after not in ("/", "@") and len(run) <= 2
+                and run[0].lower in self.first and self.is_name_part(run[0].lower))
+
+    def _slash_pair(self, text: str, core: list[_Word]) -> bool:
+        """The "Donna" of "Donna/Sheila": a first name joined by a slash to another that is no org code."""
+        nxt = _WORD.match(text, core[-1].end + 1) if text[core[-1].end:core[-1].end + 1] == "/" else None
+        return (len(core) == 1 and nxt is not None and _capitalised(nxt.group()) and len(nxt.group()) > 1
+                and all(w in self.first and self.is_name_part(w) for w in (core[0].lower, nxt.group().lower())))
 
     def _unknown(self, lower: str) -> bool:
         return lower not in self.common and lower not in _ORG_WORDS and lower not in self._lowercase

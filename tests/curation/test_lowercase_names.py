@@ -103,3 +103,44 @@ def test_the_leak_check_and_the_anonymizer_agree_on_names_typed_in_lower_case():
     person, site = approved.split(" approved the ")[0], approved.split(" approved the ")[1].split(" budget")[0]
     assert typed == f"is the grace period over? ask {person.lower()} about {site.lower()}"
     assert [str(leak) for leak in result.leaks] == []
+
+
+def test_the_leak_check_does_not_take_an_address_for_evidence_that_a_name_is_an_ordinary_word():
+    """A first name the corpus writes in lower case only inside an address ("jaime.gualy@...") is still a name:
+    the check finds "jaime" signed in lower case. A surname that is only a company's domain ("...@williams.com")
+    is no finding, while the same word in prose is."""
+    auditor = LeakAuditor(b"salt")
+    auditor.learn_headers([{"message_id": "<1@x>", "sender": "Jaime Gualy <jaime.gualy@enron.com>",
+                            "to": ["Eliza Williams <eliza.williams@enron.com>"]}])
+    auditor.learn_text("The model is ready. Write to jaime.gualy@enron.com or see http://www.jaime.example/model")
+    assert [f.masked for f in auditor.scan("out", "1", {"content": "Regards,\tjaime____"})] == ["j****"]
+    assert auditor.scan("out", "1", {"to": ["lydia.graves@williams.com"]}) == []
+    assert [f.masked for f in auditor.scan("out", "1", {"content": "ask williams"})] == ["w*******"]
+
+
+def test_a_name_signed_in_lower_case_and_a_second_name_after_a_slash_are_replaced():
+    """Two shapes the Enron sample holds: "Regards,\tjaime____" (a signature typed small, underlined) and a calendar
+    entry "Donna/Sheila--Call Irene" (two people joined by a slash, which Notes paths use for org codes). Both
+    names go; the org codes of a Notes path stay."""
+    a = Anonymizer(AnonymizerConfig(key="test-key"))
+    out = a.anonymize_texts(["So far, it looks promising.\n\tRegards,\tjaime____\n", "Donna/Sheila--Call Irene",
+                             "Joseph P Hirl/HOU/ECT@ECT wrote", "thanks, will"])
+    assert "jaime" not in out[0].lower() and out[0].endswith("____\n") and "Regards," in out[0]
+    assert "Sheila" not in out[1] and "Donna" not in out[1] and out[1].count("/") == 1 and "--Call" in out[1]
+    assert "/HOU/ECT@ECT wrote" in out[2] and "Hirl" not in out[2]
+    assert out[3] == "thanks, will"  # an ordinary word after a closing stays
+
+
+def test_a_message_id_a_model_garbled_is_no_address_and_the_names_in_an_id_are_still_found():
+    """Our own model in production once wrote "<000022.9c9aa1\ufffdea@mail.northwind-energy.com>": the replacement
+    character cut the id, and the check took "ea@mail.northwind-energy.com" for someone's address, which stopped
+    the week at the privacy gate. Inside an id it is no address; a person's name inside an id still is a finding."""
+    auditor = LeakAuditor(b"salt")
+    auditor.learn_headers([{"message_id": "<1@x>", "sender": "Phillip Allen <phillip.allen@enron.com>"}])
+    garbled = '{"message_id": "<000022.9c9aa1\ufffdea@mail.northwind-energy.com>"}'
+    auditor.learn_text(garbled)
+    assert auditor.scan("out", "1", {"arguments": garbled}) == []
+    assert [f.masked for f in auditor.scan("out", "1", {"id": "<8069939.1075855675628.JavaMail.phillip@enron.com>"})
+            ] == ["p******"]
+    auditor.learn_text("write to ea@example.com")  # the same local part as a real address stays one
+    assert [f.kind for f in auditor.scan("out", "1", {"content": "ea@example.com"})] == ["address"]
