@@ -271,11 +271,12 @@ class LeakAuditor:
 
     def _scan_text(self, file: str, record: str, field: str, text: str) -> Iterable[Finding]:
         lower = text.lower()
-        for m in _ADDRESS.finditer(text):
+        addresses = list(_ADDRESS.finditer(text))
+        for m in addresses:
             if m.group().lower().strip(".") in self.addresses:
                 yield self._finding(file, record, field, "address", m.group())
         # An address's domain names an organisation ("...@williams.com"); a personal address is found whole above.
-        domains = [(m.start() + m.group().index("@"), m.end()) for m in _ADDRESS.finditer(text)]
+        domains = [(m.start() + m.group().index("@"), m.end()) for m in addresses]
         raw_tokens = [m.group() for m in _TOKEN.finditer(text)
                       if not any(start < m.start() < end for start, end in domains)]
         # "allen-p" (an Enron mailbox folder) holds "allen"; "Hewlett-Packard" is a firm, not Walter Hewlett.

@@ -70,7 +70,7 @@ _CLOSING_LINE = re.compile(
 )
 # The name signed after a closing on its line, in lower case: "Regards,\tjaime____", "thanks, sheila".
 _CLOSING_LOWER = re.compile(r"(?i:\b(?:thanks|thank\s+you|regards|best|cheers|sincerely))[ \t]*[,.!\-]*[ \t]*(?:\n[ \t]*)?"
-                            r"(?:-+[ \t]*)?([a-z]{2,})(?=_*(?![\w@.\-])|_*$)")
+                            r"(?:-+[ \t]*)?([a-z]{2,})(?=_*(?![\w@.\-]))")
 _HEADER_LINE = re.compile(r"(?im)^[ \t>]*(?:to|cc|bcc|from|sent\s+by|reply-to)[ \t]*:[ \t]*(.*)$")
 _PARTICLES = frozenset("van von de da del della di du der den la le bin ibn al el ter ten dos das st".split())
 # One name word: "Dubois", "O'Neil", "McSherry", "Gilbert-Smith", "Seung-Taek", accented letters too.
