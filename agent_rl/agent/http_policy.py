@@ -13,7 +13,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 from agent_rl.agent.chat_format import parse_completion, parse_tool_call
-from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
+from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, ToolCall, ToolSchema
 
 # Worth another try: the server is busy, restarting or briefly unreachable.
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
@@ -69,12 +69,8 @@ class HttpPolicy(Policy):
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def act(
-        self,
-        conversations: list[list[dict[str, Any]]],
-        tools: list[dict[str, Any]],
-        max_new_tokens: int = 256,
-    ) -> list[PolicyTurn]:
+    def act(self, conversations: list[Conversation], tools: list[ToolSchema],
+            max_new_tokens: int = 256) -> list[PolicyTurn]:
         if not conversations:
             return []
         bodies = [self.request_body(messages, tools, max_new_tokens) for messages in conversations]
@@ -82,7 +78,7 @@ class HttpPolicy(Policy):
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="http-policy") as pool:
             return list(pool.map(self._complete, bodies))
 
-    def request_body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_new_tokens: int) -> dict:
+    def request_body(self, messages: list[dict[str, Any]], tools: list[ToolSchema], max_new_tokens: int) -> dict:
         body: dict[str, Any] = {
             "model": self.config.model,
             "messages": to_openai_messages(messages),

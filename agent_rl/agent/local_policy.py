@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt
 
 from agent_rl.agent.chat_format import parse_completion, render_prompt
-from agent_rl.agent.policy import Policy, PolicyTurn
+from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, ToolSchema
 from agent_rl.agent.turn_cache import CachedRow, TurnCache
 
 
@@ -137,19 +137,15 @@ class LocalPolicy(Policy):
             self._system_cache = {}
             self.turn_cache.clear()
 
-    def act(
-        self,
-        conversations: list[list[dict[str, Any]]],
-        tools: list[dict[str, Any]],
-        max_new_tokens: int = 256,
-    ) -> list[PolicyTurn]:
+    def act(self, conversations: list[Conversation], tools: list[ToolSchema],
+            max_new_tokens: int = 256) -> list[PolicyTurn]:
         return self.act_with_adapters(conversations, [None] * len(conversations), tools, max_new_tokens)
 
     def act_with_adapters(
         self,
-        conversations: list[list[dict[str, Any]]],
+        conversations: list[Conversation],
         adapters: list[str | None],
-        tools: list[dict[str, Any]],
+        tools: list[ToolSchema],
         max_new_tokens: int = 256,
     ) -> list[PolicyTurn]:
         """Like `act`, each conversation answered by the base model with its adapter (None: none)."""
@@ -290,7 +286,7 @@ class LocalPolicy(Policy):
             probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
-    def _system_block_length(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], text: str,
+    def _system_block_length(self, messages: list[dict[str, Any]], tools: list[ToolSchema], text: str,
                              ids: list[int]) -> int:
         """Tokens of the rendered system message + tool schemas at the start of this prompt (0 if none): the part
         every turn of every episode shares, worth keeping in the attention cache."""

@@ -10,6 +10,11 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any
 
+# A chat message in the OpenAI / transformers layout, a conversation of them, a tool's JSON schema.
+Message = dict[str, Any]
+Conversation = list[Message]
+ToolSchema = dict[str, Any]
+
 
 @dataclass
 class ToolCall:
@@ -45,12 +50,8 @@ class Policy(abc.ABC):
     version: str = "unknown"
 
     @abc.abstractmethod
-    def act(
-        self,
-        conversations: list[list[dict[str, Any]]],
-        tools: list[dict[str, Any]],
-        max_new_tokens: int = 256,
-    ) -> list[PolicyTurn]:
+    def act(self, conversations: list[Conversation], tools: list[ToolSchema],
+            max_new_tokens: int = 256) -> list[PolicyTurn]:
         """Next turn for each conversation, in order. Must not raise on odd conversations."""
 
 
@@ -62,8 +63,8 @@ class RowRoutedPolicy(Policy):
     def act_rows(
         self,
         rows: list[str | None],
-        conversations: list[list[dict[str, Any]]],
-        tools: list[dict[str, Any]],
+        conversations: list[Conversation],
+        tools: list[ToolSchema],
         max_new_tokens: int = 256,
     ) -> list[PolicyTurn]:
         """Next turn for each conversation, conversation i answered by version rows[i]."""

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
-from agent_rl.agent.policy import Policy, PolicyTurn, RowRoutedPolicy, ToolCall
+from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, RowRoutedPolicy, ToolCall
 from agent_rl.agent.tool_calls import decode_arguments
 from agent_rl.environments.core import Environment, Task, Trajectory
 from agent_rl.environments.sessions import call_session_tool, judge_episode
@@ -119,7 +119,7 @@ def _run_batch(policy: Policy, environment: Environment, plays: list[Play], conf
     return [_to_episode(environment, episode, policy, config) for episode in live]
 
 
-def _act(policy: Policy, conversations: list[list[dict[str, Any]]], schemas: list[dict], max_new_tokens: int,
+def _act(policy: Policy, conversations: list[Conversation], schemas: list[dict], max_new_tokens: int,
          versions: list[str | None] | None = None) -> list[Any]:
     """The policy's turns, or one `None` (policy error) per conversation it failed to answer. A policy serving
     several versions at once (RowRoutedPolicy) is told each conversation's routed version."""

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 
-from agent_rl.agent.policy import Policy, PolicyTurn, RowRoutedPolicy
+from agent_rl.agent.policy import Conversation, PolicyTurn, RowRoutedPolicy, ToolSchema
 from agent_rl.agent.turn_cache import TurnCache
 
 CACHE_BYTES_ENV = "AGENT_RL_SERVING_CACHE_MB"
@@ -176,13 +176,13 @@ class AdapterPolicy(RowRoutedPolicy):
         """Versions with the same lane can be decoded in one batch."""
         return f"shared:{self.base.key}"
 
-    def act(self, conversations: list[list[dict[str, Any]]], tools: list[dict[str, Any]],
+    def act(self, conversations: list[Conversation], tools: list[ToolSchema],
             max_new_tokens: int = 256) -> list[PolicyTurn]:
         return self.base.engine.act_with_adapters(conversations, [self.adapter] * len(conversations), tools,
                                                   max_new_tokens)
 
-    def act_rows(self, rows: list[str | None], conversations: list[list[dict[str, Any]]],
-                 tools: list[dict[str, Any]], max_new_tokens: int = 256) -> list[PolicyTurn]:
+    def act_rows(self, rows: list[str | None], conversations: list[Conversation],
+                 tools: list[ToolSchema], max_new_tokens: int = 256) -> list[PolicyTurn]:
         return self.act(conversations, tools, max_new_tokens)
 
 
@@ -197,12 +197,12 @@ class MixedVersionPolicy(RowRoutedPolicy):
         self.base = next(iter(policies.values())).base
         self.version = "+".join(sorted(policies))
 
-    def act(self, conversations: list[list[dict[str, Any]]], tools: list[dict[str, Any]],
+    def act(self, conversations: list[Conversation], tools: list[ToolSchema],
             max_new_tokens: int = 256) -> list[PolicyTurn]:
         raise TypeError("a mixed-version policy needs each row's version: call act_rows")
 
-    def act_rows(self, rows: list[str | None], conversations: list[list[dict[str, Any]]],
-                 tools: list[dict[str, Any]], max_new_tokens: int = 256) -> list[PolicyTurn]:
+    def act_rows(self, rows: list[str | None], conversations: list[Conversation],
+                 tools: list[ToolSchema], max_new_tokens: int = 256) -> list[PolicyTurn]:
         unknown = sorted({str(v) for v in rows if v not in self.policies})
         if unknown:  # e.g. a runner that does not pass each row's routed version
             raise ValueError(f"mixed-version batch: rows of versions {unknown} not in {sorted(self.policies)}")

@@ -23,7 +23,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, ValidationError
 
 from agent_rl.agent.http_policy import RETRYABLE_STATUS, parse_chat_completion, to_openai_messages
-from agent_rl.agent.policy import Policy, PolicyTurn
+from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, ToolSchema
 
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 T = TypeVar("T")
@@ -226,7 +226,7 @@ class OpenAIUpstream(Policy):
 
     # -- the Policy interface (batch arbiter) ---------------------------------------------------
 
-    def act(self, conversations: list[list[dict[str, Any]]], tools: list[dict[str, Any]],
+    def act(self, conversations: list[Conversation], tools: list[ToolSchema],
             max_new_tokens: int = 256) -> list[PolicyTurn]:  # fmt: skip
         if self._sync is None:
             self._sync = httpx.Client(base_url=self._base, headers=self._headers, timeout=self.config.timeout_s)

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
+from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, ToolCall, ToolSchema
 from agent_rl.environments.email.inbox.store import InboxStore
 from agent_rl.environments.email.reading import (  # noqa: F401 - question_category is this module's API too
     STOP_WORDS,
@@ -169,11 +169,11 @@ class HeuristicPolicy(Policy):
         self._schema_size: tuple[list[dict[str, Any]], int] | None = None
 
     def act(
-        self, conversations: list[list[dict[str, Any]]], tools: list[dict[str, Any]], max_new_tokens: int = 256
+        self, conversations: list[Conversation], tools: list[ToolSchema], max_new_tokens: int = 256
     ) -> list[PolicyTurn]:
         return [self._act_one(conversation, self._schema_chars(tools)) for conversation in conversations]
 
-    def _schema_chars(self, tools: list[dict[str, Any]]) -> int:
+    def _schema_chars(self, tools: list[ToolSchema]) -> int:
         if not tools:
             return 0
         known = self._schema_size

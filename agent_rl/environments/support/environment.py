@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from datetime import date
 from typing import Any, ClassVar
 
-from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
+from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, ToolCall, ToolSchema
 from agent_rl.environments.core import (
     Environment,
     EnvironmentError,
@@ -211,7 +211,7 @@ class SupportTeacher(Policy):
         digest = hashlib.sha256(f"{self.seed}:{prompt}".encode()).digest()
         return int.from_bytes(digest[:8], "big") / 2**64 >= self.success_rate
 
-    def act(self, conversations: list[list[dict[str, Any]]], tools: list[dict[str, Any]],
+    def act(self, conversations: list[Conversation], tools: list[ToolSchema],
             max_new_tokens: int = 256) -> list[PolicyTurn]:
         turns = []
         for messages in conversations:
