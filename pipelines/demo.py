@@ -44,6 +44,14 @@ def step(name: str):
     return timer()
 
 
+def arbiter_command(port: int, scenarios: Path | None, extra_args: tuple[str, ...] = ()) -> list[str]:
+    """`arbiter serve` as the demo runs it. Turns get the runner's own token limit, the one the held-out evaluation
+    and GRPO give the model: a lower one (128 tokens once) cuts the trained agent's three parallel reads (~140
+    tokens) into format errors that validation never saw (docs/experiments.md, 2026-11-28)."""
+    return [sys.executable, "-m", "agent_rl.cli", "arbiter", "serve", "--port", str(port), "--workers", "1",
+            *(["--scenarios", str(scenarios)] if scenarios is not None else []), "--log-level", "warning", *extra_args]
+
+
 @contextmanager
 def arbiter_process(port: int, scenarios: Path | None, token: str, extra_keys: tuple = (),
                     extra_args: tuple[str, ...] = ()):
@@ -60,12 +68,7 @@ def arbiter_process(port: int, scenarios: Path | None, token: str, extra_keys: t
     keys = [api_key.model_dump(mode="json")] + [key.model_dump(mode="json") for key in extra_keys]
     env = {**os.environ, "AGENT_RL_ADMIN_TOKEN": token, "AGENT_RL_API_KEYS": json.dumps(keys)}
     os.environ["AGENT_RL_API_KEY"] = api_token
-    # 128 tokens per turn: the trained agent's turns are under 90 (a tool call or an answer with sources); a model
-    # that rambles stops there.
-    command = [sys.executable, "-m", "agent_rl.cli", "arbiter", "serve", "--port", str(port), "--workers", "1",
-               *(["--scenarios", str(scenarios)] if scenarios is not None else []), "--log-level", "warning",
-               "--max-new-tokens", "128", *extra_args]
-    process = subprocess.Popen(command, env=env)
+    process = subprocess.Popen(arbiter_command(port, scenarios, extra_args), env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_serving(url, process)

@@ -37,3 +37,38 @@ def test_an_incumbent_the_demo_does_not_simulate_is_refused_naming_the_one_it_do
         main(["--fast", "--incumbent", "o3-sim", "--port", "1"])
     assert exited.value.code == 2
     assert "expected 'ours' or 'teacher'" in capsys.readouterr().err
+
+
+def test_the_demos_arbiter_lets_a_turn_run_as_long_as_the_held_out_evaluation_does(monkeypatch):
+    """Production and validation must judge the same model. At 128 tokens a turn the demo's arbiter cut the trained
+    agent's three parallel reads (~140 tokens) into format errors the held-out evaluation (its own limit) never
+    showed: 5 of 32 held-out requests served, 0 of them evaluated (docs/experiments.md, 2026-11-28)."""
+    from typer.testing import CliRunner
+
+    from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
+    from agent_rl.cli import app
+    from agent_rl.environments.registry import load_environment
+    from agent_rl.evaluate.harness import EvalConfig, evaluate_tasks
+    from agent_rl.records import Split
+    from pipelines.demo import arbiter_command
+
+    served = {}
+    monkeypatch.setattr("agent_rl.arbiter.server.serve", lambda config, **_: served.update(config=config))
+    command = arbiter_command(8799, None)
+    result = CliRunner().invoke(app, command[command.index("arbiter"):])
+    assert result.exit_code == 0, result.output
+
+    class Asked(Policy):
+        """Answers at once, noting the token limit each turn was given."""
+        limits: list[int] = []
+
+        def act(self, conversations, tools, max_new_tokens=256):
+            self.limits.append(max_new_tokens)
+            return [PolicyTurn(tool_calls=[ToolCall("answer", {"answer": "-"})]) for _ in conversations]
+
+    environment = load_environment("support")
+    try:
+        evaluate_tasks(Asked(), environment, environment.tasks(Split.TEST), EvalConfig(max_scenarios=2))
+    finally:
+        environment.close()
+    assert Asked.limits and set(Asked.limits) == {served["config"].runner.max_new_tokens}

@@ -27,6 +27,7 @@ from agent_rl.agent.policy import Conversation, PolicyTurn, RowRoutedPolicy, Too
 from agent_rl.agent.turn_cache import TurnCache
 
 CACHE_BYTES_ENV = "AGENT_RL_SERVING_CACHE_MB"
+BATCH_ENV = "AGENT_RL_SERVING_BATCH"
 
 
 class ServingSettings(BaseModel):
@@ -44,10 +45,14 @@ class ServingSettings(BaseModel):
 
     @classmethod
     def from_env(cls, **overrides: Any) -> ServingSettings:
-        """Defaults, with the cache budget from $AGENT_RL_SERVING_CACHE_MB when set."""
+        """Defaults, with the cache budget from $AGENT_RL_SERVING_CACHE_MB and the batch from
+        $AGENT_RL_SERVING_BATCH when set."""
         raw = os.environ.get(CACHE_BYTES_ENV, "").strip()
         if raw and "cache_bytes" not in overrides:
             overrides["cache_bytes"] = int(float(raw) * 2**20)
+        batch = os.environ.get(BATCH_ENV, "").strip()
+        if batch and "batch_size" not in overrides:
+            overrides["batch_size"] = batch
         return cls(**overrides)
 
 
