@@ -201,3 +201,16 @@ def test_smollm2_versions_on_one_base_answer_as_their_merged_models(tmp_path):
     rows = ["v1", "base", "v1"]
     turns = mixed.act_rows(rows, conversations, tools, 32)
     assert [t.as_message() for t in turns] == [expected[0], plain[1], expected[2]]
+
+
+def test_the_serving_batch_and_cache_come_from_the_environment_and_a_bad_batch_is_named(monkeypatch):
+    from pydantic import ValidationError
+
+    monkeypatch.setenv("AGENT_RL_SERVING_BATCH", "16")
+    monkeypatch.setenv("AGENT_RL_SERVING_CACHE_MB", "64")
+    settings = ServingSettings.from_env()
+    assert settings.batch_size == 16 and settings.cache_bytes == 64 * 2**20
+    assert ServingSettings.from_env(batch_size=4).batch_size == 4  # an explicit setting wins
+    monkeypatch.setenv("AGENT_RL_SERVING_BATCH", "0")
+    with pytest.raises(ValidationError, match="batch_size"):
+        ServingSettings.from_env()
