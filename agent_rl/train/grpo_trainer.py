@@ -17,6 +17,7 @@ from accelerate.utils import DistributedType, gather_object
 from trl import GRPOTrainer
 
 from agent_rl.environments.rollouts import ANSWER_ACK
+from agent_rl.train.cpu_resume import CpuResumeMixin
 from agent_rl.train.grpo import choose_groups, scored_alike, select_rows, trim_padding
 from agent_rl.train.rewards import REWARD_GROUPS, ExtraReward, rollout_scores
 
@@ -28,7 +29,7 @@ ZERO_ADVANTAGE = 1e-6
 _WHOLE_MODEL_PER_PROCESS = frozenset(t for t in DistributedType if t.value == "NO" or t.value.startswith("MULTI_"))
 
 
-class AgentGRPOTrainer(GRPOTrainer):
+class AgentGRPOTrainer(CpuResumeMixin, GRPOTrainer):
     """GRPOTrainer plus rollout bookkeeping; generation, tool loop, masking and loss are TRL's."""
 
     def __init__(self, *args, group_weights: list[float], rubric, tool_order: Sequence[str], rollouts_kept: int = 256,

@@ -10,11 +10,12 @@ from __future__ import annotations
 import torch
 from trl import SFTTrainer
 
+from agent_rl.train.cpu_resume import CpuResumeMixin
 from agent_rl.train.sft import trained_positions_loss
 from agent_rl.train.static_prefix import StaticPrefix
 
 
-class LeanSFTTrainer(SFTTrainer):
+class LeanSFTTrainer(CpuResumeMixin, SFTTrainer):
     """SFTTrainer whose loss projects onto the vocabulary only where a token is trained.
 
     TRL's compute_loss adds a fused log-prob head plus entropy and accuracy over every position; with a bf16 base

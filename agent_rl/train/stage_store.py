@@ -405,8 +405,11 @@ def read_stage_config(value: str) -> dict[str, Any]:
 
 def stage_key(config: dict[str, Any]) -> str:
     """What identifies one stage across pod restarts: its config as the pod gets it (inputs are content-addressed
-    store URLs, settings by value). The same key means the same inputs, so a checkpoint under it may be resumed."""
-    text = json.dumps({k: v for k, v in config.items() if k != STORE_KEY}, sort_keys=True, default=str)
+    store URLs, settings by value). The same key means the same inputs, so a checkpoint under it may be resumed.
+    Where the stage reports (`tracking`: the MLflow server, the Dagster run) is not what it learns: a re-executed
+    run, and the helper ranks of a multi-process stage (which report nothing), resume from the same checkpoint."""
+    text = json.dumps({k: v for k, v in config.items() if k not in (STORE_KEY, "tracking")}, sort_keys=True,
+                      default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

@@ -193,3 +193,75 @@ def test_a_preempted_pod_resumes_in_a_fresh_pod_from_the_checkpoint_in_the_store
     assert Path(result["adapter_dir"]) == out_dir / "adapter"
     assert (out_dir / "adapter" / "adapter_model.safetensors").is_file()
     assert not list(out_dir.glob("checkpoint-*")), "checkpoints stay in the store, not in the host's output"
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` (torchrun starts each rank in a session of its own: killing the launcher's process
+    group leaves them running)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def test_a_preempted_two_process_pod_resumes_on_another_node_from_the_checkpoint_in_the_store(train_data, tmp_path):
+    """Both ranks of a two-process stage (accelerate launch, gloo on CPU) resume from the checkpoint rank 0 uploaded
+    before the node went away: rank 1 from its own scratch, on a node where nothing of the first pod is left."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from agent_rl.train.stage_store import StagedConfig, StageStore, stage_key
+    from resources.compute import _free_port, stage_command
+
+    config = {"model_path": str(train_data["tiny"]), "rows_jsonl": str(train_data["sft"]),
+              "out_dir": str(tmp_path / "host" / "sft_adapter"),
+              "settings": {"max_steps": 40, "save_steps": 2, "per_device_train_batch_size": 1, "max_length": 8192}}
+    staged = StagedConfig.prepare("sft", config, f"file://{tmp_path / 'store'}")
+    store, key = StageStore(staged.config["stage_store"]), stage_key(staged.config)
+
+    def pod(node: str) -> tuple[list[str], dict[str, str]]:
+        (tmp_path / node).mkdir()
+        env = {**os.environ, CONFIG_ENV: staged.env_value, "AGENT_RL_SCRATCH": str(tmp_path / node),
+               "OMP_NUM_THREADS": "1"}
+        env.pop("DAGSTER_PIPES_CONTEXT", None)
+        return stage_command(sys.executable, "sft", 2, port=_free_port()), env
+
+    command, env = pod("node-a")
+    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while store.latest_checkpoint(key) is None:
+            assert first.poll() is None, f"the first pod ended before a checkpoint was uploaded:\n{first.stderr.read()}"
+            assert time.monotonic() < deadline, "no checkpoint uploaded in 10 minutes"
+            time.sleep(0.2)
+    finally:  # the node goes away: every process of the pod dies at once
+        for pid in [first.pid, *_descendants(first.pid)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        first.wait()
+    saved = int(store.latest_checkpoint(key)["name"].split("-")[1])
+    assert saved < 40, "the first pod was stopped before it finished"
+
+    command, env = pod("node-b")
+    second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    first_failure = next((line for line in second.stderr.splitlines() if "Error: " in line), "")
+    assert second.returncode == 0, f"{first_failure}\n{second.stderr[-3000:]}"
+    reported = json.loads(second.stdout.strip().splitlines()[-1])
+    assert reported["resumed_from"] == f"checkpoint-{saved}"
+    assert reported["steps"] == 40 and len(reported["losses"]) == 40 - saved
+    assert "rank 1 of 2 trains alongside rank 0" in second.stderr
+    assert store.latest_checkpoint(key) is None, "a finished stage leaves no checkpoint to resume"

@@ -210,6 +210,9 @@ def test_a_checkpoint_snapshot_carries_what_the_run_keeps_beside_it(store, tmp_p
     key = stage_store.stage_key(config)
     assert key == stage_store.stage_key({**config, stage_store.STORE_KEY: "file:///elsewhere"})
     assert key != stage_store.stage_key({**config, "settings": {"max_steps": 5}})
+    # Where it reports is not what it learns: a re-executed Dagster run, or a helper rank that reports nothing.
+    assert key == stage_store.stage_key({**config, "tracking": {"uri": "http://mlflow", "dagster_run_id": "r2"}})
+    assert key == stage_store.stage_key({**config, "tracking": None})
     first = tmp_path / "first-out"
     for step in (2, 4):
         (first / f"checkpoint-{step}").mkdir(parents=True)
