@@ -18,7 +18,7 @@ class CpuResumeMixin:
     """Put before the Trainer class in the bases; overrides `Trainer._load_optimizer_and_scheduler` only where the
     stock method fails (several CPU processes, a checkpoint with both states), so GPU runs take the stock path."""
 
-    def _load_optimizer_and_scheduler(self, checkpoint):  # noqa: ANN001 - the Trainer's own signature
+    def _load_optimizer_and_scheduler(self, checkpoint):
         import torch
 
         device = self.args.device
