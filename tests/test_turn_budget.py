@@ -9,7 +9,7 @@ from agent_rl.reward.rubric import RubricObservation
 from agent_rl.records import Outcome
 from agent_rl.train.config import GRPOSettings
 from agent_rl.environments.email.rollouts import InboxEnvironment
-from agent_rl.turn_budget import DEFAULT_MAX_TURNS
+from agent_rl.turn_budget import DEFAULT_MAX_TURNS, DEFAULT_TURN_TOKENS
 from resources.evaluation import EvaluationResource
 from resources.training import TrainingResource
 
@@ -26,6 +26,18 @@ def test_runner_evaluation_and_grpo_share_one_default():
         "environment": InboxEnvironment.__init__.__defaults__[-1],
     }
     assert budgets == dict.fromkeys(budgets, DEFAULT_MAX_TURNS)
+
+
+def test_a_turn_is_cut_at_the_same_length_in_serving_evaluation_and_grpo():
+    """A turn cut short is a truncated call, a format error: where serving cuts it, validation and GRPO must too (a
+    demo arbiter at 128 tokens served 10 format errors in 48 held-out requests that the evaluation at 256 never saw)."""
+    limits = {
+        "runner": RunnerConfig().max_new_tokens,
+        "grpo": GRPOSettings().max_turn_tokens,
+        "grpo resource": TrainingResource().grpo().max_turn_tokens,
+        "grpo gpu preset": TrainingResource(profile="gpu").grpo().max_turn_tokens,
+    }
+    assert limits == dict.fromkeys(limits, DEFAULT_TURN_TOKENS)
 
 
 def test_grpo_turns_are_its_tool_rounds_plus_the_answer():

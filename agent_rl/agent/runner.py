@@ -31,7 +31,7 @@ from agent_rl.environments.core import Environment, Task, Trajectory
 from agent_rl.environments.sessions import call_session_tool, judge_episode
 from agent_rl.records import Episode, Outcome
 from agent_rl.reward.rubric import FormatErrorKind
-from agent_rl.turn_budget import DEFAULT_MAX_TURNS
+from agent_rl.turn_budget import DEFAULT_MAX_TURNS, DEFAULT_TURN_TOKENS
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,8 @@ class RunnerConfig(BaseModel):
     max_context_tokens: PositiveInt = Field(
         6000, description="an episode whose latest prompt + completion tokens exceed this has run out"
     )
-    max_new_tokens: PositiveInt = Field(256, description="generation limit per assistant turn, passed to the policy")
+    max_new_tokens: PositiveInt = Field(DEFAULT_TURN_TOKENS, description="generation limit per assistant turn, passed to "
+                                        "the policy (as in evaluation and GRPO: agent_rl/turn_budget.py)")
     timeout_s: float = Field(300.0, gt=0, description="wall clock per batch of episodes, checked between turns")
     batch_size: PositiveInt = Field(32, description="episodes played together; each turn is one policy.act call")
     prompt_price_per_m: float = Field(0.0, ge=0, description="USD per million prompt tokens")

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 from agent_rl.reward.rubric import RubricWeights
-from agent_rl.turn_budget import DEFAULT_MAX_TURNS
+from agent_rl.turn_budget import DEFAULT_MAX_TURNS, DEFAULT_TURN_TOKENS
 
 # LoRA on every linear projection of a Llama/Qwen2 block: the adapter is tiny next to the base matmuls,
 # and attention-only LoRA learned the tool-call format noticeably slower in our SFT runs.
@@ -240,7 +240,7 @@ class GRPOSettings(BaseModel):
         "iterations = max_turns - 1) plus the answer's turn; the runner's and the evaluation's budget by default, so "
         "the turn-efficiency reward means the same in training and evaluation (agent_rl/turn_budget.py)")
     max_turn_tokens: PositiveInt | None = Field(
-        256, description="tokens one rollout turn may generate, as the runner's max_new_tokens when serving (a turn "
+        DEFAULT_TURN_TOKENS, description="tokens one rollout turn may generate, as the runner's max_new_tokens when serving (a turn "
                          "cut there is a truncated call, a format error, in both); None: up to the remaining budget. "
                          "Applies to cached rollouts (the CPU path); TRL's own generation (vLLM, generate()) "
                          "lets a turn run to max_completion_length")
