@@ -64,12 +64,14 @@ _CONTEXT_BEFORE = re.compile(
     r"cc|attn|attention|spoke\s+(?:with|to)|talked?\s+(?:with|to)|meet\s+with|met\s+with|according\s+to|"
     r"signed\s+by|approved\s+by|forwarded\s+by|sent\s+by|from)\b[,:]?)[ \t]+$"
 )
+# The closing words a signature follows, alone or as the start of a longer closing.
+_CLOSINGS = r"thanks|thank\s+you|regards|best|cheers|sincerely"
 _CLOSING_LINE = re.compile(
-    r"(?i)^\s*(?:thanks|thank\s+you|regards|best(?:\s+regards)?|kind\s+regards|cheers|sincerely|yours(?:\s+truly)?|"
-    r"best\s+wishes|warm\s+regards|talk\s+soon|-+)\s*[,.!]?\s*$"
+    rf"(?i)^\s*(?:{_CLOSINGS}|best\s+regards|kind\s+regards|yours(?:\s+truly)?|best\s+wishes|warm\s+regards|talk\s+soon|"
+    r"-+)\s*[,.!]?\s*$"
 )
 # The name signed after a closing on its line, in lower case: "Regards,\tjaime____", "thanks, sheila".
-_CLOSING_LOWER = re.compile(r"(?i:\b(?:thanks|thank\s+you|regards|best|cheers|sincerely))[ \t]*[,.!\-]*[ \t]*(?:\n[ \t]*)?"
+_CLOSING_LOWER = re.compile(rf"(?i:\b(?:{_CLOSINGS}))[ \t]*[,.!\-]*[ \t]*(?:\n[ \t]*)?"
                             r"(?:-+[ \t]*)?([a-z]{2,})(?=_*(?![\w@.\-]))")
 _HEADER_LINE = re.compile(r"(?im)^[ \t>]*(?:to|cc|bcc|from|sent\s+by|reply-to)[ \t]*:[ \t]*(.*)$")
 _PARTICLES = frozenset("van von de da del della di du der den la le bin ibn al el ter ten dos das st".split())
