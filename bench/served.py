@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--home", type=Path, required=True, help="a demo home: inbox.db and artifacts/scenarios")
     parser.add_argument("--adapter", required=True, help="a trained adapter directory")
     parser.add_argument("--requests", type=int, default=48, help="held-out requests per configuration")
-    parser.add_argument("--only", action="append", default=None, help="a configuration name (repeatable)")
+    parser.add_argument("--only", action="append", default=None, choices=list(CONFIGS),
+                        help="a configuration name (repeatable; default: all, the first being the ratios' baseline)")
     args = parser.parse_args(argv)
     os.environ["AGENT_RL_HOME"] = str(args.home.resolve())
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

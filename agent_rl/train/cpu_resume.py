@@ -22,12 +22,12 @@ class CpuResumeMixin:
         import torch
 
         device = self.args.device
-        optimizer = os.path.join(checkpoint, OPTIMIZER_FILE) if checkpoint else ""
-        scheduler = os.path.join(checkpoint, SCHEDULER_FILE) if checkpoint else ""
         if (not checkpoint or self.args.world_size <= 1 or device.type != "cpu" or device.index is None
-                or self.is_fsdp_enabled or self.is_deepspeed_enabled
-                or not (os.path.isfile(optimizer) and os.path.isfile(scheduler))):
+                or self.is_fsdp_enabled or self.is_deepspeed_enabled):
             return super()._load_optimizer_and_scheduler(checkpoint)
+        optimizer, scheduler = os.path.join(checkpoint, OPTIMIZER_FILE), os.path.join(checkpoint, SCHEDULER_FILE)
+        if not (os.path.isfile(optimizer) and os.path.isfile(scheduler)):
+            return super()._load_optimizer_and_scheduler(checkpoint)  # its own checks and messages
         self.optimizer.load_state_dict(torch.load(optimizer, map_location="cpu", weights_only=True))
         self.lr_scheduler.load_state_dict(torch.load(scheduler, map_location="cpu", weights_only=True))
         return None
