@@ -147,7 +147,8 @@ def labeler_agreement(context: dg.AssetCheckExecutionContext):
     return dg.AssetCheckResult(passed=passed, description=description, metadata={
         key: value if value is not None else "n/a"
         for key, value in labeler.items() if key in ("auc", "ece", "ece_floor", "ece_excess", "n_rated", "n_unrated",
-                                                     "n_labeled", "min_auc", "max_ece", "reason")})
+                                                     "n_labeled", "min_auc", "max_ece", "reason",
+                                                     "judge_calls")})
 
 
 # -- anonymized_episodes + anonymized_environment ----------------------------------------------

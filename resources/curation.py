@@ -1,8 +1,9 @@
 """Curation settings: the quality gates that stop training, balancing, and the planted privacy canaries."""
 
+from typing import Literal
 
 from dagster import ConfigurableResource
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from agent_rl.curation.anonymize import AnonymizerConfig
 from agent_rl.curation.balance import BalanceConfig
@@ -35,6 +36,11 @@ class CurationResource(ConfigurableResource):
         default=None, description="a model judge labels instead of the signals, held to the same thresholds and "
         "bars: JSON of agent_rl.feedback.judge.JudgeConfig ({\"endpoint\": {\"base_url\": ..., \"model\": ..., "
         "\"api_key_env\": ...}, \"mode\": \"absolute\" or \"relative\"}); None: the signals labeler")
+    labeler_judge_role: Literal["labeler", "signal"] = Field(
+        default="labeler", description="what `labeler_judge` does: \"labeler\" labels with the judge's own scores "
+        "(checked against the ratings, never fitted to them); \"signal\" adds its score to the implicit signals as "
+        "one more input of the signals labeler, which learns from the ratings how far to trust it, calibrates the "
+        "combination and checks it out of fold (needs the signals labeler's 100 ratings, 20 of each kind)")
 
     @field_validator("labeler_judge")
     @classmethod
@@ -45,21 +51,29 @@ class CurationResource(ConfigurableResource):
             JudgeConfig.model_validate_json(value)  # a misspelt field fails when the profile loads
         return value
 
+    @model_validator(mode="after")
+    def _signal_needs_a_judge(self):
+        if self.labeler_judge_role == "signal" and not self.labeler_judge:
+            raise ValueError("labeler_judge_role \"signal\" needs a judge: set labeler_judge (JSON of "
+                             "agent_rl.feedback.judge.JudgeConfig), or use the role \"labeler\"")
+        return self
+
     def labeler(self):
-        """The labeler's settings (a model judge's when `labeler_judge` is set), or None when unrated gateway
-        episodes stay unlabeled."""
+        """The labeler's settings (a model judge's when `labeler_judge` is set, alone or as one signal of the signals
+        labeler by `labeler_judge_role`), or None when unrated gateway episodes stay unlabeled."""
         from agent_rl.feedback.labeler import LabelerConfig
 
         if not self.label_unrated:
             return None
         if self.labeler_judge:
             from agent_rl.feedback.judge import JudgeConfig
-            from agent_rl.feedback.judge_agreement import JudgeLabeler
+            from agent_rl.feedback.judge_agreement import JudgeAndSignalsLabeler, JudgeLabeler
 
-            return JudgeLabeler(judge=JudgeConfig.model_validate_json(self.labeler_judge),
-                                positive_threshold=self.label_positive_threshold,
-                                negative_threshold=self.label_negative_threshold, min_auc=self.labeler_min_auc,
-                                max_ece=self.labeler_max_ece)
+            kind = JudgeAndSignalsLabeler if self.labeler_judge_role == "signal" else JudgeLabeler
+            return kind(judge=JudgeConfig.model_validate_json(self.labeler_judge),
+                        positive_threshold=self.label_positive_threshold,
+                        negative_threshold=self.label_negative_threshold, min_auc=self.labeler_min_auc,
+                        max_ece=self.labeler_max_ece)
         return LabelerConfig(positive_threshold=self.label_positive_threshold,
                              negative_threshold=self.label_negative_threshold, min_auc=self.labeler_min_auc,
                              max_ece=self.labeler_max_ece)

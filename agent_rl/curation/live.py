@@ -145,7 +145,8 @@ def label_unrated(rows: list[dict[str, Any]], config: Any) -> tuple[list[dict[st
     (and a reader of the episode) can tell a label from a rating.
 
     `config` is a `LabelerConfig`, or a labeler of its own with `label(episodes) -> LabelingResult`, such as a
-    model judge (agent_rl/feedback/judge_agreement.py `JudgeLabeler`: same thresholds, same check on the ratings)."""
+    model judge (agent_rl/feedback/judge_agreement.py `JudgeLabeler`: same thresholds, same check on the ratings),
+    or the judge as one signal of the signals labeler (`JudgeAndSignalsLabeler`)."""
     from agent_rl.feedback.labeler import label_episodes
 
     live = [r for r in rows if is_live(r.get("environment"))]

@@ -3,18 +3,32 @@
 A judge's score is trusted as a label only as far as the signals labeler's probabilities are: the same check on
 the rated episodes (labeler.agreement: ROC AUC and expected calibration error within the profile's bars). The
 judge never learns from the ratings, so the check needs no folds: every rated episode is held out.
-`JudgeLabeler` returns what `label_episodes` returns, so curation (curation/live.py `label_unrated`) takes either.
+
+`JudgeAndSignalsLabeler` uses the judge as a signal instead: its score of every episode becomes one more column of
+the signals labeler, which learns from the ratings how far to trust it next to the implicit signals; calibration
+and the out-of-fold check then cover the combination (a raw judge score is not calibrated; the combination is).
+Both return what `label_episodes` returns, so curation (curation/live.py `label_unrated`) takes any of the three.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import replace
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agent_rl.feedback.judge import JudgeConfig, JudgePrompt, ModelJudge
-from agent_rl.feedback.labeler import EpisodeLabel, LabelerReport, LabelingResult, TrainOn, agreement
+from agent_rl.feedback.judge import JudgeConfig, JudgePrompt, JudgeScore, ModelJudge, ModelJudgeError
+from agent_rl.feedback.labeler import (
+    EpisodeLabel,
+    LabelerConfig,
+    LabelerReport,
+    LabelingResult,
+    TrainOn,
+    agreement,
+    label_episodes,
+    too_little,
+)
 from agent_rl.feedback.signals import rating_of
 from agent_rl.records import Episode
 
@@ -53,10 +67,9 @@ def judge_agreement(judge: ModelJudge, episodes: Iterable[EpisodeLike], *, min_a
     return report
 
 
-class JudgeLabeler(BaseModel):
-    """A model judge in the signals labeler's place: same thresholds (a label at or above `positive_threshold`
-    good, at or below `negative_threshold` bad), same bars on the rated episodes. `label` runs the check first and
-    scores the unrated episodes only when it passed (each score is a call to the endpoint)."""
+class _JudgeBars(BaseModel):
+    """What both labelers with a judge share: the judge, a label's thresholds (at or above `positive_threshold`
+    good, at or below `negative_threshold` bad) and the check's bars on the rated episodes."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -65,14 +78,20 @@ class JudgeLabeler(BaseModel):
     negative_threshold: float = Field(default=0.2, ge=0, lt=0.5)
     min_auc: float = Field(default=0.85, ge=0.5, le=1)
     max_ece: float = Field(default=0.05, gt=0, le=1)
-    min_rated: int = Field(default=30, ge=1)
     ece_bins: int = Field(default=10, ge=2)
 
     @model_validator(mode="after")
-    def _ordered(self) -> JudgeLabeler:
+    def _ordered(self) -> _JudgeBars:
         if not self.negative_threshold < self.positive_threshold:
             raise ValueError("need negative_threshold < positive_threshold")
         return self
+
+
+class JudgeLabeler(_JudgeBars):
+    """A model judge in the signals labeler's place: same thresholds, same bars on the rated episodes. `label` runs
+    the check first and scores the unrated episodes only when it passed (each score is a call to the endpoint)."""
+
+    min_rated: int = Field(default=30, ge=1)
 
     def _label(self, episode_id: str | None, p: float) -> EpisodeLabel:
         good = True if p >= self.positive_threshold else False if p <= self.negative_threshold else None
@@ -86,12 +105,65 @@ class JudgeLabeler(BaseModel):
                                     min_rated=self.min_rated, n_bins=self.ece_bins)
             scored = tuple(self._label(s.episode_id, s.score) for s in judge.score_episodes(unrated)) \
                 if check["passed"] and unrated else ()
+            calls = judge.calls
         confident = tuple(label for label in scored if label.good is not None)
         report = LabelerReport(
             auc=check["auc"], ece=check["ece"], ece_floor=check["ece_floor"], ece_excess=check["ece_excess"],
             n_rated=len(labels),
             n_rated_good=sum(labels), n_unrated=len(unrated), n_labeled=len(confident),
             n_labeled_good=sum(bool(label.good) for label in confident), passed=check["passed"],
-            reason=check["reason"], min_auc=self.min_auc, max_ece=self.max_ece)
+            reason=check["reason"], min_auc=self.min_auc, max_ece=self.max_ece, judge_calls=calls)
         return LabelingResult(report=report, train_on=TrainOn.RATED_AND_LABELED if check["passed"] else
                               TrainOn.RATED_ONLY, scored=scored, labels=confident)
+
+
+def _aligned(episodes: Sequence[EpisodeLike], scores: Sequence[JudgeScore]) -> list[float]:
+    """The judge's scores in the episodes' order, each checked against its episode's id. `score_episodes` answers
+    in input order; matching by position, not by looking ids up, keeps apart episodes without an id (None) or with
+    one id twice, which a lookup would give one score."""
+    if len(scores) != len(episodes) or any(s.episode_id != _get(e, "episode_id") for s, e in zip(scores, episodes)):
+        raise ModelJudgeError(f"the judge scored {len(scores)} episodes that do not line up with the "
+                              f"{len(episodes)} given: no score is matched to the wrong episode")
+    return [s.score for s in scores]
+
+
+class JudgeAndSignalsLabeler(_JudgeBars):
+    """The judge as one signal of the signals labeler (module docstring): pick it when the judge reads something
+    the implicit signals miss (a wrong answer nobody complained about) but its raw scores are not calibrated, or
+    not trusted alone. Same thresholds and bars; `min_rated`, `min_per_class`, `folds`, `calibration_folds`,
+    `model` and `seed` are the signals labeler's (labeler.LabelerConfig). Every episode, rated and unrated, is
+    scored once, and only when the rated ones can support the check."""
+
+    min_rated: int = Field(default=100, ge=1)
+    min_per_class: int = Field(default=20, ge=1)
+    folds: int = Field(default=5, ge=2)
+    calibration_folds: int = Field(default=3, ge=2)
+    model: Literal["logistic", "boosting"] = "logistic"
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _a_labeler_config(self) -> JudgeAndSignalsLabeler:
+        self.labeler_config()  # LabelerConfig's own checks (folds x calibration folds per class) when it is built
+        return self
+
+    def labeler_config(self) -> LabelerConfig:
+        return LabelerConfig(positive_threshold=self.positive_threshold, negative_threshold=self.negative_threshold,
+                             min_auc=self.min_auc, max_ece=self.max_ece, min_rated=self.min_rated,
+                             min_per_class=self.min_per_class, folds=self.folds,
+                             calibration_folds=self.calibration_folds, model=self.model, ece_bins=self.ece_bins,
+                             seed=self.seed)
+
+    def label(self, episodes: Sequence[EpisodeLike], *, prompt: JudgePrompt | None = None) -> LabelingResult:
+        """Score every episode with the judge, then fit, check and label with the score as one more column. The
+        report's `judge_calls` says how many calls that took (0 when too few ratings left nothing to check)."""
+        episodes = list(episodes)
+        config = self.labeler_config()
+        _, labels, _ = split_rated(episodes)
+        if too_little(len(labels), sum(labels), config):
+            result = label_episodes(episodes, config)  # fails before any fit, saying why: no call is spent
+            return replace(result, report=replace(result.report, judge_calls=0))
+        with ModelJudge(self.judge, prompt=prompt) as judge:
+            scores = _aligned(episodes, judge.score_episodes(episodes))
+            calls = judge.calls
+        result = label_episodes(episodes, config, judge_scores=scores)
+        return replace(result, report=replace(result.report, judge_calls=calls))

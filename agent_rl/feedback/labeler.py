@@ -19,13 +19,19 @@ bad, the middle left unlabeled. When it fails (too few ratings, a single class, 
 `train_on = rated_only` with the reason, and carries no labels: the caller trains on rated episodes alone.
 The probabilities are calibrated by scikit-learn's `CalibratedClassifierCV` (Platt scaling by default; isotonic
 regression overfits a few hundred points).
+
+A model judge's score (judge_agreement.py) may join the signals as one more column (`judge_scores`): the classifier
+then learns from the ratings how far to trust the judge next to the signals, and the calibration and the
+out-of-fold check cover the combination, where a raw judge score is not calibrated at all.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
+from numbers import Real
 from typing import Any, Literal
 
 import numpy as np
@@ -110,6 +116,7 @@ class LabelerReport:
     reason: str
     min_auc: float
     max_ece: float
+    judge_calls: int | None = None  # calls to a model judge this labeling made; None: no judge took part
 
     def to_metadata(self) -> dict[str, Any]:
         return asdict(self)
@@ -155,24 +162,54 @@ def ece_floor(probability: Sequence[float] | np.ndarray, n_bins: int = 10, draws
     return float(np.mean([expected_calibration_error(rng.random(len(p)) < p, p, n_bins) for _ in range(draws)]))
 
 
-def _estimator(config: LabelerConfig) -> ClassifierMixin:
-    """The classifier inside the calibration: counts on a log scale, standardized, then a logistic regression (or
-    shallow gradient boosting); `CalibratedClassifierCV` maps its scores to probabilities."""
+# A judge's score is read as log-odds clipped to [logit(0.01), logit(0.99)] (about +-4.6): a judge's 0 or 1 would
+# otherwise be infinite, and one over-confident reply would outweigh every signal.
+JUDGE_CLIP = 0.01
+
+
+def _log_counts_judge_logit(x: np.ndarray) -> np.ndarray:
+    """The signals on a log scale as without a judge; the judge's score (the last column) as clipped log-odds.
+    Log-odds, not log1p: log1p barely bends [0, 1], while a logistic regression is linear in log-odds, so the weight
+    it learns on this column rescales the judge as Platt scaling would (large when the ratings bear the judge out,
+    near 0 when its scores are noise)."""
+    p = np.clip(x[:, -1:], JUDGE_CLIP, 1 - JUDGE_CLIP)
+    return np.hstack([np.log1p(x[:, :-1]), np.log(p / (1 - p))])
+
+
+def _estimator(config: LabelerConfig, judge: bool = False) -> ClassifierMixin:
+    """The classifier inside the calibration: counts on a log scale (and a judge's score, when `judge`, as
+    log-odds), standardized, then a logistic regression (or shallow gradient boosting); `CalibratedClassifierCV`
+    maps its scores to probabilities."""
     if config.model == "boosting":
         base: Any = HistGradientBoostingClassifier(max_depth=3, max_iter=100, learning_rate=0.1,
                                                    random_state=config.seed)
     else:
         base = LogisticRegression(C=1.0, max_iter=1000)
-    pipeline = make_pipeline(FunctionTransformer(np.log1p), StandardScaler(), base)
+    pipeline = make_pipeline(FunctionTransformer(_log_counts_judge_logit if judge else np.log1p), StandardScaler(),
+                             base)
     return CalibratedClassifierCV(pipeline, method=config.calibration, cv=config.calibration_folds)
 
 
-def _matrix(signals: Sequence[Signals]) -> np.ndarray:
-    return np.array([[s.features()[name] for name in FEATURE_NAMES] for s in signals], dtype=float).reshape(
+def _matrix(signals: Sequence[Signals], judge: np.ndarray | None = None) -> np.ndarray:
+    """One row per episode: its signals in FEATURE_NAMES order, then the judge's score when there is one."""
+    x = np.array([[s.features()[name] for name in FEATURE_NAMES] for s in signals], dtype=float).reshape(
         len(signals), len(FEATURE_NAMES))
+    return x if judge is None else np.column_stack([x, judge])
 
 
-def _too_little(n_rated: int, n_good: int, config: LabelerConfig) -> str:
+def _judge_column(judge_scores: Sequence[float], n: int) -> np.ndarray:
+    """The judge's scores as a column, or a ValueError saying what is wrong: one score per episode, in their order,
+    each a finite number in [0, 1] (a probability the episode was rated good)."""
+    scores = list(judge_scores)
+    if len(scores) != n:
+        raise ValueError(f"judge_scores has {len(scores)} scores for {n} episodes: one per episode, in their order")
+    for i, score in enumerate(scores):
+        if isinstance(score, bool) or not isinstance(score, Real) or not (math.isfinite(score) and 0 <= score <= 1):
+            raise ValueError(f"judge_scores[{i}] is {score!r}: each score must be a finite number in [0, 1]")
+    return np.array(scores, dtype=float)
+
+
+def too_little(n_rated: int, n_good: int, config: LabelerConfig) -> str:
     """Why the rated episodes cannot support a check ("" when they can)."""
     if n_rated < config.min_rated:
         return f"too few rated episodes: {n_rated} < {config.min_rated}"
@@ -184,12 +221,13 @@ def _too_little(n_rated: int, n_good: int, config: LabelerConfig) -> str:
     return ""
 
 
-def out_of_fold(x: np.ndarray, y: np.ndarray, config: LabelerConfig) -> np.ndarray:
-    """Each rated episode's probability from a model fitted on the other folds (stratified, shuffled by seed)."""
+def out_of_fold(x: np.ndarray, y: np.ndarray, config: LabelerConfig, judge: bool = False) -> np.ndarray:
+    """Each rated episode's probability from a model fitted on the other folds (stratified, shuffled by seed);
+    `judge`: the last column of `x` is a judge's score."""
     folds = StratifiedKFold(n_splits=config.folds, shuffle=True, random_state=config.seed)
     out = np.empty(len(y), dtype=float)
     for train, test in folds.split(x, y):
-        model = clone(_estimator(config)).fit(x[train], y[train])
+        model = clone(_estimator(config, judge)).fit(x[train], y[train])
         out[test] = model.predict_proba(x[test])[:, 1]
     return out
 
@@ -244,28 +282,33 @@ def _label(episode_id: str | None, probability: float, config: LabelerConfig) ->
 
 
 def label_episodes(episodes: Iterable[Signals | Episode | Mapping[str, Any]],
-                   config: LabelerConfig = LabelerConfig()) -> LabelingResult:  # fmt: skip
+                   config: LabelerConfig = LabelerConfig(), *,
+                   judge_scores: Sequence[float] | None = None) -> LabelingResult:  # fmt: skip
     """Learn from the rated episodes, check on them out of fold, label the unrated ones it is confident about.
 
-    `episodes` are a week's episodes as the pool stores them (or their `Signals`, already read)."""
+    `episodes` are a week's episodes as the pool stores them (or their `Signals`, already read); `judge_scores`,
+    when given, a model judge's score of each of them (same order, rated and unrated alike), one more column."""
     signals = [e if isinstance(e, Signals) else episode_signals(e) for e in episodes]
+    judge = None if judge_scores is None else _judge_column(judge_scores, len(signals))
+    is_rated = np.array([s.rated for s in signals], dtype=bool)
     rated = [s for s in signals if s.rated]
     unrated = [s for s in signals if not s.rated]
     y = np.array([1 if (s.rating or 0) > 0 else 0 for s in rated], dtype=int)
     n_good = int(y.sum())
-    reason = _too_little(len(rated), n_good, config)
+    reason = too_little(len(rated), n_good, config)
     auc = ece = floor = excess = None
     scored: tuple[EpisodeLabel, ...] = ()
     if not reason:
-        x = _matrix(rated)
-        oof = out_of_fold(x, y, config)
+        x_all = _matrix(signals, judge)
+        x = x_all[is_rated]
+        oof = out_of_fold(x, y, config, judge is not None)
         check = agreement(y, oof, min_auc=config.min_auc, max_ece=config.max_ece, n_bins=config.ece_bins,
                           seed=config.seed, how=" (out of fold)")
         auc, ece, floor, excess, reason = (check["auc"], check["ece"], check["ece_floor"], check["ece_excess"],
                                            check["reason"])
         if unrated:
-            model = _estimator(config).fit(x, y)
-            probabilities = model.predict_proba(_matrix(unrated))[:, 1]
+            model = _estimator(config, judge is not None).fit(x, y)
+            probabilities = model.predict_proba(x_all[~is_rated])[:, 1]
             scored = tuple(_label(s.episode_id, float(p), config) for s, p in zip(unrated, probabilities))
     passed = not reason
     labels = tuple(label for label in scored if label.good is not None) if passed else ()

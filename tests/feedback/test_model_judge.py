@@ -1,6 +1,7 @@
 """The model judge (agent_rl/feedback/judge.py and friends) against a real local OpenAI-compatible server
 (tests/openai_stub.py): absolute and relative modes, strict replies retried, what the judge is shown, its agreement
-with ratings by the labeler's measures, the judge in curation's labeling, as a GRPO reward, and DSPy tuning."""
+with ratings by the labeler's measures, the judge in curation's labeling (alone, or as one signal of the signals
+labeler), as a GRPO reward, and DSPy tuning."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from agent_rl.feedback.judge import (
     compact_transcript,
     task_key,
 )
-from agent_rl.feedback.judge_agreement import JudgeLabeler, judge_agreement
+from agent_rl.feedback.judge_agreement import JudgeAndSignalsLabeler, JudgeLabeler, judge_agreement
+from agent_rl.feedback.labeler import LabelerConfig, label_episodes
 from agent_rl.records import Episode, Outcome
 from tests.openai_stub import OpenAIStub
 
@@ -68,15 +70,20 @@ def last_user(request: dict) -> str:
     return request["messages"][-1]["content"]
 
 
-def agreeing(request: dict) -> str:
-    """A judge that sees what the rating saw: answers with a confident, right score."""
-    text = last_user(request)
-    if "### Trajectory" in text:
-        blocks = re.split(r"### Trajectory (\d+)\n", text)[1:]
-        scores = [{"trajectory": int(n), "score": 0.02 if BAD_MARK in body else 0.98}
-                  for n, body in zip(blocks[::2], blocks[1::2])]
-        return json.dumps({"scores": scores[::-1]})  # out of order on purpose: mapped by trajectory number
-    return json.dumps({"score": 0.02 if BAD_MARK in text else 0.98})
+def judge_by(score_of):
+    """A scripted judge in either mode: `score_of(transcript)` scores each conversation it is shown."""
+    def respond(request: dict) -> str:
+        text = last_user(request)
+        if "### Trajectory" in text:
+            blocks = re.split(r"### Trajectory (\d+)\n", text)[1:]
+            scores = [{"trajectory": int(n), "score": score_of(body)} for n, body in zip(blocks[::2], blocks[1::2])]
+            return json.dumps({"scores": scores[::-1]})  # out of order on purpose: mapped by trajectory number
+        return json.dumps({"score": score_of(text)})
+    return respond
+
+
+# A judge that sees what the rating saw: answers with a confident, right score.
+agreeing = judge_by(lambda transcript: 0.02 if BAD_MARK in transcript else 0.98)
 
 
 def test_absolute_mode_retries_unusable_replies_then_parses_the_score(openai_stub):
@@ -285,3 +292,124 @@ def test_the_key_comes_from_the_named_environment_variable(openai_stub, monkeypa
         assert judge.score(episode(1, True)) == 0.98
     assert openai_stub.headers[-1]["Authorization"] == "Bearer sk-judge-test"
     assert "sk-judge-test" not in config.model_dump_json()
+
+
+# -- the judge as one signal of the signals labeler ---------------------------------------------------------------
+
+WRONG = "was delivered yesterday"  # a wrong answer stated as confidently as a right one: no signal shows it
+
+
+def answered(i: int, good: bool, *, rated: bool = True, follow_up: str | None = None) -> dict:
+    """An episode whose conversation is a good one's but for the answer's words (right, or WRONG); `follow_up`:
+    the user's next turn, the only implicit signal that may tell them apart. One request for all: one task, so a
+    relative judge compares up to 32 in a call (a few calls per week keep the tests fast)."""
+    row = episode(i, True, feedback=("up" if good else "down") if rated else None, request="Where is my order?")
+    if not good:
+        row["messages"][-1]["content"] = f"Order {10000 + i} {WRONG}."
+    if follow_up:
+        row["messages"] += [{"role": "user", "content": follow_up}, {"role": "assistant", "content": "Glad to help."}]
+    return row
+
+
+def silent_week(n_rated: int = 120, n_unrated: int = 40, seed: int = 0) -> tuple[list[dict], dict[str, bool]]:
+    """Episodes whose implicit signals are all alike: only reading the answer tells good from bad. (rows, truth)"""
+    rng = random.Random(seed)
+    truth = {f"ep-{i}": rng.random() < 0.5 for i in range(n_rated + n_unrated)}
+    return [answered(i, truth[f"ep-{i}"], rated=i < n_rated) for i in range(n_rated + n_unrated)], truth
+
+
+def reads_the_answer(low: float = 0.02, high: float = 0.98):
+    """A judge that tells a WRONG answer from a right one, scoring them `low` and `high`."""
+    return judge_by(lambda transcript: low if WRONG in transcript else high)
+
+
+def relative_judge(stub) -> JudgeConfig:
+    return JudgeConfig(endpoint=endpoint(stub), mode="relative", group_size=32)
+
+
+def test_the_judge_as_a_signal_passes_the_check_where_the_signals_alone_cannot(openai_stub):
+    from agent_rl.curation.live import LABELER, label_unrated
+
+    rows, truth = silent_week()
+    alone = label_episodes(rows, LabelerConfig())
+    assert not alone.report.passed and "AUC 0.500" in alone.report.reason and alone.report.judge_calls is None
+    openai_stub.script(reads_the_answer())
+    labeler = JudgeAndSignalsLabeler(judge=relative_judge(openai_stub))
+    out, report = label_unrated(rows, labeler)
+    assert report.passed and report.auc == 1.0 and report.ece_excess <= 0.05, report.reason
+    # Every episode it learned from or labeled is scored once; held-out rated-good ones are never sent.
+    n = report.n_rated + report.n_unrated
+    assert report.judge_calls == len(openai_stub.requests) == -(-n // 32)
+    assert sum(last_user(r).count("### Trajectory") for r in openai_stub.requests) == n
+    assert report.n_unrated == 40 and report.n_labeled == 40
+    labeled = {r["episode_id"]: r["outcome"] for r in out if LABELER in (r.get("reward_components") or {})}
+    assert labeled == {i: "correct" if truth[i] else "wrong" for i in list(truth)[120:]}
+    # Scores go back to their episodes by position, checked id by id: rated episodes without an id keep their own.
+    for row in rows[:120]:
+        row["episode_id"] = None
+    result = labeler.label(rows)
+    assert result.report.passed and result.report.auc == 1.0 and result.report.n_labeled == 40
+
+
+def test_a_judge_in_the_right_order_but_unsure_is_calibrated_by_the_combination(openai_stub):
+    """Alone, a judge scoring every right answer 0.6 and every wrong one 0.4 fails the calibration bar and labels
+    nothing; as a signal, the ratings scale it into confident, right labels."""
+    rows, truth = silent_week(seed=1)
+    openai_stub.script(reads_the_answer(0.4, 0.6))
+    judge = relative_judge(openai_stub)
+    alone = JudgeLabeler(judge=judge).label(rows)
+    assert not alone.report.passed and alone.report.auc == 1.0 and "ECE" in alone.report.reason
+    assert alone.labels == ()
+    combined = JudgeAndSignalsLabeler(judge=judge).label(rows)
+    assert combined.report.passed and combined.report.ece_excess <= 0.05, combined.report.reason
+    assert {label.episode_id: label.good for label in combined.labels} == {i: truth[i] for i in list(truth)[120:]}
+    assert all(not 0.2 < label.probability < 0.8 for label in combined.labels)
+
+
+def test_a_judge_answering_noise_leaves_a_labeler_the_signals_carry_as_it_was(openai_stub):
+    rng = random.Random(2)
+    rows = []
+    for i in range(160):
+        good = rng.random() < 0.5
+        # Most users say how it went; some say nothing, and a few thank a wrong answer.
+        said = rng.random() < 0.85
+        follow_up = ("Thanks, that helps!" if good else "No, that's not right.") if said else \
+            "Thanks!" if not good and rng.random() < 0.3 else None
+        rows.append(answered(i, good, rated=i < 120, follow_up=follow_up))
+    alone = label_episodes(rows, LabelerConfig())
+    assert alone.report.passed and alone.labels
+    noise = random.Random(3)
+    openai_stub.script(judge_by(lambda transcript: round(noise.random(), 3)))
+    combined = JudgeAndSignalsLabeler(judge=relative_judge(openai_stub)).label(rows)
+    assert combined.report.passed and combined.report.judge_calls == 5
+    assert combined.report.auc >= alone.report.auc - 0.03  # the ratings gave the noise next to no weight
+    assert [label.good for label in combined.scored] == [label.good for label in alone.scored]
+
+
+def test_too_few_ratings_spend_no_judge_call_and_bad_judge_scores_are_refused(openai_stub):
+    openai_stub.script(reads_the_answer())
+    rows, _ = silent_week(n_rated=60, n_unrated=10)
+    result = JudgeAndSignalsLabeler(judge=JudgeConfig(endpoint=endpoint(openai_stub))).label(rows)
+    assert not result.report.passed and "too few rated episodes: 60 < 100" in result.report.reason
+    assert result.report.judge_calls == 0 and openai_stub.requests == []
+    with pytest.raises(ValueError, match="judge_scores has 69 scores for 70 episodes"):
+        label_episodes(rows, judge_scores=[0.5] * 69)
+    for wrong, shown in ((1.5, "1.5"), (float("nan"), "nan"), (-0.1, "-0.1"), (True, "True"), ("0.7", "'0.7'")):
+        with pytest.raises(ValueError, match=rf"judge_scores\[3\] is {re.escape(shown)}: .* finite number in \[0, 1\]"):
+            label_episodes(rows, judge_scores=[0.5] * 3 + [wrong] + [0.5] * 66)
+    with pytest.raises(ValueError, match="min_per_class"):  # the signals labeler's own settings are checked
+        JudgeAndSignalsLabeler(judge=JudgeConfig(endpoint=endpoint(openai_stub)), min_per_class=5)
+
+
+def test_the_profile_field_makes_the_judge_a_signal_and_needs_a_judge(openai_stub):
+    from resources.curation import CurationResource
+
+    spec = json.dumps({"endpoint": {"base_url": openai_stub.url, "model": "m", "api_key_env": None}})
+    labeler = CurationResource(labeler_judge=spec, labeler_judge_role="signal", labeler_min_auc=0.9).labeler()
+    assert isinstance(labeler, JudgeAndSignalsLabeler) and labeler.min_auc == 0.9
+    assert labeler.labeler_config().min_auc == 0.9 and labeler.labeler_config().min_rated == 100
+    assert isinstance(CurationResource(labeler_judge=spec).labeler(), JudgeLabeler)  # the judge alone by default
+    with pytest.raises(Exception, match="labeler_judge_role \"signal\" needs a judge"):
+        CurationResource(labeler_judge_role="signal")
+    with pytest.raises(Exception, match="labeler_judge_role"):
+        CurationResource(labeler_judge=spec, labeler_judge_role="both")
