@@ -8,9 +8,10 @@ backend (a mailbox database it builds from the demo corpus generator, in its own
 email tools' search and read functions), and sends the results back. The model behind the gateway is whatever
 agent-rl routes to. A share of backend calls fails (`--backend-error-rate`, 5%): services do.
 
-Its users are simulated (agent_rl/feedback/users.py): each asks one question about their mailbox whose right
-answer only the simulation knows, reacts to the answer with the stated noise, and a few percent rate it through
-the gateway's feedback endpoint. Whether each user ended up satisfied (the hidden truth) is written to `--truth`,
+Its users are simulated (agent_rl/feedback/users.py): each asks a question about their mailbox whose right
+answer only the simulation knows, reacts to the answer with the stated noise, sometimes goes on to ask about
+something else in the same mailbox (`follow_up_candidates`), and a few percent rate it through the gateway's
+feedback endpoint. Whether each user ended up satisfied (the hidden truth) is written to `--truth`,
 keyed by episode id: the demo measures the labeler against it, the loop never sees it.
 
     python examples/outside_agent.py prepare --dir DIR
@@ -81,6 +82,18 @@ def intent(question: str) -> str:
     if any(w in q for w in ("status", "approved", "cancel", "still", "did ", "has ", "is the ", "was the ")):
         return "status"
     return "other"
+
+
+def follow_up_candidates(scenarios: list) -> list[list[int]]:
+    """Per question, the ones its user may ask next: the same mailbox (the conversation's backend answers them), a
+    fact of another category (another topic), asked no later than it (so the mailbox already held its answer on
+    the day the conversation happens). Empty when the mailbox has none."""
+    by_inbox: dict[str, list[int]] = {}
+    for i, s in enumerate(scenarios):
+        by_inbox.setdefault(s.inbox_id, []).append(i)
+    return [[j for j in by_inbox[s.inbox_id] if scenarios[j].category != s.category
+             and (s.query_date is None or scenarios[j].query_date is None or scenarios[j].query_date <= s.query_date)]
+            for s in scenarios]
 
 
 # -- the mailbox -------------------------------------------------------------------------------------
@@ -218,6 +231,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     questions = [Question(s.question, (lambda s: lambda answer: judge.judge(s.question, s.answer, answer).correct)(s),
                           category=intent(s.question)) for s in scenarios]
     by_text = {id(q): s for q, s in zip(questions, scenarios)}
+    position = {id(q): i for i, q in enumerate(questions)}
+    candidates = follow_up_candidates(scenarios)
     mailbox = Mailbox(folder, args.backend_error_rate)
     client = OpenAI(base_url=args.base_url, max_retries=2, timeout=600)
     agent = ToolLoopAgent(client, TOOLS, final_tool="return_final_answer", max_tokens=args.max_tokens,
@@ -236,6 +251,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         s = by_text[id(question)]
         return mailbox.backend(s.inbox_id, s.query_date, random.Random(f"backend:{args.seed}:{index}"))
 
+    def follow_up(index: int, question):
+        others = candidates[position[id(question)]]
+        return questions[random.Random(f"follow-up:{args.seed}:{index}").choice(others)] if others else None
+
     step = max(1, args.users // 10)
 
     def progress(done: int) -> None:
@@ -244,7 +263,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     try:
         week = run_users(agent, questions, opening, backend, config, args.users, concurrency=args.concurrency,
-                         first_index=args.first_index, progress=progress)
+                         first_index=args.first_index, progress=progress, follow_ups=follow_up)
     finally:
         agent.close_http()
         client.close()

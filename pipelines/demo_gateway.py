@@ -416,8 +416,7 @@ def print_summary(args: argparse.Namespace, week: dict, started: float) -> None:
             print("(decided by a guardrail measured on the rated episodes, not by the feedback test itself)")
     print(f"routing after the week: {week.get('served_after')}")
     print("skipped: GRPO (the outside agent's tools run in its client: nothing to roll out in); loop health (one "
-          "run); " + ("" if week.get("ab_rounds") else "the A/B test (no challenger registered); ")
-          + "follow-up questions on other topics (each user asks one question)")
+          "run)" + ("" if week.get("ab_rounds") else "; the A/B test (no challenger registered)"))
     print("\nstage times:")
     for name, seconds in demo.STEPS:
         print(f"{seconds:8.1f} s  {name}")

@@ -1,5 +1,5 @@
 """What the simulated outside agent talks about: a shop's support assistant, its client-declared tools, and the
-words its users write (requests, re-asks, corrections, thanks, complaints).
+words its users write (requests, re-asks, corrections, follow-ups, thanks, complaints).
 
 The wording is shared by satisfied and unhappy users alike: in `population.py` the two differ only in how often
 they react which way, as people do, never in a giveaway phrase the labeler could learn instead of the behaviour.
@@ -89,6 +89,8 @@ THANKS = ("Thanks!", "Perfect, thank you.", "Great, that's what I needed.", "thx
 COMPLAINTS = ("This is useless.", "You're not helping at all.", "Forget it.", "What a waste of time.",
               "This doesn't help me.", "Never mind, I'll call the store.")
 FOLLOW_UP_PREFIXES = ("", "Also, ", "One more thing: ", "And ")
+_QUESTION_WORDS = frozenset("what where when how who which why is are was were do does did has have can could "
+                            "will would please".split())
 WELCOME = "You're welcome! Anything else I can do?"
 APOLOGY = "I'm sorry about that. Is there anything else I can try for you?"
 GIVE_UP = ("I'm sorry, I couldn't find anything about {short}.", "Unfortunately I was unable to get {short}.",
@@ -134,6 +136,16 @@ def call_arguments(tool: str, names: tuple[str, ...], slots: dict[str, str]) -> 
     keys = {"order": "order_id", "street": "address", "refund_query": "query", "shipping_query": "query",
             "warranty_query": "query"}
     return json.dumps({keys.get(n, n): slots[n] for n in names})
+
+
+def follow_up(rng: random.Random, request: str) -> str:
+    """A new request after an answer, as people start one: on its own, or after "Also, " or "And " (then its
+    question word goes lower case, "Also, what ...", but never a name or "I")."""
+    prefix = rng.choice(FOLLOW_UP_PREFIXES)
+    first = request.split(" ", 1)[0]
+    if prefix and first.lower() in _QUESTION_WORDS:
+        request = first.lower() + request[len(first):]
+    return prefix + request
 
 
 def casual(rng: random.Random, text: str) -> str:

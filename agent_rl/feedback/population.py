@@ -9,6 +9,11 @@ unhappy one often just leaves). The rates are stated in `NoiseConfig`: `DEFAULT_
 fixed before any labeler ran on them. The agent's side is noisy too: tool errors and "I couldn't find" answers are
 more frequent when the user ends unhappy, but happen to satisfied users as well.
 
+After an answer the user lets stand (thanks, or silence), a stated share asks a follow-up question on another topic
+(`NoiseConfig.follow_up`: satisfied users more often), a request about a topic not yet asked in that conversation,
+which the agent works on and answers like the first. The hidden truth is about the whole conversation: one draw per
+user, before the first question, and every reaction, follow-ups' included, follows it.
+
 Conversations come out as the gateway records them (`agent_rl.arbiter.gateway_sessions.LiveEpisode.record`): an
 `Episode` of environment "gateway", outcome unjudged, OpenAI wire messages (tool-call arguments as JSON text,
 `tool` results naming their call), the client-declared tools, `final_answer` the last reply's text, and the
@@ -55,7 +60,8 @@ class Reactions:
 class NoiseConfig:
     """How users and the agent behave, by the hidden truth. Pairs are (satisfied, unhappy): `tool_error` per tool
     call, `agent_gives_up` per answer ("I couldn't find..."), `follow_up` the chance of a new question on another
-    topic after an answer the user let stand; `rating_flip` the chance a rating says the opposite of the truth."""
+    topic after an answer the user let stand (thanked for, or left without a word; not after the last round);
+    `rating_flip` the chance a rating says the opposite of the truth."""
 
     name: str
     satisfied: Reactions
@@ -66,7 +72,8 @@ class NoiseConfig:
     rating_flip: float
 
 
-# Default: half of satisfied users leave without a word, 40% thank; 40% of unhappy users leave without a word.
+# Default: half of satisfied users leave without a word, 40% thank; 40% of unhappy users leave without a word;
+# after an answer they let stand, 25% of satisfied and 10% of unhappy users ask about something else.
 DEFAULT_NOISE = NoiseConfig(
     name="default",
     satisfied=Reactions(thank=0.40, silent=0.45, reask=0.07, correct=0.05, complain=0.0, give_up=0.03),
@@ -126,6 +133,7 @@ class _Conversation:
         self.side = 0 if satisfied else 1
         self.messages: list[dict[str, Any]] = [{"role": "system", "content": talk.SYSTEM_PROMPT}]
         self.topic, self.slots = rng.choice(talk.TOPICS), talk.draw_slots(rng)
+        self.asked = [self.topic]
 
     def fill(self, template: str) -> str:
         slots = {**self.slots, "short": self.topic.short.format(**self.slots)}
@@ -160,12 +168,17 @@ class _Conversation:
             self.assistant(self.topic.answer.format(**self.slots))
 
     def new_topic(self) -> None:
-        self.topic = self.rng.choice([t for t in talk.TOPICS if t is not self.topic])
+        """A follow-up's topic: one this conversation has not asked about yet (coming back to an earlier topic with
+        other specifics reads as a re-ask, to a person as to the signals). Fresh specifics, too."""
+        self.topic = self.rng.choice([t for t in talk.TOPICS if t not in self.asked]
+                                    or [t for t in talk.TOPICS if t is not self.topic])
+        self.asked.append(self.topic)
         self.slots = talk.draw_slots(self.rng)
 
 
 def _play(conv: _Conversation, reactions: Reactions, max_rounds: int) -> None:
-    """Request, work, answer, reaction: round after round until the user leaves, gives up or runs out of rounds."""
+    """Request, work, answer, reaction: round after round until the user leaves, gives up or runs out of rounds. A
+    re-ask or a correction restates the question the user is on; a follow-up asks a new one."""
     rng = conv.rng
     conv.user(rng.choice(conv.topic.phrasings).format(**conv.slots))
     for round_ in range(max_rounds):
@@ -189,7 +202,7 @@ def _play(conv: _Conversation, reactions: Reactions, max_rounds: int) -> None:
         if last or rng.random() >= conv.noise.follow_up[conv.side]:
             return
         conv.new_topic()
-        conv.user(rng.choice(talk.FOLLOW_UP_PREFIXES) + rng.choice(conv.topic.phrasings).format(**conv.slots))
+        conv.user(talk.follow_up(rng, rng.choice(conv.topic.phrasings).format(**conv.slots)))
 
 
 def _record(conv: _Conversation, rng: random.Random, config: PopulationConfig, feedback: str | None) -> Episode:

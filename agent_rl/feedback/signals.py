@@ -2,11 +2,12 @@
 
 A user rarely presses thumbs-up or -down, but the conversation the gateway records already says a lot: a user who
 asks the same thing again, says "no, I meant...", stops before the agent answered, or writes "thanks!" has told us
-how it went. Everything here is read from the episode as the pool stores it (docs/architecture.md, Records):
-`messages` in OpenAI's layout (user and assistant turns, assistant `tool_calls`, `tool` results), `final_answer`
-(the gateway sets it to the last reply's text, or to the arguments of the client's final-tool call) and `feedback`
-(the explicit rating, when a user gave one). No model and no network: word overlap and phrase patterns, so a
-week of traffic is read in seconds and the same conversation always gives the same signals.
+how it went; one who goes on to ask something else (a follow-up on another topic) mostly took the answer, and is
+counted as such rather than as a re-ask. Everything here is read from the episode as the pool stores it
+(docs/architecture.md, Records): `messages` in OpenAI's layout (user and assistant turns, assistant `tool_calls`,
+`tool` results), `final_answer` (the gateway sets it to the last reply's text, or to the arguments of the client's
+final-tool call) and `feedback` (the explicit rating, when a user gave one). No model and no network: word overlap
+and phrase patterns, so a week of traffic is read in seconds and the same conversation always gives the same signals.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from agent_rl.records import Episode
 # Implicit features in a fixed order: the labeler's columns. The explicit rating is not one of them: it is the label.
 FEATURE_NAMES = (
     "user_turns", "assistant_turns", "tool_calls", "tool_errors", "reasks", "max_reask_similarity",
-    "corrections", "complaints", "thanks", "agent_gave_up", "abandoned",
+    "corrections", "complaints", "thanks", "agent_gave_up", "abandoned", "follow_ups",
 )
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -51,6 +52,14 @@ _COMPLAINT = re.compile(
 _THANKS = re.compile(
     r"\bthank(?:s| you| u)?\b|\bthx\b|\bty\b|\bappreciate|\bperfect\b|\bawesome\b|\bexcellent\b|\bbrilliant\b"
     r"|\bthat helps\b|(?<!not )(?<!un)\bhelpful\b|\bexactly what\b|\bthat works\b|\bworks now\b|\bsolved\b|\bgreat\b")
+# A turn that asks for something: a question mark, a polite request, or a question word that opens a sentence or
+# follows "also", "and", "one more thing"... ("Thanks! Also, what ..."). Thanks and complaints ask nothing, so they
+# never read as follow-ups; "and have a nice day" neither ("have" only asks at a sentence's start).
+_ASKS = r"(?:what|where|when|how|who|whom|which|why|is|are|was|were|do|does|did|can|could|should|will|would)\b"
+_REQUEST = re.compile(
+    r"\?|\bplease\b|\b(?:can|could|would|will) you\b"
+    rf"|(?:^|[.!:;]\s*)\W*(?:{_ASKS}|(?:has|have)\b|i (?:need|want|would like|moved)\b)"
+    rf"|\b(?:also|and|btw|by the way|one more thing|another (?:thing|question)|oh|ok(?:ay)?|so)\W+{_ASKS}")
 _GAVE_UP = re.compile(
     r"\bi (?:could ?n[o']?t|can ?n[o']?t|cannot|was unable|am unable|am not able)\b|\bi'm (?:unable|not able)\b"
     r"|\bunable to\b|\bi don'?t know\b|\bno results\b|\bunfortunately\b")
@@ -63,17 +72,22 @@ _ERROR_TEXT = re.compile(
 class SignalConfig:
     """How signals are read. `reask_similarity`: the Jaccard overlap of content words at which a later user turn
     restates an earlier one (a re-ask shares most of its words; a follow-up on a new topic shares a word or two);
+    `follow_up_similarity`: the overlap below which a later request asks something new (a follow-up); between the
+    two a turn is neither, since a loosely reworded re-ask lands there too;
     `min_words`: content words both turns need before they are compared (so "ok" never matches "ok");
     `final_tools`: tools whose call is the agent's answer (the gateway's `final_tool`), when the episode's
     `final_answer` does not show it already."""
 
     reask_similarity: float = 0.4
+    follow_up_similarity: float = 0.2
     min_words: int = 2
     final_tools: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 < self.reask_similarity <= 1:
             raise ValueError(f"reask_similarity must be in (0, 1], got {self.reask_similarity}")
+        if not 0 < self.follow_up_similarity <= self.reask_similarity:
+            raise ValueError(f"follow_up_similarity must be in (0, reask_similarity], got {self.follow_up_similarity}")
         if self.min_words < 1:
             raise ValueError(f"min_words must be >= 1, got {self.min_words}")
 
@@ -83,8 +97,10 @@ class Signals:
     """What one episode's conversation shows about how it went, and the user's rating when there is one.
 
     Thanks, corrections and complaints count user turns after the agent's first reply (a first message saying
-    "thanks in advance" thanks nobody yet); re-asks compare each later user turn with the earlier ones; `abandoned` is a conversation that ends before the agent answered (its last tool calls never got
-    results, or the user's or a tool's message is the last one)."""
+    "thanks in advance" thanks nobody yet); re-asks compare each later user turn with the earlier ones;
+    `follow_ups` counts later turns that ask for something none of the earlier ones asked (a new topic: neither a
+    re-ask nor a correction or complaint); `abandoned` is a conversation that ends before the agent answered (its
+    last tool calls never got results, or the user's or a tool's message is the last one)."""
 
     episode_id: str | None
     user_turns: int
@@ -98,6 +114,7 @@ class Signals:
     thanks: int
     agent_gave_up: int
     abandoned: bool
+    follow_ups: int = 0
     rating: float | None = None  # the explicit rating (up 1, down -1, or the reward sent); None: unrated
 
     @property
@@ -178,17 +195,26 @@ def _answered(last: Mapping[str, Any], final_answer: str | None, final_tools: Se
     return False
 
 
-def _reasks(user_words: list[frozenset[str]], config: SignalConfig) -> tuple[int, float]:
-    """(later user turns that restate an earlier one, the highest overlap of any later turn with an earlier one)."""
-    count, best = 0, 0.0
-    for j in range(1, len(user_words)):
-        if len(user_words[j]) < config.min_words:
+def _overlaps(texts: list[str], config: SignalConfig) -> list[float | None]:
+    """Per user turn (lower-cased), its highest overlap with an earlier one (None: the first turn, too few words to
+    compare, or a thanks that asks nothing: a second "great, that's what I needed" after a follow-up's answer
+    restates no question)."""
+    words = [content_words(t) if _REQUEST.search(t) or not _THANKS.search(t) else frozenset() for t in texts]
+    out: list[float | None] = [None]
+    for j in range(1, len(words)):
+        if len(words[j]) < config.min_words:
+            out.append(None)
             continue
-        scores = [similarity(user_words[i], user_words[j]) for i in range(j) if len(user_words[i]) >= config.min_words]
-        top = max(scores, default=0.0)
-        best = max(best, top)
-        count += top >= config.reask_similarity
-    return count, best
+        out.append(max((similarity(words[i], words[j]) for i in range(j) if len(words[i]) >= config.min_words),
+                       default=0.0))
+    return out[: len(words)]
+
+
+def _is_follow_up(text: str, overlap: float | None, config: SignalConfig) -> bool:
+    """A later turn that asks for something new: a request that shares at most a word or two with every earlier
+    turn, and is neither a correction ("no, I meant ...") nor a complaint."""
+    return (overlap is not None and overlap < config.follow_up_similarity and bool(_REQUEST.search(text))
+            and not _CORRECTION.search(text) and not _COMPLAINT.search(text))
 
 
 def rating_of(feedback: Any) -> float | None:
@@ -208,20 +234,23 @@ def signals_from_messages(messages: Sequence[Mapping[str, Any]], *, episode_id: 
     assistants = [m for m in turns if m.get("role") == "assistant"]
     first_reply = next((i for i, m in enumerate(turns) if m.get("role") == "assistant"), len(turns))
     later = [_text(m.get("content")).lower() for m in turns[first_reply:] if m.get("role") == "user"]
-    reasks, best = _reasks([content_words(_text(m.get("content"))) for m in users], config)
+    overlaps = _overlaps([_text(m.get("content")).lower() for m in users], config)
+    # Users' turns before the first reply are the opening request (in several messages): not follow-ups.
+    answered_overlaps = overlaps[len(users) - len(later):]
     return Signals(
         episode_id=episode_id,
         user_turns=len(users),
         assistant_turns=len(assistants),
         tool_calls=sum(len(m.get("tool_calls") or []) for m in assistants),
         tool_errors=sum(is_tool_error(m.get("content")) for m in turns if m.get("role") == "tool"),
-        reasks=reasks,
-        max_reask_similarity=round(best, 6),
+        reasks=sum(o is not None and o >= config.reask_similarity for o in overlaps),
+        max_reask_similarity=round(max((o for o in overlaps if o is not None), default=0.0), 6),
         corrections=sum(bool(_CORRECTION.search(t)) for t in later),
         complaints=sum(bool(_COMPLAINT.search(t)) for t in later),
         thanks=sum(bool(_THANKS.search(t)) for t in later),
         agent_gave_up=sum(bool(_GAVE_UP.search(_text(m.get("content")).lower())) for m in assistants),
         abandoned=not turns or not _answered(turns[-1], final_answer, config.final_tools),
+        follow_ups=sum(_is_follow_up(t, o, config) for t, o in zip(later, answered_overlaps)),
         rating=rating_of(feedback),
     )
 

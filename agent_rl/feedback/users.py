@@ -2,7 +2,8 @@
 
 `population.py` writes whole conversations itself; here users talk to an agent that really runs (`outside_agent.py`:
 the official `openai` client, over HTTP, through the gateway), so what the agent did is whatever the model
-production routes to did. Each user asks one question whose right answer only the simulation knows (`Question`).
+production routes to did. Each user asks a question whose right answer only the simulation knows (`Question`), and
+may ask one follow-up on another topic (below).
 
 Whether a user ends up satisfied is the hidden truth, drawn from what happened, with stated noise
 (`Grounding`): a right answer satisfies with probability `satisfied_if_right` (0.92: some users wanted more, or
@@ -12,8 +13,13 @@ model (`NoiseConfig`: the shares of thanks, silent leaving, re-asks, corrections
 for unhappy users, and how often a rating is a mis-click), so the default and the two noisier presets apply here
 too; `give_up` becomes the chance per round of tool calls that a user closes the chat while the agent still works
 (`Grounding.leave_scale` of the preset's share). After a re-ask or a correction the agent answers again and the
-user judges the new answer. A share of users (`rated_share`, 5%) presses thumbs up or down at the end, through
-the gateway's feedback endpoint. Follow-up questions on another topic are not simulated (one question per user).
+user judges the new answer. After an answer the user lets stand (thanks, or silence), the preset's `follow_up` share
+(for how that answer left the user) asks a follow-up question in the same conversation, when the app names one
+(`run_users(follow_ups=...)`: another question its backend can answer); the agent works on it like on the first,
+and re-asks and corrections then restate the follow-up. The hidden truth is about the whole conversation: a user is
+satisfied only if every question asked ended with an answer that satisfied them (`Outcome.right`, `answered`
+likewise cover every question). A share of users (`rated_share`, 5%) presses thumbs up or down at the end, through
+the gateway's feedback endpoint.
 
 Every user draws from a `random.Random` of its own (seed and index), so a conversation's draws do not depend on
 how threads interleave; which version the gateway routed a conversation to may.
@@ -82,6 +88,7 @@ class UsersConfig:
                 "leave_per_tool_round": {"before_an_answer": self.leave_rate(None), "satisfied": self.leave_rate(True),
                                          "unhappy": self.leave_rate(False)},
                 "reactions_satisfied": asdict(self.noise.satisfied), "reactions_unhappy": asdict(self.noise.unhappy),
+                "follow_up": {"satisfied": self.noise.follow_up[0], "unhappy": self.noise.follow_up[1]},
                 "rating_flip": self.noise.rating_flip, "lowercase_share": self.lowercase_share}
 
     def leave_rate(self, satisfied_so_far: bool | None) -> float:
@@ -111,7 +118,7 @@ class Outcome:
     satisfied: bool
     answered: bool
     right: bool
-    reactions: list[str] = field(default_factory=list)
+    reactions: list[str] = field(default_factory=list)  # "follow_up" after the reaction its question followed
     rated: str | None = None  # "up" / "down" when the user rated
     left_while_working: bool = False
     error: str | None = None
@@ -138,15 +145,17 @@ def _reaction(rng: random.Random, config: UsersConfig, satisfied: bool) -> str:
 
 
 def converse(agent: ToolLoopAgent, opening: list[dict[str, Any]], question: Question, backend: Backend,
-             config: UsersConfig, index: int) -> Outcome:
+             config: UsersConfig, index: int, follow_up: Question | None = None) -> Outcome:
     """One user's conversation with the agent, from the opening messages (the agent's system prompt and the
-    question) to the user leaving; rates it when this user is one who rates."""
+    question) to the user leaving; `follow_up` is the question this user may go on to ask (None: none); rates the
+    conversation when this user is one who rates."""
     rng = random.Random(f"{config.seed}:{index}")
     messages = [dict(m) for m in opening]
     session = new_session()
     outcome = Outcome(index=index, episode_id=None, version=None, satisfied=False, answered=False, right=False)
     mood: bool | None = None  # before any answer the user's patience follows neither group in particular
     metadata = {"category": question.category} if question.category else {}
+    asking, earlier = question, (True, True)  # the question on the table; (satisfied, right) with those before it
     turn = Turn()
     for round_ in range(config.max_rounds):
         turn = agent.work(messages, backend, session, metadata=metadata,
@@ -160,21 +169,29 @@ def converse(agent: ToolLoopAgent, opening: list[dict[str, Any]], question: Ques
             outcome.reactions.append("error" if turn.error else "give_up")
             _end(agent, outcome)
             break
-        outcome.answered, outcome.right = True, bool(question.is_right(turn.answer or ""))
+        right = bool(asking.is_right(turn.answer or ""))
         g = config.grounding
-        outcome.satisfied = rng.random() < (g.satisfied_if_right if outcome.right else g.satisfied_if_wrong)
-        mood = outcome.satisfied
-        reaction = _reaction(rng, config, outcome.satisfied)
+        mood = rng.random() < (g.satisfied_if_right if right else g.satisfied_if_wrong)
+        outcome.answered, outcome.right, outcome.satisfied = True, earlier[1] and right, earlier[0] and mood
+        reaction = _reaction(rng, config, mood)
         last = round_ == config.max_rounds - 1
         if reaction in ("reask", "correct") and not last:
             outcome.reactions.append(reaction)
             agent.owe_result(messages, turn)
             template = rng.choice(REASKS if reaction == "reask" else CORRECTIONS)
-            messages.append({"role": "user", "content": typed(rng, template.format(question=question.text),
+            messages.append({"role": "user", "content": typed(rng, template.format(question=asking.text),
                                                               config.lowercase_share)})
             continue
         words = {"thank": rng.choice(talk.THANKS), "complain": rng.choice(talk.COMPLAINTS)}.get(reaction)
         outcome.reactions.append(reaction if words else "silent")
+        if (follow_up is not None and not last and reaction != "complain"
+                and rng.random() < config.noise.follow_up[0 if mood else 1]):
+            outcome.reactions.append("follow_up")
+            agent.owe_result(messages, turn)
+            asked = typed(rng, talk.follow_up(rng, follow_up.text), config.lowercase_share)
+            messages.append({"role": "user", "content": f"{words} {asked}" if words else asked})
+            asking, follow_up, earlier = follow_up, None, (outcome.satisfied, outcome.right)
+            continue
         closing = agent.close(messages, turn, session, words)
         outcome.calls += closing.calls
         if not closing.ended:
@@ -229,8 +246,11 @@ class WeekResult:
 
 def run_users(agent: ToolLoopAgent, questions: Sequence[Question], openings: Callable[[int, Question], list],
               backends: Callable[[int, Question], Backend], config: UsersConfig, n: int, concurrency: int = 8,
-              first_index: int = 0, progress: Callable[[int], None] | None = None) -> WeekResult:
-    """`n` users, user i asking questions[(first_index + i) % len], `concurrency` of them at a time."""
+              first_index: int = 0, progress: Callable[[int], None] | None = None,
+              follow_ups: Callable[[int, Question], Question | None] | None = None) -> WeekResult:
+    """`n` users, user i asking questions[(first_index + i) % len], `concurrency` of them at a time. `follow_ups`
+    names the question a user may ask next (on another topic, answerable by that user's backend); without it
+    nobody asks a follow-up."""
     if not questions:
         raise ValueError("no questions to ask")
     if n < 0 or concurrency < 1:
@@ -241,7 +261,8 @@ def run_users(agent: ToolLoopAgent, questions: Sequence[Question], openings: Cal
     def one(i: int) -> Outcome:
         index = first_index + i
         question = questions[index % len(questions)]
-        outcome = converse(agent, openings(index, question), question, backends(index, question), config, index)
+        outcome = converse(agent, openings(index, question), question, backends(index, question), config, index,
+                           follow_ups(index, question) if follow_ups is not None else None)
         with lock:
             done[0] += 1
             if progress is not None:

@@ -1,5 +1,6 @@
 """Implicit signals read from scripted conversations (agent_rl/feedback/signals.py): a re-ask, a correction, an
-abandonment, tool errors, thanks and complaints, and the rating kept out of the features."""
+abandonment, tool errors, thanks and complaints, a follow-up on another topic (neither a re-ask nor a correction),
+and the rating kept out of the features."""
 
 from __future__ import annotations
 
@@ -48,13 +49,45 @@ def test_a_reask_restating_the_first_request_is_counted():
                                user("I asked: what is your refund policy for a damaged kettle?"),
                                reply("Damaged kettles are refunded within 30 days.")])
     assert s.reasks == 1 and s.max_reask_similarity >= 0.6
-    assert s.corrections == 0
+    assert s.corrections == 0 and s.follow_ups == 0
 
 
-def test_a_follow_up_on_another_topic_is_no_reask():
+@pytest.mark.parametrize("follow_up", ["Also, how much is shipping to Denver?", "and does the kettle have a warranty",
+                                       "One more thing: can you change the address of order 456 to 7 Lake Road?",
+                                       "i moved, please send order 456 to 7 lake road instead"])
+def test_a_follow_up_on_another_topic_is_no_reask_and_no_correction(follow_up):
     s = signals_from_messages([SYSTEM, user("Where is my order 123?"), reply("It shipped."),
-                               user("Also, how much is shipping to Denver?"), reply("$6.90.")])
-    assert s.reasks == 0 and s.max_reask_similarity < 0.4
+                               user(follow_up), reply("Done.")])
+    assert s.reasks == 0 and s.max_reask_similarity < 0.4 and s.corrections == 0
+    assert s.follow_ups == 1 and s.features()["follow_ups"] == 1.0
+
+
+def test_after_a_follow_up_a_restated_question_is_still_a_reask():
+    s = signals_from_messages([SYSTEM, user("Where is my order 123?"), reply("It shipped."),
+                               user("Perfect, thank you!"), reply("You're welcome!"),
+                               user("And what is the refund policy for a damaged kettle?"), reply("Kettles are great."),
+                               user("I asked: what is your refund policy for a damaged kettle?"), reply("30 days."),
+                               user("Perfect, thank you!"), reply("You're welcome!")])
+    # One follow-up, one re-ask of it, two thanks (the second thanks restates no question).
+    assert (s.follow_ups, s.reasks, s.corrections, s.thanks) == (1, 1, 0, 2)
+    # Thanks and a follow-up in one message: both count.
+    both = signals_from_messages([SYSTEM, user("Where is my order 123?"), reply("It shipped."),
+                                  user("Great, thanks! Also, is the kettle in stock in Denver?"), reply("Yes.")])
+    assert (both.follow_ups, both.thanks, both.reasks) == (1, 1, 0)
+
+
+@pytest.mark.parametrize("later", ["Thanks, that's what I needed.", "What a waste of time.", "No, I meant order 124.",
+                                   "Can you just tell me where order 123 is?", "ok",
+                                   "My neighbour got the parcel today.",  # a remark: it asks nothing
+                                   # reworded: below the re-ask bar, above a follow-up's
+                                   "What's the status of order 123? Please answer the question."])
+def test_thanks_complaints_corrections_and_restatements_are_no_follow_ups(later):
+    s = signals_from_messages([SYSTEM, user("Where is my order 123?"), reply("Order 321 is delayed."), user(later),
+                               reply("Sorry about that.")])
+    assert s.follow_ups == 0
+    # A request before any reply (the opening in two messages) is no follow-up either.
+    assert signals_from_messages([SYSTEM, user("Hi!"), user("Where is my order 123?"), reply("It shipped.")]
+                                 ).follow_ups == 0
 
 
 @pytest.mark.parametrize("text", ["No, I meant order 124.", "That's not what I asked.", "that's wrong",
@@ -147,3 +180,5 @@ def test_config_is_checked():
         SignalConfig(reask_similarity=0)
     with pytest.raises(ValueError):
         SignalConfig(min_words=0)
+    with pytest.raises(ValueError):
+        SignalConfig(follow_up_similarity=0.5)  # above the re-ask bar: a turn would be both

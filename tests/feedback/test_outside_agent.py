@@ -1,6 +1,7 @@
 """Simulated users driving an outside agent on the official `openai` client through a live arbiter's gateway: what
 the pool records matches what the users did (thanks, re-asks and corrections, leaving mid-work, silent leaving),
-ratings arrive through /v1/feedback, and the agent only ever gets tool calls it declared."""
+ratings arrive through /v1/feedback, follow-up questions on another topic of the same mailbox are answered in the
+same episode and read as follow-ups rather than re-asks, and the agent only ever gets tool calls it declared."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from agent_rl.feedback.population import DEFAULT_NOISE
 from agent_rl.feedback.signals import episode_signals
 from agent_rl.feedback.users import Grounding, Question, UsersConfig, run_users
 from agent_rl.reward.judge import DeterministicJudge
+from examples.outside_agent import follow_up_candidates
 from tests.arbiter import arbiter_fixtures
 from tests.arbiter.arbiter_fixtures import api_key
 
@@ -41,6 +43,11 @@ def test_users_drive_the_outside_agent_through_the_gateway(start_arbiter, demo_w
     judge = DeterministicJudge()
     questions = [Question(s.question, (lambda s: lambda a: judge.judge(s.question, s.answer, a).correct)(s), "demo")
                  for s in train]
+    candidates = follow_up_candidates(train)  # the same mailbox, another category
+
+    def follow_up(index, question):
+        others = candidates[index % len(train)]
+        return questions[others[index % len(others)]] if others else None
     store = open_inbox_store(demo_world.inbox_url)
     # Noisy on purpose so that every behaviour shows up in a few users: many re-asks and people leaving mid-work.
     config = UsersConfig(noise=DEFAULT_NOISE, grounding=Grounding(leave_scale=1.0), rated_share=0.5, seed=3)
@@ -59,7 +66,7 @@ def test_users_drive_the_outside_agent_through_the_gateway(start_arbiter, demo_w
             return lambda name, arguments: call_tool(tools, name, arguments)
 
         try:
-            week = run_users(agent, questions, opening, backend, config, n=40, concurrency=4)
+            week = run_users(agent, questions, opening, backend, config, n=40, concurrency=4, follow_ups=follow_up)
         finally:
             agent.close_http()
             client.close()
@@ -70,7 +77,7 @@ def test_users_drive_the_outside_agent_through_the_gateway(start_arbiter, demo_w
 
     summary = week.summary()
     assert summary["conversations"] == 40 and summary["per_version"].keys() == {"heuristic"}
-    seen = set()
+    seen, follow_ups = set(), []
     for o in outcomes:
         episode = stored[o.episode_id]
         assert episode.tenant == "mailpal" and episode.environment == "gateway" and episode.context == "mail-app"
@@ -94,7 +101,13 @@ def test_users_drive_the_outside_agent_through_the_gateway(start_arbiter, demo_w
             assert episode.feedback is None
         if o.satisfied:
             assert o.answered
+        if "follow_up" in o.reactions:  # asked in the same episode, after the first answer
+            assert signals.user_turns >= 2 and o.reactions.index("follow_up") >= 1
+            follow_ups.append((signals, {"reask", "correct"} & set(o.reactions)))
     assert {"thank", "silent"} <= seen, seen
+    assert len(follow_ups) >= 3
+    assert all(s.follow_ups == 1 for s, _ in follow_ups)
+    assert all(s.reasks == 0 and s.corrections == 0 for s, restated in follow_ups if not restated)
     assert sum(o.rated is not None for o in outcomes) > 5
 
 
