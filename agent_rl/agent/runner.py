@@ -53,7 +53,8 @@ class RunnerConfig(BaseModel):
     )
     max_new_tokens: PositiveInt = Field(DEFAULT_TURN_TOKENS, description="generation limit per assistant turn, passed to "
                                         "the policy (as in evaluation and GRPO: agent_rl/turn_budget.py)")
-    timeout_s: float = Field(300.0, gt=0, description="wall clock per batch of episodes, checked between turns")
+    timeout_s: float | None = Field(300.0, gt=0, description="wall clock per batch of episodes, checked between "
+                                    "turns (serving's bound on a stuck batch); None: none (held-out evaluation)")
     batch_size: PositiveInt = Field(32, description="episodes played together; each turn is one policy.act call")
     prompt_price_per_m: float = Field(0.0, ge=0, description="USD per million prompt tokens")
     completion_price_per_m: float = Field(0.0, ge=0, description="USD per million completion tokens")
@@ -230,7 +231,7 @@ def _check_budgets(episode: _Live, turn: PolicyTurn, config: RunnerConfig, start
     if (
         episode.turns >= config.max_turns
         or context > config.max_context_tokens
-        or time.perf_counter() - started > config.timeout_s
+        or (config.timeout_s is not None and time.perf_counter() - started > config.timeout_s)
         or max(episode.call_counts.values(), default=0) >= config.max_repeated_calls
     ):
         episode.outcome = Outcome.RAN_OUT

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field, PositiveInt
+from pydantic import BaseModel, Field, PositiveFloat, PositiveInt
 
 from agent_rl.agent.policy import Policy
 from agent_rl.agent.runner import Play, RunnerConfig, play_episodes
@@ -35,6 +35,10 @@ class EvalConfig(BaseModel):
     completion_price_per_m: float = Field(0.30, ge=0, description="USD per million completion tokens")
     max_turns: PositiveInt = Field(DEFAULT_MAX_TURNS, description="the runner's turn budget, as GRPO trains with")
     batch_size: PositiveInt = 16
+    # No wall clock by default: on a busy machine the runner's 300 s per batch ended right answers as "ran out"
+    # (docs/experiments.md, 2026-11-28 noon), so a gate compared how loaded the machine was, not the models. The turn,
+    # token and repeated-call budgets still bound every episode.
+    timeout_s: PositiveFloat | None = Field(None, description="wall clock per batch of episodes (None: none)")
 
 
 @dataclass
@@ -74,7 +78,7 @@ def evaluate_tasks(policy: Policy, environment: Environment, tasks: list[Task], 
     chosen = select_tasks(tasks, config)
     if not chosen:
         raise ValueError(f"environment {environment.name!r} has no tasks in split {config.split.value!r} to evaluate on")
-    runner = RunnerConfig(max_turns=config.max_turns, batch_size=config.batch_size,
+    runner = RunnerConfig(max_turns=config.max_turns, batch_size=config.batch_size, timeout_s=config.timeout_s,
                           prompt_price_per_m=config.prompt_price_per_m,
                           completion_price_per_m=config.completion_price_per_m)
     version = version or str(getattr(policy, "version", "unknown"))

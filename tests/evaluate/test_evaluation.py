@@ -118,3 +118,27 @@ def test_failure_rate_counts_wrong_answers_broken_replies_and_running_out_togeth
     m = compute_metrics([episode(o) for o in (Outcome.CORRECT, Outcome.WRONG, Outcome.FORMAT_ERROR, Outcome.RAN_OUT,
                                               Outcome.IDK)])
     assert m.failure_rate == 0.6 and m.hallucination_rate == 0.2
+
+
+class _Busy(HeuristicPolicy):
+    """The oracle teacher on a busy machine: every turn takes a while of wall clock."""
+
+    def act(self, conversations, tools, *args, **kwargs):
+        import time
+
+        time.sleep(0.05)
+        return super().act(conversations, tools, *args, **kwargs)
+
+
+def test_held_out_outcomes_do_not_depend_on_how_busy_the_machine_is(env):
+    """By default an evaluation has no wall-clock budget: a slow machine gives the same outcomes as a fast one (a
+    budget of a few turns' time, as 300 s was for a loaded 2-core machine, ends right answers as run out)."""
+    store, environment = env
+    email = EmailEnvironment(store, environment.scenarios)
+    tasks = email.tasks(Split.TEST)
+    busy = _Busy(HeuristicConfig(scenarios=environment.scenarios), store=store)
+    assert EvalConfig().timeout_s is None
+    unbounded = evaluate_tasks(busy, email, tasks, EvalConfig(max_scenarios=6, seed=1)).metrics
+    assert unbounded.accuracy == 1.0
+    bounded = evaluate_tasks(busy, email, tasks, EvalConfig(max_scenarios=6, seed=1, timeout_s=0.06)).metrics
+    assert bounded.accuracy < 1.0  # the budget still applies where a caller asks for one
