@@ -65,18 +65,20 @@ class CurationResource(ConfigurableResource):
 
         if not self.label_unrated:
             return None
-        if self.labeler_judge:
-            from agent_rl.feedback.judge import JudgeConfig
-            from agent_rl.feedback.judge_agreement import JudgeAndSignalsLabeler, JudgeLabeler
+        signals = LabelerConfig(positive_threshold=self.label_positive_threshold,
+                                negative_threshold=self.label_negative_threshold, min_auc=self.labeler_min_auc,
+                                max_ece=self.labeler_max_ece)
+        if not self.labeler_judge:
+            return signals
+        from agent_rl.feedback.judge import JudgeConfig
+        from agent_rl.feedback.judge_agreement import JudgeAndSignalsLabeler, JudgeLabeler
 
-            kind = JudgeAndSignalsLabeler if self.labeler_judge_role == "signal" else JudgeLabeler
-            return kind(judge=JudgeConfig.model_validate_json(self.labeler_judge),
-                        positive_threshold=self.label_positive_threshold,
-                        negative_threshold=self.label_negative_threshold, min_auc=self.labeler_min_auc,
-                        max_ece=self.labeler_max_ece)
-        return LabelerConfig(positive_threshold=self.label_positive_threshold,
-                             negative_threshold=self.label_negative_threshold, min_auc=self.labeler_min_auc,
-                             max_ece=self.labeler_max_ece)
+        judge = JudgeConfig.model_validate_json(self.labeler_judge)
+        if self.labeler_judge_role == "signal":
+            return JudgeAndSignalsLabeler(judge=judge, signals=signals)
+        return JudgeLabeler(judge=judge, positive_threshold=signals.positive_threshold,
+                            negative_threshold=signals.negative_threshold, min_auc=signals.min_auc,
+                            max_ece=signals.max_ece)
 
     def anonymizer(self, public_terms: tuple[str, ...] = ()) -> AnonymizerConfig:
         """The anonymizer's settings: these public terms, the data's own (`public_terms`) after them."""

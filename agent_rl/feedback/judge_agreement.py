@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -67,9 +67,10 @@ def judge_agreement(judge: ModelJudge, episodes: Iterable[EpisodeLike], *, min_a
     return report
 
 
-class _JudgeBars(BaseModel):
-    """What both labelers with a judge share: the judge, a label's thresholds (at or above `positive_threshold`
-    good, at or below `negative_threshold` bad) and the check's bars on the rated episodes."""
+class JudgeLabeler(BaseModel):
+    """A model judge in the signals labeler's place: same thresholds (a label at or above `positive_threshold`
+    good, at or below `negative_threshold` bad), same bars on the rated episodes. `label` runs the check first and
+    scores the unrated episodes only when it passed (each score is a call to the endpoint)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -78,20 +79,14 @@ class _JudgeBars(BaseModel):
     negative_threshold: float = Field(default=0.2, ge=0, lt=0.5)
     min_auc: float = Field(default=0.85, ge=0.5, le=1)
     max_ece: float = Field(default=0.05, gt=0, le=1)
+    min_rated: int = Field(default=30, ge=1)
     ece_bins: int = Field(default=10, ge=2)
 
     @model_validator(mode="after")
-    def _ordered(self) -> _JudgeBars:
+    def _ordered(self) -> JudgeLabeler:
         if not self.negative_threshold < self.positive_threshold:
             raise ValueError("need negative_threshold < positive_threshold")
         return self
-
-
-class JudgeLabeler(_JudgeBars):
-    """A model judge in the signals labeler's place: same thresholds, same bars on the rated episodes. `label` runs
-    the check first and scores the unrated episodes only when it passed (each score is a call to the endpoint)."""
-
-    min_rated: int = Field(default=30, ge=1)
 
     def _label(self, episode_id: str | None, p: float) -> EpisodeLabel:
         good = True if p >= self.positive_threshold else False if p <= self.negative_threshold else None
@@ -127,43 +122,27 @@ def _aligned(episodes: Sequence[EpisodeLike], scores: Sequence[JudgeScore]) -> l
     return [s.score for s in scores]
 
 
-class JudgeAndSignalsLabeler(_JudgeBars):
+class JudgeAndSignalsLabeler(BaseModel):
     """The judge as one signal of the signals labeler (module docstring): pick it when the judge reads something
     the implicit signals miss (a wrong answer nobody complained about) but its raw scores are not calibrated, or
-    not trusted alone. Same thresholds and bars; `min_rated`, `min_per_class`, `folds`, `calibration_folds`,
-    `model` and `seed` are the signals labeler's (labeler.LabelerConfig). Every episode, rated and unrated, is
-    scored once, and only when the rated ones can support the check."""
+    not trusted alone. Thresholds, bars and fitting are the signals labeler's own (`signals`). Every episode, rated
+    and unrated, is scored once, and only when the rated ones can support the check."""
 
-    min_rated: int = Field(default=100, ge=1)
-    min_per_class: int = Field(default=20, ge=1)
-    folds: int = Field(default=5, ge=2)
-    calibration_folds: int = Field(default=3, ge=2)
-    model: Literal["logistic", "boosting"] = "logistic"
-    seed: int = 0
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    @model_validator(mode="after")
-    def _a_labeler_config(self) -> JudgeAndSignalsLabeler:
-        self.labeler_config()  # LabelerConfig's own checks (folds x calibration folds per class) when it is built
-        return self
-
-    def labeler_config(self) -> LabelerConfig:
-        return LabelerConfig(positive_threshold=self.positive_threshold, negative_threshold=self.negative_threshold,
-                             min_auc=self.min_auc, max_ece=self.max_ece, min_rated=self.min_rated,
-                             min_per_class=self.min_per_class, folds=self.folds,
-                             calibration_folds=self.calibration_folds, model=self.model, ece_bins=self.ece_bins,
-                             seed=self.seed)
+    judge: JudgeConfig
+    signals: LabelerConfig = LabelerConfig()
 
     def label(self, episodes: Sequence[EpisodeLike], *, prompt: JudgePrompt | None = None) -> LabelingResult:
         """Score every episode with the judge, then fit, check and label with the score as one more column. The
         report's `judge_calls` says how many calls that took (0 when too few ratings left nothing to check)."""
         episodes = list(episodes)
-        config = self.labeler_config()
         _, labels, _ = split_rated(episodes)
-        if too_little(len(labels), sum(labels), config):
-            result = label_episodes(episodes, config)  # fails before any fit, saying why: no call is spent
+        if too_little(len(labels), sum(labels), self.signals):
+            result = label_episodes(episodes, self.signals)  # fails before any fit, saying why: no call is spent
             return replace(result, report=replace(result.report, judge_calls=0))
         with ModelJudge(self.judge, prompt=prompt) as judge:
             scores = _aligned(episodes, judge.score_episodes(episodes))
             calls = judge.calls
-        result = label_episodes(episodes, config, judge_scores=scores)
+        result = label_episodes(episodes, self.signals, judge_scores=scores)
         return replace(result, report=replace(result.report, judge_calls=calls))

@@ -398,7 +398,8 @@ def test_too_few_ratings_spend_no_judge_call_and_bad_judge_scores_are_refused(op
         with pytest.raises(ValueError, match=rf"judge_scores\[3\] is {re.escape(shown)}: .* finite number in \[0, 1\]"):
             label_episodes(rows, judge_scores=[0.5] * 3 + [wrong] + [0.5] * 66)
     with pytest.raises(ValueError, match="min_per_class"):  # the signals labeler's own settings are checked
-        JudgeAndSignalsLabeler(judge=JudgeConfig(endpoint=endpoint(openai_stub)), min_per_class=5)
+        JudgeAndSignalsLabeler(judge=JudgeConfig(endpoint=endpoint(openai_stub)),
+                               signals=LabelerConfig(min_per_class=5))
 
 
 def test_the_profile_field_makes_the_judge_a_signal_and_needs_a_judge(openai_stub):
@@ -406,8 +407,8 @@ def test_the_profile_field_makes_the_judge_a_signal_and_needs_a_judge(openai_stu
 
     spec = json.dumps({"endpoint": {"base_url": openai_stub.url, "model": "m", "api_key_env": None}})
     labeler = CurationResource(labeler_judge=spec, labeler_judge_role="signal", labeler_min_auc=0.9).labeler()
-    assert isinstance(labeler, JudgeAndSignalsLabeler) and labeler.min_auc == 0.9
-    assert labeler.labeler_config().min_auc == 0.9 and labeler.labeler_config().min_rated == 100
+    assert isinstance(labeler, JudgeAndSignalsLabeler) and labeler.signals.min_auc == 0.9
+    assert labeler.signals.min_rated == 100
     assert isinstance(CurationResource(labeler_judge=spec).labeler(), JudgeLabeler)  # the judge alone by default
     with pytest.raises(Exception, match="labeler_judge_role \"signal\" needs a judge"):
         CurationResource(labeler_judge_role="signal")
