@@ -231,7 +231,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     questions = [Question(s.question, (lambda s: lambda answer: judge.judge(s.question, s.answer, answer).correct)(s),
                           category=intent(s.question)) for s in scenarios]
     by_text = {id(q): s for q, s in zip(questions, scenarios)}
-    position = {id(q): i for i, q in enumerate(questions)}
     candidates = follow_up_candidates(scenarios)
     mailbox = Mailbox(folder, args.backend_error_rate)
     client = OpenAI(base_url=args.base_url, max_retries=2, timeout=600)
@@ -252,7 +251,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return mailbox.backend(s.inbox_id, s.query_date, random.Random(f"backend:{args.seed}:{index}"))
 
     def follow_up(index: int, question):
-        others = candidates[position[id(question)]]
+        others = candidates[index % len(questions)]  # run_users: user `index` asks questions[index % len]
         return questions[random.Random(f"follow-up:{args.seed}:{index}").choice(others)] if others else None
 
     step = max(1, args.users // 10)
