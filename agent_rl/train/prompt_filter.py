@@ -17,7 +17,7 @@ from agent_rl.environments.core import Environment, Task
 from agent_rl.records import Outcome, Split
 from agent_rl.train.config import PromptFilterSettings
 from agent_rl.environments.rollouts import parse_query_date
-from agent_rl.turn_budget import DEFAULT_MAX_TURNS
+from agent_rl.turn_budget import DEFAULT_MAX_TURNS, DEFAULT_TURN_TOKENS
 
 log = logging.getLogger(__name__)
 
@@ -71,15 +71,15 @@ def select_by_rates(rows: list[dict[str, Any]], rates: dict[str, float], setting
 
 def sampled_solve_rates(model_path: str | Path, adapter: str | Path | None, rows: list[dict[str, Any]],
                         environment: Environment, settings: PromptFilterSettings, max_turns: int,
-                        max_new_tokens: int = 256, seed: int = 0) -> dict[str, float]:
+                        max_new_tokens: int = DEFAULT_TURN_TOKENS, seed: int = 0) -> dict[str, float]:
     """Play every row `samples_per_prompt` times with the sampled SFT model in `environment`; share of correct
-    episodes per row."""
+    episodes per row. No wall-clock budget: a solve rate measures the model, not how loaded the machine was."""
     from agent_rl.agent.local_policy import LocalPolicy
     from agent_rl.agent.runner import Play, RunnerConfig, play_episodes
 
     policy = LocalPolicy(model_path, adapter=adapter, temperature=settings.temperature, seed=seed, batch_size=16)
     tasks = [row_task(row, environment.name) for row in rows for _ in range(settings.samples_per_prompt)]
-    config = RunnerConfig(max_turns=max_turns, max_new_tokens=max_new_tokens, batch_size=16, timeout_s=3600)
+    config = RunnerConfig(max_turns=max_turns, max_new_tokens=max_new_tokens, batch_size=16, timeout_s=None)
     episodes = play_episodes(policy, environment, [Play(task) for task in tasks], config)
     correct: dict[str, list[bool]] = defaultdict(list)
     for task, episode in zip(tasks, episodes):

@@ -67,3 +67,44 @@ def test_sampled_rates_play_each_scenario_row_as_the_email_runner_plays_its_scen
     store.close()
     expected = {s.id: sum(e.outcome == "correct" for e in played[2 * i: 2 * i + 2]) / 2 for i, s in enumerate(scenarios)}
     assert rates == expected and 0 < sum(rates.values()) < len(rates)
+
+
+def test_sampled_solve_rates_do_not_depend_on_how_loaded_the_machine_is(tmp_path, monkeypatch):
+    """Every turn of the sampled model takes an hour of the runner's clock (a loaded machine): the solve rates are
+    still the model's; a wall-clock budget would end them as run out and drop prompts for the machine's sake."""
+    import agent_rl.agent.local_policy as local_policy
+    import agent_rl.agent.runner as runner
+    from agent_rl.curation.datasets import grpo_rows
+    from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
+    from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
+    from agent_rl.environments.email.inbox.store import open_inbox_store
+    from agent_rl.environments.email.scenarios import generate_scenarios
+    from agent_rl.environments.registry import load_environment
+    from agent_rl.train.prompt_filter import sampled_solve_rates
+
+    url = f"sqlite:///{tmp_path / 'inbox.db'}"
+    store = open_inbox_store(url)
+    scenarios = generate_scenarios(build_demo_corpus(store, seed=0, n_inboxes=2, n_emails=120))[:4]
+    rows = grpo_rows(scenarios, split=None)
+    clock = [0.0]
+
+    class _Slow(HeuristicPolicy):
+        def act(self, *args, **kwargs):
+            clock[0] += 3600.0
+            return super().act(*args, **kwargs)
+
+    class _Clock:
+        @staticmethod
+        def perf_counter() -> float:
+            return clock[0]
+
+    monkeypatch.setattr(runner, "time", _Clock)
+    monkeypatch.setattr(local_policy, "LocalPolicy", lambda *args, **kwargs: _Slow(HeuristicConfig(scenarios=scenarios), store=store))
+    environment = load_environment("email", store_url=url)
+    try:
+        rates = sampled_solve_rates("model", None, rows, environment, PromptFilterSettings(mode="sampled", samples_per_prompt=2),
+                                    max_turns=6)
+    finally:
+        environment.close()
+        store.close()
+    assert clock[0] >= 3600.0 * len(rows) and rates == {str(row["scenario_id"]): 1.0 for row in rows}
