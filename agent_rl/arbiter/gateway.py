@@ -10,6 +10,17 @@ version, so they stay put across workers and restarts). Live episodes are kept i
 agent_rl/pool/live.py): any worker process continues any episode, and any worker ends it. The episode id is in the `X-Agent-RL-Episode`
 response header and in the body (`agent_rl.episode_id`, also on the final stream chunk).
 
+A call is given its episode before its upstream is asked (`_claim`), for streamed and whole replies alike,
+since a relayed stream's header goes out before its reply is recorded: a conversation found by its transcript
+continues only if the call takes that transcript in the pool first; one another worker's call extended first is
+a fork. The header can still name another episode than the last chunk (which names where the call was
+recorded) when what decides it comes after the header: the episode ended by another worker while the call is
+in flight (an end or feedback sent there, the idle timeout if the call outlasts it; for a named session, which
+is not claimed, also `max_live` or that worker's shutdown), whereupon the call is recorded as a new episode; a
+named session's first call racing another worker's first call of that name, whereupon it joins that worker's
+episode; or a conversation found while the pool could not be reached, which another worker extended before the
+call was recorded (a fork).
+
 An episode is written to the pool when it ends, exactly once whichever worker ends it: `POST
 /v1/episodes/{id}/end`, a final-tool call, feedback on it, the idle timeout, `max_live` (the least recently
 active beyond it), or the arbiter shutting down (each worker ends the episodes whose latest call it recorded;
@@ -62,6 +73,9 @@ from agent_rl.records import Episode
 log = logging.getLogger("agent_rl.arbiter.gateway")
 
 DEFAULT_MAX_TOKENS = 512
+# How a call found its episode: the transcript it matched, the prefix its record expects (the token it claimed
+# that transcript with, gateway_shared.py), and the running hash of its messages (None: a named session).
+Found = tuple[str | None, str | None, Any]
 
 
 class RateLimit:
@@ -363,33 +377,54 @@ class Gateway:
                 episode.lock.release()
                 continue  # ended, or extended by a call that had the lock first (this one is a fork): look again
             handed_over = False
+            found = (matched, matched, digest)
             try:
+                episode, found = await self._claim(episode, found)
                 await self.shared.keep_alive(episode)
                 policy = await self._policy(episode.spec)
                 if request.stream and isinstance(policy, OpenAIUpstream):
-                    relay = await self._start_relay(episode, (matched, digest), policy, request, body)
+                    relay = await self._start_relay(episode, found, policy, request, body)
                     handed_over = True  # the relay's pump releases the lock when the upstream is done
                     return relay, episode, None
                 message, usage, seconds = await self._call_upstream(episode, policy, request, body)
-                served = await self._record(episode, (matched, digest), request, messages, message, usage, seconds)
+                served = await self._record(episode, found, request, messages, message, usage, seconds)
                 ended = self._ends(served, message)
                 if ended:
                     self._end_soon(served)
                 return completion_body(message, usage, self._meta(served, ended)), served, seconds
             except BaseException:
-                if episode.calls == 0 and episode.row_version is None:
-                    self.shared.discard(episode)  # a failed first call leaves no episode behind
+                await asyncio.shield(self._abandon(episode, found))
                 raise
             finally:
                 if not handed_over:
                     episode.lock.release()
+
+    async def _claim(self, episode: LiveEpisode, found: Found) -> tuple[LiveEpisode, Found]:
+        """Continue `episode` or fork it, before the upstream is asked, so that the episode id every reply
+        carries (a streamed one's header first) is the one the call is recorded in. A fork is a new episode,
+        locked in place of the one it forks from."""
+        matched, _, digest = found
+        claimed, expected = await self.shared.claim(episode, matched)
+        if claimed is not episode:
+            await claimed.lock.acquire()  # nobody else can hold it yet
+            episode.lock.release()
+            matched = None
+        return claimed, (matched, expected, digest)
+
+    async def _abandon(self, episode: LiveEpisode, found: Found) -> None:
+        """A call that got no reply leaves no trace: a first call no episode, a claimed transcript given back."""
+        matched, expected, _ = found
+        if episode.calls == 0 and episode.row_version is None:
+            self.shared.discard(episode)
+        elif matched is not None and expected != matched:
+            await self.shared.release(episode, expected, matched)
 
     @staticmethod
     def _ends(episode: LiveEpisode, message: dict[str, Any]) -> bool:
         return bool(episode.final_tool) and any(
             call["function"]["name"] == episode.final_tool for call in message.get("tool_calls") or [])
 
-    async def _start_relay(self, episode: LiveEpisode, found: tuple[str | None, Any], policy: OpenAIUpstream,
+    async def _start_relay(self, episode: LiveEpisode, found: Found, policy: OpenAIUpstream,
                            request: ChatRequest, body: dict[str, Any]) -> AsyncIterator[bytes]:  # fmt: skip
         """Open the upstream's stream (errors before its first byte are answered with a status code), then
         pump it into a queue from a task of its own: a client that hangs up stops reading, never the pump,
@@ -417,7 +452,7 @@ class Gateway:
 
         return relay()
 
-    async def _pump(self, episode: LiveEpisode, found: tuple[str | None, Any], policy: OpenAIUpstream,
+    async def _pump(self, episode: LiveEpisode, found: Found, policy: OpenAIUpstream,
                     request: ChatRequest, body: dict[str, Any], response: Any, queue: asyncio.Queue,
                     include_usage: bool, started: float) -> None:  # fmt: skip
         reply = StreamedReply()
@@ -442,25 +477,25 @@ class Gateway:
                     self._end_soon(served)
                 for item in reply.closing(self._meta(served, ended), counts, include_usage):
                     queue.put_nowait(sse_bytes(item))
-            elif episode.calls == 0 and episode.row_version is None:
-                self.shared.discard(episode)
+            else:
+                await self._abandon(episode, found)
         finally:
             queue.put_nowait(b"data: [DONE]\n\n")
             queue.put_nowait(None)
             response.release()
             episode.lock.release()
 
-    async def _record(self, episode: LiveEpisode, found: tuple[str | None, Any], request: ChatRequest,
+    async def _record(self, episode: LiveEpisode, found: Found, request: ChatRequest,
                       messages: list[dict[str, Any]], message: dict[str, Any], usage: dict[str, int],
                       seconds: float) -> LiveEpisode:  # fmt: skip
         """Record an answered call (in the pool, shared_sessions.py); returns the episode that holds it."""
-        matched, digest = found
+        _, expected, digest = found
         tools = [t.model_dump(mode="json", exclude_none=True) for t in request.tools] if request.tools else None
         call = Call(messages=[*messages, message], prompt_tokens=usage["prompt_tokens"],
                     completion_tokens=usage["completion_tokens"], latency_ms=seconds * 1000,
                     prefix=transcript_hash(digest, message) if digest is not None else None,
                     final_tool=(request.metadata or {}).get("final_tool") or None, tools=tools)
-        return await self.shared.record(episode, matched, call)
+        return await self.shared.record(episode, expected, call)
 
     async def _policy(self, spec: str) -> Policy:
         policies = self.service.policies

@@ -1,11 +1,15 @@
 """The gateway's live episodes shared by every worker process: this worker's cache over the pool's copy.
 
 The pool (`gateway_live`, agent_rl/pool/live.py) is authoritative; `SessionIndex` caches what this worker has
-seen so that a call whose episode it served last needs no read. Each call writes once, after its reply:
+seen so that a call whose episode it served last needs no read. Each call writes once after its reply (one
+found by its transcript also once before):
   - a named session: one UPDATE with increments (any worker, any order; nothing is counted from a stale copy);
-  - a conversation found by its transcript: one UPDATE that holds only while the row still has that
-    transcript; when it has moved on (another worker extended the same state first) this call is a fork and
-    becomes an episode of its own, as in one process; when it is gone (ended), likewise;
+  - a conversation found by its transcript: before its upstream is asked, the call claims the transcript (`claim`:
+    one UPDATE that holds only while the row still has it); when the row has moved on (another worker extended
+    the same state first) or is gone (ended), the call is a fork and becomes an episode of its own, as in one
+    process, decided before any reply (a streamed one's header) goes out. After the reply, one UPDATE that holds
+    only while the row still has this call's token; gone meanwhile (ended by another worker), the call still
+    becomes an episode of its own;
   - a new episode: one INSERT; a session name another worker took meanwhile makes this call one of its calls.
 A lookup reads the pool only when the cache cannot answer: a session this worker has not seen, or a
 transcript whose latest reply it did not record.
@@ -33,7 +37,7 @@ log = logging.getLogger("agent_rl.arbiter.gateway")
 
 DOWN_S = 1.0  # after a failed pool call, the cache alone serves for this long before the pool is tried again
 BUSY_S = 10.0  # SQLite: how long a statement waits for another process's write lock before the pool counts as down
-_PER_CALL = frozenset({"find_session", "find_prefix", "insert", "extend", "touch"})
+_PER_CALL = frozenset({"find_session", "find_prefix", "claim", "release", "insert", "extend", "touch"})
 
 
 class StoreDown(RuntimeError):
@@ -158,7 +162,7 @@ class SharedSessions:
         ordered = [hashes[i] for i in sorted(hashes)]
         episode, digest = self.index.find_prefix(tenant, context, ordered)
         # This worker recorded the episode's latest reply (or holds it alone): no other copy can be newer,
-        # except a fork, which recording the call finds out.
+        # unless another worker extended it since, which claiming the transcript finds out.
         if episode is not None and (digest == ordered[-1] or episode.local or not self.up):
             return episode, digest
         try:
@@ -168,6 +172,32 @@ class SharedSessions:
         if row is None:
             return None, None
         return self.adopt(row), row["prefix"]
+
+    async def claim(self, episode: LiveEpisode, matched: str | None) -> tuple[LiveEpisode, str | None]:
+        """Whether a call found by its transcript `matched` continues `episode` or is a fork, decided before its
+        upstream is asked (a streamed reply's header goes out before the reply is recorded): it continues when it
+        takes the transcript in the pool first. Returns the call's episode (`episode`, or a fork of it) and the
+        prefix its record expects (this call's token; `matched` when the pool was not asked; None for a fork)."""
+        if matched is None or episode.session is not None or episode.row_version is None or episode.local \
+                or not self.up:
+            return episode, matched  # named (never forks), new, or served from this worker's copy
+        token = f"claim-{uuid.uuid4().hex}"  # never a transcript's hash (64 hex digits)
+        try:
+            version = await self.run(self.store.claim, episode.episode_id, matched, token, utcnow())
+        except StoreDown:
+            return episode, matched
+        if version is None:  # moved on (another worker's call extended this state first) or ended
+            return self._fork(episode), None
+        episode.row_version, episode.last_active = version, time.monotonic()
+        return episode, token
+
+    async def release(self, episode: LiveEpisode, token: str, matched: str) -> None:
+        """Give back the transcript a call claimed and got no reply for, so that the conversation continues from
+        it on any worker. While the pool is down the token stays: the conversation's next call is a fork."""
+        try:
+            await self.run(self.store.release, episode.episode_id, token, matched)
+        except StoreDown:
+            pass
 
     def adopt(self, row: dict[str, Any]) -> LiveEpisode:
         """This worker's copy of a row read from the pool: the cached one brought up to date, or a new one."""

@@ -3,9 +3,12 @@
 Every arbiter worker process reads and extends the same rows, so a conversation continues wherever its next
 call lands; this is the authoritative copy, a worker's memory only a cache of it. Concurrency is settled by
 the database, never by a lock held across an upstream call:
-  - a call extending a conversation it found by its transcript updates the row only if the row still holds
-    that transcript (`prefix`): of two calls extending the same state, the second finds it moved on and
-    becomes an episode of its own (a fork), as in one process;
+  - a call extending a conversation it found by its transcript first claims it, before its upstream is asked:
+    the row's `prefix` goes from that transcript to a token of the call's only if it still holds the
+    transcript. Of two calls extending the same state, the second finds it moved on and becomes an episode of
+    its own (a fork), as in one process, and knows it before a streamed reply's header names its episode;
+    the first records its reply only while the row still holds its token, and gives the transcript back
+    when it gets no reply;
   - a call naming its session updates the row with increments (`calls = calls + 1`, ...) in one statement,
     so calls that race from two workers are both counted and neither works from a stale copy;
   - ending reads the row under a write lock (SELECT ... FOR UPDATE on PostgreSQL, BEGIN IMMEDIATE on
@@ -190,6 +193,17 @@ class LiveStore:
         name = "extend_prefix" if expected_prefix is not None else "extend"
         return Query(self._sql[name], params, True, _counted)
 
+    def claim_q(self, episode_id: str, expected: str, token: str, now: datetime) -> Query:
+        """Take the transcript `expected` for one call: the row then holds `token` (no call finds it by that
+        transcript meanwhile) and counts as active. Gives the row's version after the change, or None when the
+        row is gone or has moved on."""
+        params = {"episode_id": episode_id, "expected": expected, "token": token, "now": self._time(now)}
+        return Query(self._sql["claim"], params, True, lambda rows: rows[0][0] if rows else None)
+
+    def release_q(self, episode_id: str, token: str, prefix: str) -> Query:
+        """Give a claimed transcript back (the call got no reply): the row holds `prefix` again."""
+        return Query(self._sql["release"], {"episode_id": episode_id, "token": token, "prefix": prefix})
+
     def touch_q(self, episode_id: str, now: datetime) -> Query:
         """Mark the episode active (a call on it is starting), so that no worker ends it as idle meanwhile."""
         return Query(self._sql["touch"], {"episode_id": episode_id, "now": self._time(now)})
@@ -206,6 +220,12 @@ class LiveStore:
     def extend(self, episode_id: str, values: Mapping[str, Any], added: Mapping[str, float],
                expected_prefix: str | None = None) -> dict[str, Any] | None:  # fmt: skip
         return self.execute(self.extend_q(episode_id, values, added, expected_prefix))
+
+    def claim(self, episode_id: str, expected: str, token: str, now: datetime) -> int | None:
+        return self.execute(self.claim_q(episode_id, expected, token, now))
+
+    def release(self, episode_id: str, token: str, prefix: str) -> None:
+        self.execute(self.release_q(episode_id, token, prefix))
 
     def touch(self, episode_id: str, now: datetime) -> None:
         self.execute(self.touch_q(episode_id, now))
@@ -373,6 +393,9 @@ _SQL = {
               "ON CONFLICT DO NOTHING RETURNING episode_id",
     "extend": f"{_EXTEND} {_RETURNING}",
     "extend_prefix": f"{_EXTEND} AND prefix = :expected {_RETURNING}",
+    "claim": "UPDATE gateway_live SET prefix = :token, last_active = :now, row_version = row_version + 1 "
+             "WHERE episode_id = :episode_id AND prefix = :expected RETURNING row_version",
+    "release": "UPDATE gateway_live SET prefix = :prefix WHERE episode_id = :episode_id AND prefix = :token",
     "touch": "UPDATE gateway_live SET last_active = :now WHERE episode_id = :episode_id",
     "delete": "DELETE FROM gateway_live WHERE episode_id = :episode_id",
     "insert_episode": f"INSERT INTO episodes ({', '.join(_EPISODE_COLUMNS)}) VALUES "
