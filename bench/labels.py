@@ -10,11 +10,12 @@ with `--seeds` independent weeks. Reported per preset (means over the seeds, and
   - check_passed: in how many weeks the check passed (when it fails the week trains on its ratings alone);
   - rows_ratings_only vs rows_with_labels: training rows from the ratings alone vs ratings plus confident labels
     (had the labels been used), their ratio, and good rows alone (what SFT takes);
-  - wrong_label_share: labeled episodes whose label contradicts the hidden truth.
+  - wrong_label_share: labeled episodes whose label contradicts the hidden truth (rows and wrong labels per seed too).
 `meets_target`: at the default noise, mean AUC >= 0.85 and mean ECE <= 0.05 against the hidden truth;
 `meets_rows_target`: ratings plus labels give >= 10x the rows of ratings alone.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/labels.py [--episodes 4000] [--rated-share 0.05] [--seeds 3]
+        [--calibration none|sigmoid|isotonic]   (sigmoid: the labeler as it was before 2026-11-28 afternoon)
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ def summarize(weeks: list[dict[str, float]]) -> dict[str, object]:
         "rows_ratio": round(mean["rows_with_labels"] / max(mean["rows_ratings_only"], 1), 2),
         "good_rows_ratio": round(mean["good_rows_with_labels"] / max(mean["good_rows_ratings_only"], 1), 2),
         "wrong_label_share": round(sum(w["wrong_labels"] for w in weeks) / max(sum(w["labeled"] for w in weeks), 1), 3),
+        "rows_ratio_per_seed": [round(w["rows_with_labels"] / max(w["rows_ratings_only"], 1), 2) for w in weeks],
+        "wrong_label_share_per_seed": [round(w["wrong_labels"] / max(w["labeled"], 1), 3) for w in weeks],
     }
 
 
@@ -89,8 +92,10 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=4000, help="simulated episodes per week")
     parser.add_argument("--rated-share", type=float, default=0.05)
     parser.add_argument("--seeds", type=int, default=3, help="independent simulated weeks per noise preset")
+    parser.add_argument("--calibration", choices=("none", "sigmoid", "isotonic"), default=LabelerConfig.calibration,
+                        help="the labeler's calibration (LabelerConfig.calibration), to compare against the default")
     args = parser.parse_args()
-    config = LabelerConfig()
+    config = LabelerConfig(calibration=args.calibration)
     started = time.perf_counter()
     presets = {name: summarize([one_week(name, seed, args.episodes, args.rated_share, config)
                                 for seed in range(args.seeds)]) for name in NOISE_PRESETS}
@@ -101,6 +106,7 @@ def main() -> None:
         "rated_share": args.rated_share,
         "seeds": args.seeds,
         "thresholds": [config.negative_threshold, config.positive_threshold],
+        "calibration": config.calibration,
         "labeler_bars": {"min_auc": config.min_auc, "max_ece": config.max_ece},
         "presets": presets,
         "seconds": round(time.perf_counter() - started, 1),

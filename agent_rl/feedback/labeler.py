@@ -17,8 +17,14 @@ When the check passes, the final model (fitted on every rated episode) scores th
 confident probabilities become labels: at or above `positive_threshold` good, at or below `negative_threshold`
 bad, the middle left unlabeled. When it fails (too few ratings, a single class, bars missed), the result says
 `train_on = rated_only` with the reason, and carries no labels: the caller trains on rated episodes alone.
-The probabilities are calibrated by scikit-learn's `CalibratedClassifierCV` (Platt scaling by default; isotonic
-regression overfits a few hundred points).
+The logistic model's own probabilities are the labels' probabilities: a logistic regression is fitted by log loss,
+so it is already calibrated within its model class, and all the ratings fit it. A second Platt step on top
+(scikit-learn's `CalibratedClassifierCV`, the default until 2026-11-28) spent a third of ~200 ratings on each of
+three calibrators and averaged them, which left the labels under-confident against the hidden truth (calibration
+slope ~1.45; ECE 0.065 against 0.044 without it, docs/experiments.md). The price: where the signals barely separate
+(AUC ~0.6) the plain model overfits 200 ratings and is too sure of itself; the check's AUC bar refuses such weeks.
+`calibration` "sigmoid" or "isotonic" still wraps the model in `CalibratedClassifierCV`, and gradient boosting
+needs it (its scores are not probabilities).
 
 A model judge's score (judge_agreement.py) may join the signals as one more column (`judge_scores`): the classifier
 then learns from the ratings how far to trust the judge next to the signals, and the calibration and the
@@ -60,8 +66,9 @@ class LabelerConfig:
     """Thresholds for a label, bars for the check, and how the classifier is built.
 
     `min_rated` and `min_per_class`: below them the check fails without fitting (AUC and ECE on fewer rated episodes
-    say more about the sample than about the labeler); `folds` out-of-fold folds for the check, `calibration_folds`
-    the folds `CalibratedClassifierCV` calibrates on inside each fit."""
+    say more about the sample than about the labeler); `folds` out-of-fold folds for the check; `calibration` "none"
+    takes the logistic model's own probabilities, "sigmoid"/"isotonic" recalibrate with `CalibratedClassifierCV`
+    on `calibration_folds` folds inside each fit (module docstring: why "none" is the default)."""
 
     positive_threshold: float = 0.8
     negative_threshold: float = 0.2
@@ -71,7 +78,7 @@ class LabelerConfig:
     min_per_class: int = 20
     folds: int = 5
     calibration_folds: int = 3
-    calibration: Literal["sigmoid", "isotonic"] = "sigmoid"
+    calibration: Literal["none", "sigmoid", "isotonic"] = "none"
     model: Literal["logistic", "boosting"] = "logistic"
     ece_bins: int = 10
     seed: int = 0
@@ -82,10 +89,14 @@ class LabelerConfig:
                              f"{self.negative_threshold} and {self.positive_threshold}")
         if self.folds < 2 or self.calibration_folds < 2 or self.ece_bins < 2:
             raise ValueError("folds, calibration_folds and ece_bins must be >= 2")
-        if self.min_per_class < self.folds * self.calibration_folds:
-            raise ValueError(f"min_per_class must be >= folds x calibration_folds "
-                             f"({self.folds * self.calibration_folds}): every fold, and every calibration split "
-                             "inside it, needs both classes")
+        if self.model == "boosting" and self.calibration == "none":
+            raise ValueError("model \"boosting\" needs calibration \"sigmoid\" or \"isotonic\": its scores are not "
+                             "probabilities")
+        # Every fold needs both classes, and with a calibration so does every calibration split inside a fold.
+        splits = self.folds if self.calibration == "none" else self.folds * self.calibration_folds
+        if self.min_per_class < splits:
+            raise ValueError(f"min_per_class must be >= {splits} (folds {self.folds}, calibration "
+                             f"{self.calibration!r}): every split needs both classes")
 
 
 @dataclass(frozen=True)
@@ -177,9 +188,9 @@ def _log_counts_judge_logit(x: np.ndarray) -> np.ndarray:
 
 
 def _estimator(config: LabelerConfig, judge: bool = False) -> ClassifierMixin:
-    """The classifier inside the calibration: counts on a log scale (and a judge's score, when `judge`, as
-    log-odds), standardized, then a logistic regression (or shallow gradient boosting); `CalibratedClassifierCV`
-    maps its scores to probabilities."""
+    """The classifier: counts on a log scale (and a judge's score, when `judge`, as log-odds), standardized, then a
+    logistic regression (or shallow gradient boosting), wrapped in `CalibratedClassifierCV` only when
+    `config.calibration` asks for it."""
     if config.model == "boosting":
         base: Any = HistGradientBoostingClassifier(max_depth=3, max_iter=100, learning_rate=0.1,
                                                    random_state=config.seed)
@@ -187,6 +198,8 @@ def _estimator(config: LabelerConfig, judge: bool = False) -> ClassifierMixin:
         base = LogisticRegression(C=1.0, max_iter=1000)
     pipeline = make_pipeline(FunctionTransformer(_log_counts_judge_logit if judge else np.log1p), StandardScaler(),
                              base)
+    if config.calibration == "none":
+        return pipeline
     return CalibratedClassifierCV(pipeline, method=config.calibration, cv=config.calibration_folds)
 
 

@@ -399,7 +399,7 @@ def test_too_few_ratings_spend_no_judge_call_and_bad_judge_scores_are_refused(op
             label_episodes(rows, judge_scores=[0.5] * 3 + [wrong] + [0.5] * 66)
     with pytest.raises(ValueError, match="min_per_class"):  # the signals labeler's own settings are checked
         JudgeAndSignalsLabeler(judge=JudgeConfig(endpoint=endpoint(openai_stub)),
-                               signals=LabelerConfig(min_per_class=5))
+                               signals=LabelerConfig(min_per_class=4))
 
 
 def test_the_profile_field_makes_the_judge_a_signal_and_needs_a_judge(openai_stub):
