@@ -251,6 +251,31 @@ def test_agents_run_unchanged_and_the_pool_holds_what_they_saw(store_url, openai
     assert upstream_key not in caplog.text and TOKEN_A not in caplog.text
 
 
+class StreamedMessage:
+    """The assistant message a client puts together from a stream's chunks (content and tool-call deltas)."""
+
+    def __init__(self) -> None:
+        self.content = ""
+        self.calls: dict[int, dict[str, str]] = {}
+
+    def add(self, chunk: Any) -> None:
+        for choice in chunk.choices:
+            self.content += choice.delta.content or ""
+            for delta in choice.delta.tool_calls or []:
+                call = self.calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+                call["id"] = delta.id or call["id"]
+                call["name"] += (delta.function.name or "") if delta.function else ""
+                call["arguments"] += (delta.function.arguments or "") if delta.function else ""
+
+    def message(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.calls:
+            message["tool_calls"] = [{"id": c["id"], "type": "function",
+                                      "function": {"name": c["name"], "arguments": c["arguments"]}}
+                                     for c in self.calls.values()]
+        return message
+
+
 def test_async_and_streaming_clients(sqlite_url, openai_stub, upstream_key):
     openai_stub.script(stub_responder)
     openai_stub.streams = True  # the stub's replies are relayed chunk by chunk, ours are streamed whole
@@ -262,29 +287,19 @@ def test_async_and_streaming_clients(sqlite_url, openai_stub, upstream_key):
             stream = await client.chat.completions.create(
                 model="agent-rl", messages=messages, tools=TOOLS[:1], stream=True,
                 stream_options={"include_usage": True}, extra_headers={"X-Agent-RL-Episode": session})
-            content, calls, usage = "", {}, None
+            reply, usage = StreamedMessage(), None
             async for chunk in stream:
                 episode = (chunk.model_extra or {}).get("agent_rl", {}).get("episode_id", episode)
                 usage = chunk.usage or usage
-                for choice in chunk.choices:
-                    content += choice.delta.content or ""
-                    for delta in choice.delta.tool_calls or []:
-                        call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
-                        call["id"] = delta.id or call["id"]
-                        call["name"] += (delta.function.name or "") if delta.function else ""
-                        call["arguments"] += (delta.function.arguments or "") if delta.function else ""
+                reply.add(chunk)
             assert usage is not None and usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
-            message: dict[str, Any] = {"role": "assistant", "content": content}
-            if calls:
-                message["tool_calls"] = [{"id": c["id"], "type": "function",
-                                          "function": {"name": c["name"], "arguments": c["arguments"]}}
-                                         for c in calls.values()]
+            message = reply.message()
             messages.append(message)
-            if not calls:
+            if not message.get("tool_calls"):
                 break
-            for c in calls.values():
-                messages.append({"role": "tool", "tool_call_id": c["id"],
-                                 "content": calculator(json.loads(c["arguments"])["expression"])})
+            for call in message["tool_calls"]:
+                messages.append({"role": "tool", "tool_call_id": call["id"],
+                                 "content": calculator(json.loads(call["function"]["arguments"])["expression"])})
         return messages, episode
 
     with gateway(sqlite_url, {"calc": 0.5, "stub": 0.5}, {"calc": "calc-bot", "stub": stub_spec(openai_stub)}) as url:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import openai
 import pytest
@@ -18,6 +19,7 @@ import pytest
 from tests.arbiter.test_gateway import (
     TOKEN_A,
     TOOLS,
+    StreamedMessage,
     all_episodes,
     canonical,
     end,
@@ -33,21 +35,20 @@ def streamed(client: openai.OpenAI, messages: list[dict[str, Any]]) -> tuple[str
     """A streamed call: the header's episode id, the last chunk's, and the reply the chunks add up to."""
     raw = client.chat.completions.with_raw_response.create(model="x", messages=messages, tools=TOOLS[:1], stream=True)
     header = raw.headers["x-agent-rl-episode"]
-    content, calls, last = "", {}, None
+    reply, last = StreamedMessage(), None
     for chunk in raw.parse():
         last = (chunk.model_extra or {}).get("agent_rl", {}).get("episode_id", last)
-        for choice in chunk.choices:
-            content += choice.delta.content or ""
-            for delta in choice.delta.tool_calls or []:
-                call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
-                call["id"] = delta.id or call["id"]
-                call["name"] += (delta.function.name or "") if delta.function else ""
-                call["arguments"] += (delta.function.arguments or "") if delta.function else ""
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if calls:
-        message["tool_calls"] = [{"id": c["id"], "type": "function",
-                                  "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls.values()]
-    return header, last, message
+        reply.add(chunk)
+    return header, last, reply.message()
+
+
+@contextmanager
+def two_workers(store_url: str, spec: str) -> Iterator[tuple[str, str, openai.OpenAI, openai.OpenAI]]:
+    """Two arbiters on one pool (two workers) routing everything to `spec`, and a client of each."""
+    with gateway(store_url, {"stub": 1.0}, {"stub": spec}) as url_a, \
+            gateway(store_url, {"stub": 1.0}, {"stub": spec}) as url_b:
+        yield (url_a, url_b, openai.OpenAI(base_url=f"{url_a}/v1", api_key=TOKEN_A, max_retries=0),
+               openai.OpenAI(base_url=f"{url_b}/v1", api_key=TOKEN_A, max_retries=0))
 
 
 def started(client: openai.OpenAI) -> tuple[str, list[dict[str, Any]]]:
@@ -64,10 +65,7 @@ def test_a_streamed_fork_on_a_stale_worker_names_the_fork_in_its_header(store_ur
     openai_stub.script(stub_responder)
     openai_stub.streams = True
     spec = stub_spec(openai_stub)
-    with gateway(store_url, {"stub": 1.0}, {"stub": spec}) as url_a, \
-            gateway(store_url, {"stub": 1.0}, {"stub": spec}) as url_b:
-        a = openai.OpenAI(base_url=f"{url_a}/v1", api_key=TOKEN_A, max_retries=0)
-        b = openai.OpenAI(base_url=f"{url_b}/v1", api_key=TOKEN_A, max_retries=0)
+    with two_workers(store_url, spec) as (url_a, url_b, a, b):
         parent, follow = started(a)
         # Worker B continues the episode; worker A, which recorded the reply before, is sent the same state again.
         second = b.chat.completions.with_raw_response.create(model="x", messages=follow, tools=TOOLS[:1])
@@ -90,10 +88,7 @@ def test_the_first_of_two_racing_calls_keeps_the_episode_its_streamed_header_nam
                        else stub_responder(request))
     openai_stub.streams = True
     spec = stub_spec(openai_stub)
-    with gateway(store_url, {"stub": 1.0}, {"stub": spec}) as url_a, \
-            gateway(store_url, {"stub": 1.0}, {"stub": spec}) as url_b:
-        a = openai.OpenAI(base_url=f"{url_a}/v1", api_key=TOKEN_A, max_retries=0)
-        b = openai.OpenAI(base_url=f"{url_b}/v1", api_key=TOKEN_A, max_retries=0)
+    with two_workers(store_url, spec) as (url_a, url_b, a, b):
         parent, follow = started(a)
         asked = len(openai_stub.requests)
         got: dict[str, Any] = {}
@@ -120,10 +115,7 @@ def test_a_call_that_got_no_reply_leaves_its_conversation_to_continue_on_any_wor
     openai_stub.script(stub_responder)
     openai_stub.streams = True
     spec = stub_spec(openai_stub)
-    with gateway(store_url, {"stub": 1.0}, {"stub": spec}) as url_a, \
-            gateway(store_url, {"stub": 1.0}, {"stub": spec}) as url_b:
-        a = openai.OpenAI(base_url=f"{url_a}/v1", api_key=TOKEN_A, max_retries=0)
-        b = openai.OpenAI(base_url=f"{url_b}/v1", api_key=TOKEN_A, max_retries=0)
+    with two_workers(store_url, spec) as (url_a, url_b, a, b):
         parent, follow = started(a)
         openai_stub.queue(fail(400), fail(400))
         for stream in (True, False):  # worker B claimed the transcript, the upstream refused: B gives it back
