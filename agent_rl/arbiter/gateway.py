@@ -10,10 +10,11 @@ version, so they stay put across workers and restarts). Live episodes are kept i
 agent_rl/pool/live.py): any worker process continues any episode, and any worker ends it. The episode id is in the `X-Agent-RL-Episode`
 response header and in the body (`agent_rl.episode_id`, also on the final stream chunk).
 
-A call is given its episode before its upstream is asked (`_claim`), for streamed and whole replies alike,
-since a relayed stream's header goes out before its reply is recorded: a conversation found by its transcript
-continues only if the call takes that transcript in the pool first; one another worker's call extended first is
-a fork. The header can still name another episode than the last chunk (which names where the call was
+A relayed stream's header goes out before its reply is recorded, so such a call is given its episode before its
+upstream is asked (`_claim`): a conversation found by its transcript continues only if the call takes that
+transcript in the pool first; one another worker's call extended first is a fork. Every other reply (a whole
+one, or ours streamed whole) is sent after it is recorded, where the same test decides it (one pool write
+a call, not two). The header can still name another episode than the last chunk (which names where the call was
 recorded) when what decides it comes after the header: the episode ended by another worker while the call is
 in flight (an end or feedback sent there, the idle timeout if the call outlasts it; for a named session, which
 is not claimed, also `max_live` or that worker's shutdown), whereupon the call is recorded as a new episode; a
@@ -379,10 +380,10 @@ class Gateway:
             handed_over = False
             found = (matched, matched, digest)
             try:
-                episode, found = await self._claim(episode, found)
                 await self.shared.keep_alive(episode)
                 policy = await self._policy(episode.spec)
                 if request.stream and isinstance(policy, OpenAIUpstream):
+                    episode, found = await self._claim(episode, found)
                     relay = await self._start_relay(episode, found, policy, request, body)
                     handed_over = True  # the relay's pump releases the lock when the upstream is done
                     return relay, episode, None
@@ -400,9 +401,9 @@ class Gateway:
                     episode.lock.release()
 
     async def _claim(self, episode: LiveEpisode, found: Found) -> tuple[LiveEpisode, Found]:
-        """Continue `episode` or fork it, before the upstream is asked, so that the episode id every reply
-        carries (a streamed one's header first) is the one the call is recorded in. A fork is a new episode,
-        locked in place of the one it forks from."""
+        """Continue `episode` or fork it before the upstream is asked, so that the episode id a relayed stream's
+        header carries is the one the call is recorded in. A fork is a new episode, locked in place of the one it
+        forks from."""
         matched, _, digest = found
         claimed, expected = await self.shared.claim(episode, matched)
         if claimed is not episode:

@@ -1,15 +1,14 @@
 """The gateway's live episodes shared by every worker process: this worker's cache over the pool's copy.
 
 The pool (`gateway_live`, agent_rl/pool/live.py) is authoritative; `SessionIndex` caches what this worker has
-seen so that a call whose episode it served last needs no read. Each call writes once after its reply (one
-found by its transcript also once before):
+seen so that a call whose episode it served last needs no read. Each call writes once after its reply (a
+relayed stream found by its transcript also once before):
   - a named session: one UPDATE with increments (any worker, any order; nothing is counted from a stale copy);
-  - a conversation found by its transcript: before its upstream is asked, the call claims the transcript (`claim`:
-    one UPDATE that holds only while the row still has it); when the row has moved on (another worker extended
-    the same state first) or is gone (ended), the call is a fork and becomes an episode of its own, as in one
-    process, decided before any reply (a streamed one's header) goes out. After the reply, one UPDATE that holds
-    only while the row still has this call's token; gone meanwhile (ended by another worker), the call still
-    becomes an episode of its own;
+  - a conversation found by its transcript: one UPDATE that holds only while the row still has that transcript;
+    when it has moved on (another worker extended the same state first) or is gone (ended), the call is a fork
+    and becomes an episode of its own, as in one process. A relayed stream's header goes out before its reply
+    is recorded, so it asks first (`claim`: the same test, before its upstream is asked, taking the row with a
+    token of the call's), then records while the row still has that token;
   - a new episode: one INSERT; a session name another worker took meanwhile makes this call one of its calls.
 A lookup reads the pool only when the cache cannot answer: a session this worker has not seen, or a
 transcript whose latest reply it did not record.

@@ -3,12 +3,12 @@
 Every arbiter worker process reads and extends the same rows, so a conversation continues wherever its next
 call lands; this is the authoritative copy, a worker's memory only a cache of it. Concurrency is settled by
 the database, never by a lock held across an upstream call:
-  - a call extending a conversation it found by its transcript first claims it, before its upstream is asked:
-    the row's `prefix` goes from that transcript to a token of the call's only if it still holds the
-    transcript. Of two calls extending the same state, the second finds it moved on and becomes an episode of
-    its own (a fork), as in one process, and knows it before a streamed reply's header names its episode;
-    the first records its reply only while the row still holds its token, and gives the transcript back
-    when it gets no reply;
+  - a call extending a conversation it found by its transcript updates the row only if the row still holds
+    that transcript (`prefix`): of two calls extending the same state, the second finds it moved on and
+    becomes an episode of its own (a fork), as in one process. A relayed stream, whose header goes out before
+    its reply is recorded, makes that test before its upstream is asked: it claims the row (`prefix` goes from
+    the transcript to a token of the call's, only if it still holds the transcript), records its reply only
+    while the row still holds its token, and gives the transcript back when it gets no reply;
   - a call naming its session updates the row with increments (`calls = calls + 1`, ...) in one statement,
     so calls that race from two workers are both counted and neither works from a stale copy;
   - ending reads the row under a write lock (SELECT ... FOR UPDATE on PostgreSQL, BEGIN IMMEDIATE on
