@@ -35,24 +35,30 @@ def test_nothing_passes_and_nothing_else_falls_back_to_the_candidates_or_fails_c
         filter_prompts(rows, PromptFilterSettings(mode="solve_rates"))
 
 
+def _inbox_rows(tmp_path, n: int):
+    """A demo inbox store, its first `n` scenarios and their GRPO rows."""
+    from agent_rl.curation.datasets import grpo_rows
+    from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
+    from agent_rl.environments.email.inbox.store import open_inbox_store
+    from agent_rl.environments.email.scenarios import generate_scenarios
+
+    url = f"sqlite:///{tmp_path / 'inbox.db'}"
+    store = open_inbox_store(url)
+    scenarios = generate_scenarios(build_demo_corpus(store, seed=0, n_inboxes=2, n_emails=120))[:n]
+    return url, store, scenarios, grpo_rows(scenarios, split=None)
+
+
 def test_sampled_rates_play_each_scenario_row_as_the_email_runner_plays_its_scenario(tmp_path, monkeypatch):
     """The sampled pre-pass goes through the environment contract: a row's task is its scenario's own, and the
     outcomes are those of the email runner on the same store."""
     import agent_rl.agent.local_policy as local_policy
-    from agent_rl.curation.datasets import grpo_rows
     from agent_rl.environments.email.environment import scenario_task
     from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
     from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
-    from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
-    from agent_rl.environments.email.inbox.store import open_inbox_store
-    from agent_rl.environments.email.scenarios import generate_scenarios
     from agent_rl.environments.registry import load_environment
     from agent_rl.train.prompt_filter import row_task, sampled_solve_rates
 
-    url = f"sqlite:///{tmp_path / 'inbox.db'}"
-    store = open_inbox_store(url)
-    scenarios = generate_scenarios(build_demo_corpus(store, seed=0, n_inboxes=2, n_emails=120))[:8]
-    rows = grpo_rows(scenarios, split=None)
+    url, store, scenarios, rows = _inbox_rows(tmp_path, 8)
     assert [row_task(row, "email") for row in rows] == [scenario_task(s) for s in scenarios]
 
     teacher = HeuristicPolicy(HeuristicConfig(scenarios=scenarios, wrong_rate=0.4), store=store)
@@ -74,18 +80,11 @@ def test_sampled_solve_rates_do_not_depend_on_how_loaded_the_machine_is(tmp_path
     still the model's; a wall-clock budget would end them as run out and drop prompts for the machine's sake."""
     import agent_rl.agent.local_policy as local_policy
     import agent_rl.agent.runner as runner
-    from agent_rl.curation.datasets import grpo_rows
     from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
-    from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
-    from agent_rl.environments.email.inbox.store import open_inbox_store
-    from agent_rl.environments.email.scenarios import generate_scenarios
     from agent_rl.environments.registry import load_environment
     from agent_rl.train.prompt_filter import sampled_solve_rates
 
-    url = f"sqlite:///{tmp_path / 'inbox.db'}"
-    store = open_inbox_store(url)
-    scenarios = generate_scenarios(build_demo_corpus(store, seed=0, n_inboxes=2, n_emails=120))[:4]
-    rows = grpo_rows(scenarios, split=None)
+    url, store, scenarios, rows = _inbox_rows(tmp_path, 4)
     clock = [0.0]
 
     class _Slow(HeuristicPolicy):
