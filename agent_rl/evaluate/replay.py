@@ -7,6 +7,11 @@ call to the same tool(s) or a reply in words. The share of steps it matches is t
 `accuracy`, next to the usual columns), so SFT, the base model and production's incumbent are measured the same
 way on the same held-out steps. It says whether a model acts like the agent users liked; whether its answers
 are better than production's is for the A/B test and its feedback to decide.
+
+Cost per 1,000 requests is priced as the runner prices a played episode: each replayed step sends the recorded
+conversation before it, as serving the episode would, so an episode costs the tokens of all its steps at the
+config's prices; a simulated API model (`policy.simulation`) costs its published figure per episode. The
+non-inferiority-at-cost gate compares these, so they are measured, never left at zero.
 """
 
 from __future__ import annotations
@@ -85,10 +90,25 @@ def evaluate_replay(policy: Policy, episodes: list[Mapping[str, Any]], config: E
             latencies += [(time.perf_counter() - began) * 1000 / len(batch)] * len(batch)
             for i, turn in zip(batch, produced):
                 turns[i] = turn
-    return _metrics(steps, [t or PolicyTurn(parse_error="no turn") for t in turns], latencies, len(pool))
+    done = [t or PolicyTurn(parse_error="no turn") for t in turns]
+    return _metrics(steps, done, latencies, len(pool), _cost_per_1k(policy, steps, done, config))
 
 
-def _metrics(steps: list[Step], turns: list[PolicyTurn], latencies: list[float], n_episodes: int) -> EvalMetrics:
+def _cost_per_1k(policy: Policy, steps: list[Step], turns: list[PolicyTurn], config: EvalConfig) -> float:
+    """USD per 1,000 episodes: the simulated API model's published figure, else the mean over the replayed
+    episodes of their steps' prompt and completion tokens at the config's prices."""
+    simulation = getattr(policy, "simulation", None)  # a rule-based agent playing an API model (api_models.py)
+    if simulation is not None:
+        return round(simulation.cost_per_1k_runs_usd, 6)
+    per_episode: dict[str, float] = defaultdict(float)
+    for step, turn in zip(steps, turns):
+        per_episode[step.episode_id] += (turn.prompt_tokens * config.prompt_price_per_m
+                                         + turn.completion_tokens * config.completion_price_per_m) / 1e6
+    return round(1000 * sum(per_episode.values()) / len(per_episode), 6) if per_episode else 0.0
+
+
+def _metrics(steps: list[Step], turns: list[PolicyTurn], latencies: list[float], n_episodes: int,
+             cost_per_1k_usd: float) -> EvalMetrics:
     matched = [_taken(turn) == step.expected and turn.parse_error is None for step, turn in zip(steps, turns)]
     broken = sum(1 for turn in turns if turn.parse_error is not None)
     valid = sum(1 for step, turn in zip(steps, turns)
@@ -102,7 +122,9 @@ def _metrics(steps: list[Step], turns: list[PolicyTurn], latencies: list[float],
         avg_turns=round(len(steps) / max(1, n_episodes), 2),
         avg_tokens=round(sum(t.completion_tokens for t in turns) / len(turns), 1),
         latency_ms_p50=_percentile(latencies, 0.50), latency_ms_p95=_percentile(latencies, 0.95),
-        cost_per_1k_usd=0.0, failure_rate=_share(len(steps) - sum(matched), len(steps)),
+        cost_per_1k_usd=cost_per_1k_usd, failure_rate=_share(len(steps) - sum(matched), len(steps)),
         by_category={c: {"n": len(v), "accuracy": _share(sum(v), len(v))} for c, v in sorted(by_category.items())},
         outcomes={f"{step.episode_id}:{i}": ok for i, (step, ok) in enumerate(zip(steps, matched))},
+        # One episode's steps share its user and its conversation: the gates draw and test them together.
+        outcome_groups={f"{step.episode_id}:{i}": step.episode_id for i, step in enumerate(steps)},
     )

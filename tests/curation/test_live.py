@@ -114,6 +114,32 @@ def test_replay_measures_how_often_a_policy_takes_the_approved_action():
         evaluate_replay(Lookup(), [], EvalConfig())
 
 
+class PricedLookup(Lookup):
+    """Lookup's actions, each turn reading 1,000 prompt tokens and writing 100."""
+
+    def act(self, conversations, tools, max_new_tokens=256):
+        turns = super().act(conversations, tools, max_new_tokens)
+        for turn in turns:
+            turn.prompt_tokens, turn.completion_tokens = 1000, 100
+        return turns
+
+
+def test_replay_prices_an_episode_as_serving_it_would_and_an_api_model_at_its_published_figure():
+    # The non-inferiority-at-cost gate divides these: a replay priced at zero made every gateway week's challenger
+    # "0.0x cheaper" than an API model, whatever its accuracy.
+    from agent_rl.agent.api_models import api_model_profile
+
+    episodes = [judge_by_feedback(live_episode(i)) for i in range(6)]
+    config = EvalConfig(max_scenarios=None, prompt_price_per_m=0.10, completion_price_per_m=0.30)
+    ours = evaluate_replay(PricedLookup(), episodes, config)
+    # two replayed steps an episode, each 1,000 prompt tokens at $0.10/M and 100 completion tokens at $0.30/M
+    assert ours.cost_per_1k_usd == pytest.approx(1000 * 2 * (1000 * 0.10 + 100 * 0.30) / 1e6)
+    api = Lookup()
+    api.simulation = api_model_profile("o3")
+    assert evaluate_replay(api, episodes, config).cost_per_1k_usd == pytest.approx(55.19)
+    assert evaluate_replay(Lookup(), episodes, config).cost_per_1k_usd == 0.0  # no tokens counted, nothing priced
+
+
 def test_skipped_grpo_leaves_sft_as_the_candidate_and_says_why():
     sft = EvalMetrics(n=1, accuracy=0.5, source_accuracy=0, hallucination_rate=0, idk_rate=0, format_error_rate=0,
                       valid_tool_call_rate=1, avg_turns=1, avg_tokens=1, latency_ms_p50=1, latency_ms_p95=1,
