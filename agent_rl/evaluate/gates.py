@@ -12,7 +12,10 @@ Two gates a team would set, chosen in the profile (`GateSettings.kind`):
 * **open**: no quality bar (the fast profile and tests that exercise the mechanics, not the models).
 
 Intervals come from a seeded paired bootstrap over tasks, so a report is reproducible; every outcome says the
-gate, the point estimate, the interval, the test and the decision.
+gate, the point estimate, the interval, the test and the decision. Tasks that are not independent (the replayed
+steps of one episode: an evaluation's `outcome_groups`) are drawn and tested together: the bootstrap resamples
+whole groups and the paired test is an exact sign test over groups (a group counts for the model that got more of
+its tasks right), which is McNemar's test when every group is one task.
 """
 
 from __future__ import annotations
@@ -53,30 +56,49 @@ class GateOutcome:
 
 @dataclass
 class Paired:
-    """Per-task correctness of both models on the tasks both were judged on."""
+    """Per-task correctness of both models on the tasks both were judged on; `groups`, per task, the unit it is
+    drawn with (None: every task its own)."""
 
     candidate: list[bool]
     incumbent: list[bool]
+    groups: list[str] | None = None
 
     @property
     def n(self) -> int:
         return len(self.candidate)
 
+    def units(self) -> list[list[int]]:
+        """The tasks' indices by the unit they are drawn and tested with, in a stable order."""
+        if self.groups is None:
+            return [[k] for k in range(self.n)]
+        by_group: dict[str, list[int]] = {}
+        for k, group in enumerate(self.groups):
+            by_group.setdefault(group, []).append(k)
+        return [by_group[g] for g in sorted(by_group)]
+
     @property
     def discordant(self) -> tuple[int, int]:
-        """(tasks only the candidate got right, tasks only the incumbent got right)."""
-        only_candidate = sum(1 for c, i in zip(self.candidate, self.incumbent) if c and not i)
-        only_incumbent = sum(1 for c, i in zip(self.candidate, self.incumbent) if i and not c)
-        return only_candidate, only_incumbent
+        """(units where the candidate got more tasks right, units where the incumbent did): with one task a unit,
+        tasks only the candidate got right and tasks only the incumbent got right."""
+        margins = [sum(int(self.candidate[k]) - int(self.incumbent[k]) for k in unit) for unit in self.units()]
+        return sum(1 for m in margins if m > 0), sum(1 for m in margins if m < 0)
+
+    def describe(self) -> str:
+        """How many tasks were paired, and in how many units when they are drawn together."""
+        if self.groups is None:
+            return f"{self.n} paired tasks"
+        return f"{self.n} paired tasks in {len(self.units())} groups drawn and tested together"
 
 
-def paired(candidate: dict[str, bool], incumbent: dict[str, bool]) -> Paired:
-    """The tasks both evaluations judged, in a stable order; ValueError when they share none (nothing to compare)."""
+def paired(candidate: dict[str, bool], incumbent: dict[str, bool], groups: dict[str, str] | None = None) -> Paired:
+    """The tasks both evaluations judged, in a stable order; ValueError when they share none (nothing to compare).
+    `groups` maps a task to the unit it belongs to (a task it leaves out is a unit of its own)."""
     common = sorted(set(candidate) & set(incumbent))
     if not common:
         raise ValueError("the candidate and the incumbent were judged on no common held-out task: the gate needs "
                          "both evaluated on the same tasks")
-    return Paired([bool(candidate[k]) for k in common], [bool(incumbent[k]) for k in common])
+    units = [str(groups.get(k, f"task:{k}")) for k in common] if groups else None
+    return Paired([bool(candidate[k]) for k in common], [bool(incumbent[k]) for k in common], units)
 
 
 def mcnemar_p(only_candidate: int, only_incumbent: int) -> float:
@@ -98,14 +120,18 @@ def error_reduction(candidate_errors: float, incumbent_errors: float) -> float:
 
 
 def _bootstrap(pairs: Paired, settings: GateSettings) -> list[tuple[float, float]]:
-    """Resampled (candidate accuracy, incumbent accuracy) over tasks, pairs kept together."""
+    """Resampled (candidate accuracy, incumbent accuracy) over units (tasks, or groups of them), pairs kept
+    together."""
     import numpy as np
 
     rng = np.random.default_rng(settings.seed)
-    cand = np.asarray(pairs.candidate, dtype=float)
-    inc = np.asarray(pairs.incumbent, dtype=float)
-    index = rng.integers(0, pairs.n, size=(settings.bootstrap, pairs.n))
-    return list(zip(cand[index].mean(axis=1).tolist(), inc[index].mean(axis=1).tolist()))
+    units = pairs.units()
+    cand = np.array([sum(pairs.candidate[k] for k in unit) for unit in units], dtype=float)
+    inc = np.array([sum(pairs.incumbent[k] for k in unit) for unit in units], dtype=float)
+    size = np.array([len(unit) for unit in units], dtype=float)
+    index = rng.integers(0, len(units), size=(settings.bootstrap, len(units)))
+    drawn = size[index].sum(axis=1)
+    return list(zip((cand[index].sum(axis=1) / drawn).tolist(), (inc[index].sum(axis=1) / drawn).tolist()))
 
 
 def _quantile(ordered: list[float], q: float) -> float:
@@ -139,9 +165,12 @@ def superiority_gate(pairs: Paired, settings: GateSettings, incumbent_name: str 
         why = f"not passed: {_pct(reduction)} fewer errors, {settings.min_error_reduction:.0%} required"
     else:
         why = f"not passed: not significant (p = {p:.3g} > alpha {settings.alpha:g})"
-    message = (f"superiority on {pairs.n} paired tasks: accuracy {cand_acc:.1%} vs {incumbent_name} {inc_acc:.1%} "
+    test = "exact McNemar, one-sided" if pairs.groups is None else "exact sign test over groups, one-sided"
+    message = (f"superiority on {pairs.describe()}: accuracy {cand_acc:.1%} vs {incumbent_name} {inc_acc:.1%} "
                f"({d_low:+.1%} to {d_high:+.1%} at {level:.0%}); errors {1 - cand_acc:.1%} vs {1 - inc_acc:.1%}, "
-               f"{_pct(reduction)} fewer ({_pct(low)} to {_pct(high)}); McNemar {only_c} vs {only_i} discordant, "
+               f"{_pct(reduction)} fewer ({_pct(low)} to {_pct(high)}); "
+               f"{'McNemar' if pairs.groups is None else 'sign test'} {only_c} vs {only_i} discordant"
+               f"{'' if pairs.groups is None else ' groups'}, "
                f"one-sided p = {p:.3g}; {why}")
     return GateOutcome(passed, round(reduction, 6) if math.isfinite(reduction) else -1e9, settings.min_error_reduction,
                        message, "superiority", {
@@ -150,7 +179,7 @@ def superiority_gate(pairs: Paired, settings: GateSettings, incumbent_name: str 
                            "error_reduction_interval": [low if math.isfinite(low) else None,
                                                         high if math.isfinite(high) else None],
                            "accuracy_difference": cand_acc - inc_acc, "accuracy_difference_interval": [d_low, d_high],
-                           "interval_level": level, "test": "exact McNemar, one-sided", "p_value": p,
+                           "interval_level": level, "test": test, "p_value": p,
                            "alpha": settings.alpha, "discordant": [only_c, only_i]})
 
 
@@ -173,7 +202,7 @@ def non_inferiority_gate(pairs: Paired, settings: GateSettings, candidate_cost: 
     else:
         why = f"not passed: {ratio:.1f}x cheaper, at least {settings.min_cost_ratio:g}x required"
     shown_ratio = "no per-request price" if ratio == math.inf else f"{ratio:.1f}x"
-    message = (f"non-inferiority at lower cost on {pairs.n} paired tasks: accuracy {cand_acc:.1%} vs "
+    message = (f"non-inferiority at lower cost on {pairs.describe()}: accuracy {cand_acc:.1%} vs "
                f"{incumbent_name} {inc_acc:.1%}; {incumbent_name}'s advantage at most {worst:+.1%} at "
                f"{1 - settings.alpha:.0%} (margin {settings.margin:.1%}); cost per 1k requests ${candidate_cost:.2f} "
                f"vs ${incumbent_cost:.2f} ({shown_ratio} cheaper, {settings.min_cost_ratio:g}x required); {why}")
@@ -191,7 +220,8 @@ def promotion_gate(candidate: Any, incumbent: Any, settings: GateSettings,
         return GateOutcome(True, candidate.accuracy - incumbent.accuracy, -1.0,
                            f"open gate (no quality bar): accuracy {candidate.accuracy:.1%} vs {incumbent_name} "
                            f"{incumbent.accuracy:.1%}", "open", {})
-    pairs = paired(candidate.outcomes, incumbent.outcomes)
+    pairs = paired(candidate.outcomes, incumbent.outcomes,
+                   {**incumbent.outcome_groups, **candidate.outcome_groups} or None)
     if settings.kind == "non_inferiority":
         return non_inferiority_gate(pairs, settings, candidate.cost_per_1k_usd, incumbent.cost_per_1k_usd,
                                     incumbent_name)

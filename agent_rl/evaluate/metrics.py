@@ -10,6 +10,7 @@ Definitions (all shares are over the evaluated episodes unless said otherwise):
 - cost_per_1k_usd: estimated cost of 1,000 such queries;
 - failure_rate: wrong answers, format errors and episodes that ran out, together (what a user feels);
 - outcomes: per held-out task, correct or not (the promotion gates pair models on them);
+- outcome_groups: per task, the unit tasks are drawn together in (the replayed steps of one episode);
 - by_category: per task category (when `scenarios` are given), n and the share of each outcome, to see
   whether a model fails on unanswerable questions or on one kind of fact.
 """
@@ -44,6 +45,9 @@ class EvalMetrics(BaseModel):
     by_category: dict[str, dict[str, float]] = {}
     # Per held-out task (its id): judged correct or not. The promotion gates pair two models on these.
     outcomes: dict[str, bool] = {}
+    # Per task, the unit it is drawn with when tasks are not independent (a replayed step's episode); empty: each
+    # task its own. The gates resample and test by these units.
+    outcome_groups: dict[str, str] = {}
 
 
 def _share(count: int, total: int) -> float:

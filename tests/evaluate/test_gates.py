@@ -98,6 +98,34 @@ def test_a_cheaper_model_within_the_margin_passes_non_inferiority_and_one_outsid
     assert not gate.passed and "2.8x cheaper" in gate.message
 
 
+def grouped(outcomes: list[bool], steps: int, cost: float = 0.0):
+    """`evaluation`, its tasks the replayed steps of episodes of `steps` steps each (drawn together)."""
+    metrics = evaluation(outcomes, cost)
+    return metrics.model_copy(update={"outcome_groups": {k: f"ep{int(k[1:]) // steps}" for k in metrics.outcomes}})
+
+
+def test_steps_of_one_episode_are_drawn_and_tested_together():
+    # 20 episodes of 5 replayed steps: the candidate gets every step of 4 episodes the incumbent failed, the
+    # incumbent every step of 1 the candidate failed. Counted by step that is 20 vs 5 discordant tasks
+    # (significant); counted by episode, where a user and a conversation are shared, 4 vs 1 (not).
+    incumbent = [i >= 20 for i in range(100)]
+    candidate = [i < 95 for i in range(100)]
+    by_step = promotion_gate(evaluation(candidate), evaluation(incumbent), GateSettings())
+    assert by_step.details["discordant"] == [20, 5] and by_step.details["p_value"] < 0.01
+    by_episode = promotion_gate(grouped(candidate, 5), grouped(incumbent, 5), GateSettings())
+    assert by_episode.details["discordant"] == [4, 1] and by_episode.details["p_value"] == pytest.approx(6 / 32)
+    assert not by_episode.passed and "not significant" in by_episode.message
+    assert "100 paired tasks in 20 groups" in by_episode.message and "sign test" in by_episode.message
+    assert by_episode.details["accuracy_difference"] == by_step.details["accuracy_difference"]
+    # The interval is wider when whole episodes are resampled.
+    step_low, step_high = by_step.details["accuracy_difference_interval"]
+    episode_low, episode_high = by_episode.details["accuracy_difference_interval"]
+    assert episode_high - episode_low > step_high - step_low
+    non_inferiority = GateSettings(kind="non_inferiority")
+    assert "in 20 groups" in promotion_gate(grouped(candidate, 5, 1.0), grouped(incumbent, 5, 55.0),
+                                            non_inferiority).message
+
+
 def test_the_decision_is_reproducible_and_needs_common_tasks():
     candidate, incumbent = incumbent_and_candidate(300, 200, fixed=30)
     first = superiority_gate(paired(candidate.outcomes, incumbent.outcomes), GateSettings())
