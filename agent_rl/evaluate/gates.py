@@ -165,13 +165,13 @@ def superiority_gate(pairs: Paired, settings: GateSettings, incumbent_name: str 
         why = f"not passed: {_pct(reduction)} fewer errors, {settings.min_error_reduction:.0%} required"
     else:
         why = f"not passed: not significant (p = {p:.3g} > alpha {settings.alpha:g})"
-    test = "exact McNemar, one-sided" if pairs.groups is None else "exact sign test over groups, one-sided"
+    if pairs.groups is None:
+        test, counted = "exact McNemar, one-sided", f"McNemar {only_c} vs {only_i} discordant"
+    else:
+        test, counted = "exact sign test over groups, one-sided", f"sign test {only_c} vs {only_i} discordant groups"
     message = (f"superiority on {pairs.describe()}: accuracy {cand_acc:.1%} vs {incumbent_name} {inc_acc:.1%} "
                f"({d_low:+.1%} to {d_high:+.1%} at {level:.0%}); errors {1 - cand_acc:.1%} vs {1 - inc_acc:.1%}, "
-               f"{_pct(reduction)} fewer ({_pct(low)} to {_pct(high)}); "
-               f"{'McNemar' if pairs.groups is None else 'sign test'} {only_c} vs {only_i} discordant"
-               f"{'' if pairs.groups is None else ' groups'}, "
-               f"one-sided p = {p:.3g}; {why}")
+               f"{_pct(reduction)} fewer ({_pct(low)} to {_pct(high)}); {counted}, one-sided p = {p:.3g}; {why}")
     return GateOutcome(passed, round(reduction, 6) if math.isfinite(reduction) else -1e9, settings.min_error_reduction,
                        message, "superiority", {
                            "n": pairs.n, "candidate_accuracy": cand_acc, "incumbent_accuracy": inc_acc,
