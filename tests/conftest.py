@@ -13,6 +13,9 @@ import pytest
 from tests.pg_server import INSTALL_HINT, TestPostgres, answers, postgres_bin
 
 ROOT = Path(__file__).resolve().parents[1]
+# The suite's models generate with the torch decoder (module fixtures too, which run before the per-test
+# environment below); tests of the serving engine (vLLM, agent/engine.py) ask for it themselves.
+os.environ.setdefault("AGENT_RL_ENGINE", "torch")
 
 
 # Test data lives in the repository so the suite runs on any fresh machine: the public Enron sample
@@ -30,6 +33,7 @@ _PG_USED: list[str] = []  # which server the postgres tests used, for the end-of
 def _isolated_home(tmp_path, monkeypatch):
     """Every test gets its own AGENT_RL_HOME so nothing leaks between tests or into .data/."""
     monkeypatch.setenv("AGENT_RL_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AGENT_RL_ENGINE", "torch")
     for var in ("AGENT_RL_POOL_URL", "AGENT_RL_INBOX_URL", "MLFLOW_TRACKING_URI"):
         monkeypatch.delenv(var, raising=False)
 

@@ -288,3 +288,32 @@ def install_row_adapters(model: Any) -> RowAdapters:
                 setattr(module, child_name, wrapper(child, full, rows))
                 rows.targets.add(full)
     return rows
+
+
+def write_combined_adapter(adapters: list[str | Path], out_dir: str | Path) -> Path:
+    """An adapter stack as one PEFT LoRA adapter (ranks concatenated, scales folded into B, zero-padded to one
+    rank for every module), which serves exactly the stack's summed update."""
+    import torch
+    from safetensors.torch import save_file
+
+    stack = read_stack(list(adapters))
+    rank = max(a.shape[0] for a, _ in stack.values())
+    tensors = {}
+    for name, (a, b) in stack.items():
+        pad = rank - a.shape[0]
+        a = torch.cat([a, a.new_zeros(pad, a.shape[1])]) if pad else a
+        b = torch.cat([b, b.new_zeros(b.shape[0], pad)], dim=1) if pad else b
+        tensors[f"{PEFT_PREFIX}{name}.lora_A.weight"] = a.contiguous()
+        tensors[f"{PEFT_PREFIX}{name}.lora_B.weight"] = b.contiguous()
+    first = json.loads((Path(adapters[0]) / "adapter_config.json").read_text())
+    config = {
+        "peft_type": "LORA", "task_type": first.get("task_type", "CAUSAL_LM"),
+        "base_model_name_or_path": first.get("base_model_name_or_path"),
+        "r": rank, "lora_alpha": rank, "lora_dropout": 0.0, "bias": "none", "use_rslora": False,
+        "target_modules": sorted({name.rsplit(".", 1)[-1] for name in stack}), "inference_mode": True,
+    }
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "adapter_model.safetensors"))
+    (out / "adapter_config.json").write_text(json.dumps(config, indent=2))
+    return out

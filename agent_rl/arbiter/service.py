@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_rl.agent.runner import Play, play_episodes
+from agent_rl.agent.engine import EnginePolicy, MixedEnginePolicy
 from agent_rl.agent.shared_base import AdapterPolicy, MixedVersionPolicy, resident_bytes, serving_stats
 from agent_rl.arbiter.batching import EpisodeBatcher
 from agent_rl.arbiter.config import ArbiterConfig
@@ -152,6 +153,9 @@ class ArbiterService:
                 len({id(p.base) for p in policies.values()}) == 1:  # type: ignore[attr-defined]
             mixed = MixedVersionPolicy(policies)  # type: ignore[arg-type]
             return self._run(mixed, tasks)
+        if all(isinstance(p, EnginePolicy) for p in policies.values()) and \
+                len({id(p.engine) for p in policies.values()}) == 1:  # type: ignore[attr-defined]
+            return self._run(MixedEnginePolicy(policies), tasks)  # type: ignore[arg-type]
         episodes: list[Episode | None] = [None] * len(tasks)  # a base was reloaded meanwhile: one call per spec
         for spec in distinct:
             indices = [i for i, s in enumerate(specs) if s == spec]

