@@ -61,9 +61,9 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
         rows = [judge_by_feedback(row) for row in rows]
         if labeler_config is not None:
             rows, labeler = label_unrated(rows, labeler_config)
-        config, declared = live_validation_config(rows), None
+        config, declared = live_validation_config(rows, max_episode_chars=curation.max_episode_chars), None
     else:
-        config = config_for(environment.loads())
+        config = config_for(environment.loads(), max_episode_chars=curation.max_episode_chars)
         declared = len(config.categories)
     result = validate_episodes(rows, config)
     if result.quarantined:

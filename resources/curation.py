@@ -8,7 +8,7 @@ from pydantic import Field, field_validator, model_validator
 from agent_rl.curation.anonymize import AnonymizerConfig
 from agent_rl.curation.balance import BalanceConfig
 from agent_rl.curation.datasets import DEFAULT_MAX_IDK_SHARE
-from agent_rl.curation.validate import GateConfig
+from agent_rl.curation.validate import DEFAULT_EPISODE_CHARS, GateConfig
 
 
 class CurationResource(ConfigurableResource):
@@ -25,6 +25,10 @@ class CurationResource(ConfigurableResource):
         default_factory=list, description="names in your data that are never a person's (departments, sites, cities, "
         "products): a name detector leaves them, so task answers survive anonymization; a name that is also a "
         "person's first or last name in the name lists stays replaced inside a person's name")
+
+    max_episode_chars: int = Field(
+        default=DEFAULT_EPISODE_CHARS, ge=1, description="characters of text one episode may hold: a larger one is "
+        "quarantined ('episode too large') before the privacy pass reads it (curation.validate.ValidationConfig)")
 
     label_unrated: bool = Field(default=True, description="gateway episodes: label the ones nobody rated from their "
                                 "implicit signals, with a labeler calibrated on the rated ones (agent_rl/feedback)")

@@ -35,6 +35,8 @@ def decode_arguments(raw: Any) -> dict[str, Any]:
             raw = json.loads(raw)
         except ValueError:
             raise MalformedArguments("arguments are malformed JSON") from None
+        except RecursionError:  # nested past the parser's limit: no tool takes that
+            raise MalformedArguments("arguments are nested too deep to decode") from None
     if not isinstance(raw, Mapping):
         raise ValueError(f"arguments are {type(raw).__name__}, not an object")
     return dict(raw)

@@ -4,9 +4,10 @@ Callers of /v1/ask and /v1/feedback authenticate with an API key (`Authorization
 see keys.py) that limits them to their contexts; routing changes take the separate admin token.
 Every error is JSON `{"error": ..., "detail": ...}` (on the OpenAI-compatible gateway's paths, gateway_routes.py,
 OpenAI's `{"error": {"message", "type", "param", "code"}}` instead); bad requests are 4xx and logged (without
-bodies, credentials or the addresses asked about), a pool that cannot be written is 503. An error
-names only what the caller sent or may see: a context outside the key's scope is a bare 403, and a
-scenario outside it reads as unknown. Each response carries a `Server-Timing` header (`total` and
+bodies, credentials or the addresses asked about), a pool that cannot be written is 503; a body nested more than
+`json_walk.MAX_JSON_DEPTH` levels deep (a verdict written as JSON counts on its own) is a 400 before anything
+reads it. An error names only what the caller sent or may see: a context outside the key's scope is a bare 403,
+and a scenario outside it reads as unknown. Each response carries a `Server-Timing` header (`total` and
 `episode` milliseconds) so the routing and logging overhead can be measured from outside.
 """
 
@@ -34,7 +35,7 @@ from agent_rl.arbiter.config import ArbiterConfig
 from agent_rl.arbiter.gateway import Gateway, PoolDown
 from agent_rl.arbiter.episode_routes import add_episode_read_routes
 from agent_rl.arbiter.gateway_routes import add_gateway_routes, is_gateway_path
-from agent_rl.arbiter.gateway_wire import GatewayError, openai_error
+from agent_rl.arbiter.gateway_wire import GatewayError, openai_error, too_deep_message
 from agent_rl.arbiter.keys import KEYS_ENV, KEYS_FILE_ENV, ApiKey
 from agent_rl.arbiter.metrics import prometheus_text
 from agent_rl.arbiter.policies import PolicyLoadError
@@ -49,6 +50,7 @@ from agent_rl.arbiter.service import (
 )
 from agent_rl.arbiter.text_checks import storable_keys_and_values, storable_text, visible_text
 from agent_rl.curation.live import check_feedback
+from agent_rl.json_walk import too_deep
 from agent_rl.pool import UnknownEpisodeError
 
 log = logging.getLogger("agent_rl.arbiter")
@@ -329,8 +331,14 @@ async def _read_body(request: Request, model: type[Body], invalid: str = "invali
         # The standard parser, not pydantic's: it keeps escapes like "\ud800" for the text checks to
         # name (pydantic's rejects the whole body as malformed).
         data = json.loads(text)
-    except (ValueError, RecursionError) as exc:  # ValueError: bad JSON or an integer past the digit limit
+    except RecursionError:  # nested past what the parser takes
+        raise ApiError(400, "nested too deep", too_deep_message("body")) from None
+    except ValueError as exc:  # bad JSON or an integer past the digit limit
         raise ApiError(400, "malformed JSON", "the request body is not valid JSON") from exc
+    # A verdict written as JSON is parsed again by curation: nothing deeper than its readers walk is stored.
+    deep = too_deep(data)
+    if deep:
+        raise ApiError(400, "nested too deep", too_deep_message(deep))
     try:
         return model.model_validate(data)
     except ValidationError as exc:

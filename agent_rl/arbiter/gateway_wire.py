@@ -2,7 +2,10 @@
 
 Every error is OpenAI's shape `{"error": {"message", "type", "param", "code"}}`, with `param` naming the
 field at fault. A request is validated before anything else happens, so one that fails leaves no trace in
-any episode; the body is kept as sent, because messages are stored exactly as the client wrote them.
+any episode; the body is kept as sent, because messages are stored exactly as the client wrote them. A body
+nested more than `json_walk.MAX_JSON_DEPTH` (32) levels deep (a tool schema counts from the body's root), or
+holding a string of JSON nested that deep (a tool result, tool-call arguments, a content written as JSON), is
+refused with a 400 `json_too_deep` naming the field, before any upstream is asked.
 
 Request `metadata` (OpenAI's field, string values) may declare `context` (the environment the agent works
 in, stored as the episode's context; default "gateway"; the key must cover it), `environment` (the plug-in
@@ -23,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agent_rl.json_walk import walk
+from agent_rl.json_walk import MAX_JSON_DEPTH, too_deep, walk
 
 
 # -- errors in OpenAI's shape ----------------------------------------------------------------------
@@ -179,6 +182,17 @@ def _unstorable(body: Any) -> str | None:
     return None
 
 
+def too_deep_message(where: str) -> str:
+    """What a request nested past MAX_JSON_DEPTH is told: the field, the limit, how it is counted; never the content."""
+    where = "the request body" if where == "body" else where
+    return (f"{where} is nested more than {MAX_JSON_DEPTH} levels deep (objects and arrays, counted in the body and "
+            "in each string that holds JSON, such as tool results and tool-call arguments); send it flatter")
+
+
+def _nested_too_deep(where: str) -> GatewayError:
+    return GatewayError(400, too_deep_message(where), param=None if where == "body" else where, code="json_too_deep")
+
+
 _SUSPECT_ESCAPE = re.compile(rb"\\u(?:[dD][89a-fA-F]|0000)")
 
 
@@ -188,10 +202,17 @@ def parse_chat_request(raw: bytes, content_type: str | None) -> tuple[ChatReques
         raise GatewayError(415, "send the body as JSON with 'Content-Type: application/json'")
     try:
         body = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+    except RecursionError:  # nested past what the parser takes
+        raise _nested_too_deep("body") from None
+    except (UnicodeDecodeError, ValueError):
         raise GatewayError(400, "the request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise GatewayError(400, "the request body must be a JSON object")
+    # Before anything reads the body further, and long before an upstream is asked: what nests deeper than the
+    # pool's readers can walk (tool schemas, tool results, arguments, contents written as JSON) never gets in.
+    deep = too_deep(body)
+    if deep:
+        raise _nested_too_deep(deep)
     # Only a JSON escape can put a lone surrogate or NUL into a decoded string: skip the walk without one.
     bad = _unstorable(body) if _SUSPECT_ESCAPE.search(raw) else None
     if bad:

@@ -37,6 +37,7 @@ from agent_rl.curation.directory import (  # noqa: F401 - Directory and build_di
 )
 from agent_rl.curation.leak_check import census_names
 from agent_rl.curation.leak_scan import Leak, episode_texts, scan_for_leaks  # noqa: F401 - re-exported
+from agent_rl.curation.patterns import MESSAGE_ID
 from agent_rl.curation.presidio_engines import _engines, load_engines  # noqa: F401 - load_engines re-exported
 from agent_rl.curation.record_walk import RecordWalker
 from agent_rl.curation.names import NameFinder
@@ -66,7 +67,7 @@ _DIGIT_RUN = re.compile(r"[+(]?\d[\d \t().\-/]{5,}\d")
 _ISO_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2})?)?|\d{4}-\d{2}-\d{2}[ \t]\d{2}")
 _ID_TOKEN = re.compile(r"(?<![^\W_])[^\W\d_]+(?![^\W_])")
 # "<8069939.1075855675628.JavaMail.evans@thyme>" quoted in text: a run of digits tells it from "<sherry@x.com>".
-_MESSAGE_ID = re.compile(r"<[^<>\s@]*\d{4,}[^<>\s@]*@[^<>\s]+>")
+_MESSAGE_ID = MESSAGE_ID
 _LOWER_RUN = re.compile(r"(?<![\w@.])[a-z]+(?:[ \t]+[a-z]+)+(?![\w@])")
 _LOWER_NAME_WORD = re.compile(r"[a-z]+")
 # A lowercase first.last (or first_last) token not part of an address or a longer dotted name.
@@ -278,6 +279,9 @@ class Anonymizer(RecordWalker):
                 entities=[], tokens=doc, tokens_indices=[t.idx for t in doc], lemmas=[t.text for t in doc],
                 nlp_engine=engines.nlp_engine, language="en", scores=[],
             )
+            # Presidio's context enhancer asks `lemma in keywords` for the words around every match: a set, not
+            # the list of every word of the text (quadratic on a long text).
+            artifacts.keywords = frozenset(artifacts.keywords)
             # A text with too few digits cannot hold a phone or card number: skip those recognizers (phonenumbers'
             # matcher, eight regions a text, is the analyzer's slowest part).
             digits = sum(c.isdigit() for c in text)
@@ -585,11 +589,15 @@ def _may_hold_name(text: str) -> bool:
 
 
 def _non_overlapping(spans: list[_Span]) -> list[_Span]:
-    """Longest first (then highest score); what overlaps a kept span is dropped."""
+    """Longest first (then highest score); what overlaps a kept span is dropped, and so is an empty span (it
+    replaces nothing). The kept spans mark the characters they cover, so a span is checked against what it
+    covers, not against every kept span (quadratic on a long text with many names)."""
+    if not spans:
+        return []
+    covered = bytearray(max(span.end for span in spans) + 1)
     kept: list[_Span] = []
     for span in sorted(spans, key=lambda s: (-(s.end - s.start), -s.score, s.start)):
-        if all(span.end <= k.start or span.start >= k.end for k in kept):
+        if span.end > span.start and covered.find(1, span.start, span.end) < 0:
+            covered[span.start:span.end] = b"\x01" * (span.end - span.start)
             kept.append(span)
     return sorted(kept, key=lambda s: s.start)
-
-

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_rl.curation.patterns import AddressPattern
 from agent_rl.curation.surrogates import TITLES
 
 
@@ -34,7 +35,8 @@ _CONTRACTION = re.compile(r"^i['’](?:d|m|ll|ve)$")
 
 # A capitalised word, not inside an address ("sherry@enron.com"), yet Lotus Notes' "Taylor@ECT" counts.
 CAPITALIZED = re.compile(r"(?<![\w@.])[^\W\d_a-z][\w'\-]*(?!\w|@(?![A-Z]{2,}\b))")
-EMAILISH = re.compile(r"[\w.+\-'\ufffd]+@[\w\-]+(?:\.[\w\-]+)*")  # U+FFFD: a mis-decoded byte in an address
+# An address, or what is left of one (U+FFFD: a mis-decoded byte in it); linear in the text (patterns.py).
+EMAILISH = AddressPattern(r"[\w.+\-'\ufffd]", dotted=False)
 
 
 def bare_word(token: str) -> str:

@@ -13,6 +13,7 @@ with a salted hash, so that reports, logs and metadata never copy personal data.
 
 from __future__ import annotations
 
+import bisect
 import email.utils
 import functools
 import hashlib
@@ -21,19 +22,29 @@ import json
 import random
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_ADDRESS = re.compile(r"[\w.+\-']+@[\w\-]+(?:\.[\w\-]+)+")
-_MESSAGE_ID = re.compile(r"<[^<>\s@]*\d{4,}[^<>\s@]*@[^<>\s]+>")  # "<1234.JavaMail.evans@thyme>"
+from agent_rl.curation.patterns import MESSAGE_ID, AddressPattern
+from agent_rl.json_walk import holds_json
+
+# Every pattern here runs over whole texts, so each is linear in the text (patterns.py says how).
+_ADDRESS = AddressPattern(r"[\w.+\-']")
+_MESSAGE_ID = MESSAGE_ID  # "<1234.JavaMail.evans@thyme>"
 _WEB = re.compile(r"(?i)\b(?:https?://|www\.)\S+")
 _PHONE = re.compile(r"(?<![\w.\-])(?:\+?1[ .\-]?)?\(?([2-9]\d{2})\)?[ .\-]?([2-9]\d{2})[ .\-](\d{4})(?![\w\-])")
 _CARD = re.compile(r"(?<![\w\-])\d(?:[ \-]?\d){12,18}(?![\w\-])")
 _TOKEN = re.compile(r"[^\W\d_]+(?:['’\-][^\W\d_]+)*")
-_LOTUS = re.compile(r"([A-Z][\w'’\-]*(?:[ \t]+(?:\n[ \t]*)?[A-Z][\w'’\-.]*){0,3})(?=[/@][A-Z]{2,}\b)")
-_INVERTED = re.compile(r"\b([A-Z][a-zA-Z'’\-]+),[ \t]+([A-Z][a-zA-Z'’\-]+)\b")
+# Up to four Title-case words right before `/ORG` or `@ORG`. A match starts at the first capital of a run of word
+# characters (the lookbehind and the possessive prefix), never again inside that run: every start inside a run
+# ends its first word at the same place, so the first decides, and a run of capitals is read once, not from each.
+_LOTUS = re.compile(r"(?<![\w'’\-])(?:[^\WA-Z]|['’\-])*+"
+                    r"([A-Z][\w'’\-]*+(?:[ \t]+(?:\n[ \t]*)?[A-Z][\w'’\-.]*+){0,3})(?=[/@][A-Z]{2,}\b)")
+# "Farmer, Daren": the same way, from the first capital that starts a word in its run ("-" and "'" end a word).
+_INVERTED = re.compile(r"(?<![a-zA-Z'’\-])(?:(?!\b[A-Z])[a-zA-Z'’\-])*+"
+                       r"\b([A-Z][a-zA-Z'’\-]++),[ \t]+([A-Z][a-zA-Z'’\-]+)\b")
 # Words that look like names in the census lists but mostly are not ("Will", "Dallas Morning News").
 _NOT_NAMES = frozenset(
     "will may june april august bill mark grant chase price rich young long white green brown king rose hope joy love "
@@ -197,12 +208,12 @@ class LeakAuditor:
         prose = _WEB.sub(" ", _ADDRESS.sub(" ", text))
         for word in re.findall(r"(?<![\w@.])[a-z][a-z'’\-]+(?![\w@])", prose):
             self._lower_words[word] += 1
-        ids = [(m.start(), m.end()) for m in _MESSAGE_ID.finditer(text)]
+        ids = _Spans((m.start(), m.end()) for m in _MESSAGE_ID.finditer(text))
         for m in _ADDRESS.finditer(text):
             address = m.group().lower().strip(".")
             # A message id's tail is no one's address, even one a model garbled ("<000022.9c9aa1\ufffdea@mail...>"
             # holds "ea@mail..."); names inside ids are still looked for word by word.
-            in_id = any(start < m.start() and m.end() < end for start, end in ids)
+            in_id = _within(ids, m.start(), m.end())
             if address not in self._ignore_ids and address not in self._synthetic and not in_id:
                 self.addresses.add(address)
         for m in _PHONE.finditer(text):
@@ -276,9 +287,8 @@ class LeakAuditor:
             if m.group().lower().strip(".") in self.addresses:
                 yield self._finding(file, record, field, "address", m.group())
         # An address's domain names an organisation ("...@williams.com"); a personal address is found whole above.
-        domains = [(m.start() + m.group().index("@"), m.end()) for m in addresses]
-        raw_tokens = [m.group() for m in _TOKEN.finditer(text)
-                      if not any(start < m.start() < end for start, end in domains)]
+        domains = _Spans((m.start() + m.group().index("@"), m.end()) for m in addresses)
+        raw_tokens = [m.group() for m in _TOKEN.finditer(text) if not _within(domains, m.start(), m.start())]
         # "allen-p" (an Enron mailbox folder) holds "allen"; "Hewlett-Packard" is a firm, not Walter Hewlett.
         raw_tokens += [t.split("-")[0] for t in raw_tokens if re.fullmatch(r"[^\W\d_]{3,}-[^\W\d_]{1,2}", t)]
         tokens = [t.lower() for t in raw_tokens]
@@ -364,25 +374,69 @@ class LeakAuditor:
 
 def _leaves(value: Any, path: str, label: Callable[[str], str] = str) -> Iterable[tuple[str, str]]:
     """(field path, text) of every string inside, JSON held in strings included, and every key of every object
-    (personal data can be a key: {"marguerite@x.com": {...}}); `label` says how a key is named in a path."""
-    if isinstance(value, str):
-        stripped = value.lstrip()
-        if stripped[:1] in ("{", "["):
-            try:
-                yield from _leaves(json.loads(value), path, label)
-                return
-            except ValueError:
-                pass
-        yield path, value
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            name = label(str(key))
-            where = f"{path}.{name}" if path else name
-            yield f"{where} (key)", str(key)
-            yield from _leaves(item, where, label)
-    elif isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            yield from _leaves(item, f"{path}[{i}]", label)
+    (personal data can be a key: {"marguerite@x.com": {...}}); `label` says how a key is named in a path.
+    Without recursion: a record nested deeper than the interpreter's stack is scanned all the same."""
+    stack: list[Iterator[tuple[str, Any, bool]]] = [iter([(path, value, False)])]
+    while stack:
+        item = next(stack[-1], None)
+        if item is None:
+            stack.pop()
+            continue
+        where, node, is_key = item
+        if isinstance(node, str):
+            parsed = _NOT_JSON if is_key else _json_of(node)
+            if parsed is _NOT_JSON:
+                yield where, node
+            else:
+                stack.append(iter([(where, parsed, False)]))
+        elif isinstance(node, Mapping):
+            stack.append(_members(node, where, label))
+        elif isinstance(node, (list, tuple)):
+            stack.append(_items(node, where))
+
+
+_NOT_JSON = object()
+
+
+def _json_of(text: str) -> Any:
+    """The value a string holding JSON holds, or _NOT_JSON (plain text, or JSON nested past the parser's limit:
+    scanned as text then)."""
+    if not holds_json(text):
+        return _NOT_JSON
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return _NOT_JSON
+
+
+def _items(node: list[Any] | tuple[Any, ...], path: str) -> Iterator[tuple[str, Any, bool]]:
+    """Each item of an array at its index (a function of its own: the path is bound when it is called)."""
+    for i, part in enumerate(node):
+        yield f"{path}[{i}]", part, False
+
+
+def _members(node: Mapping[Any, Any], path: str, label: Callable[[str], str]) -> Iterator[tuple[str, Any, bool]]:
+    """Each key of an object as text of its own (at `... (key)`, never parsed), then its value."""
+    for key, item in node.items():
+        name = label(str(key))
+        where = f"{path}.{name}" if path else name
+        yield f"{where} (key)", str(key), True
+        yield where, item, False
+
+
+class _Spans(list):
+    """Disjoint (start, end) spans in order of position (a pattern's matches), with their starts for bisecting."""
+
+    def __init__(self, spans: Iterable[tuple[int, int]]) -> None:
+        super().__init__(spans)
+        self.starts = [start for start, _ in self]
+
+
+def _within(spans: _Spans, start: int, end: int) -> bool:
+    """Whether `start` and `end` lie strictly inside one of `spans`: only the last span starting before `start`
+    can hold them, so a text with many addresses is not read once per address."""
+    i = bisect.bisect_left(spans.starts, start) - 1
+    return i >= 0 and end < spans[i][1]
 
 
 def _luhn(digits: str) -> bool:

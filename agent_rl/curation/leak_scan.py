@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_rl.curation.directory import CAPITALIZED, EMAILISH, bare_word, usable_name_part
+from agent_rl.json_walk import strings
 
 
 @dataclass
@@ -63,19 +64,6 @@ def _context(text: str, start: int, end: int) -> str:
 
 
 def episode_texts(episode: Mapping[str, Any]) -> list[str]:
-    """Every string inside an episode (for leak scans): fields, messages, arguments, tool results."""
-    out: list[str] = []
-
-    def walk(value: Any) -> None:
-        if isinstance(value, str):
-            out.append(value)
-        elif isinstance(value, Mapping):
-            for k, v in value.items():
-                walk(k)
-                walk(v)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                walk(v)
-
-    walk(episode.model_dump(mode="json") if hasattr(episode, "model_dump") else episode)
-    return out
+    """Every string inside an episode (for leak scans): fields, messages, arguments, tool results, keys too;
+    without recursion, so no nesting can stop the scan."""
+    return list(strings(episode.model_dump(mode="json") if hasattr(episode, "model_dump") else episode))

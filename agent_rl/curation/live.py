@@ -51,7 +51,7 @@ def feedback_reward(feedback: Any) -> float | None:
         text = value.strip()
         try:
             value = json.loads(text) if text[:1] in "{-0123456789." else text
-        except (json.JSONDecodeError, ValueError):
+        except (ValueError, RecursionError):  # a comment, or JSON nested past the parser's limit: no number in it
             value = text
     if isinstance(value, Mapping) and "reward" in value:
         value = value["reward"]

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agent_rl.curation.leak_check import PLAIN_KEY
+from agent_rl.json_walk import holds_json, rebuild
 
 
 class RecordWalker:
@@ -32,17 +33,23 @@ class RecordWalker:
         return self._walk(value, self.anonymize_text)
 
     def _walk(self, value: Any, fn: Callable[[str], str], key: str | None = None) -> Any:
+        """Every string in `value` through `fn`, keys too; without recursion, so a structure nested deeper than the
+        interpreter's stack (a pool row older than the gateway's depth limit) is rewritten all the same."""
+        return rebuild(value, lambda node, name: self._visit(node, fn, name), lambda name: self._key(name, fn), key)
+
+    def _visit(self, value: Any, fn: Callable[[str], str], key: Any) -> tuple[bool, Any]:
+        """`rebuild`'s step: (True, the part rewritten) for a kept value, an id or a string; (False, None) for a
+        container to descend into."""
+        key = key if isinstance(key, str) else None
         if key in self.config.keep_keys:
-            return value
+            return True, value
         if key in self.config.id_keys:
-            return self._ids(value)
+            return True, self._ids(value)
         if isinstance(value, str):
-            return fn(value)
-        if isinstance(value, Mapping):  # keys are text too: {"marguerite@x.com": {...}} must not pass unseen
-            return {self._key(k, fn): self._walk(v, fn, k if isinstance(k, str) else None) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return type(value)(self._walk(v, fn) for v in value)
-        return value
+            return True, fn(value)
+        if isinstance(value, (Mapping, list, tuple)):  # keys are text too: {"marguerite@x.com": {...}} (`_key`)
+            return False, None
+        return True, value
 
     @staticmethod
     def _key(key: Any, fn: Callable[[str], str]) -> Any:
@@ -56,18 +63,20 @@ class RecordWalker:
         """Text that holds JSON (tool results, string arguments) is anonymized leaf by leaf."""
         if not isinstance(text, str):
             return self._walk(text, fn)
-        stripped = text.lstrip()
-        if stripped[:1] in ("{", "["):
-            try:
-                parsed = json.loads(text)
-            except ValueError:
-                return fn(text)
-            # Keep the layout the text came in: tools emit compact JSON, and a row that SFT learns from must
-            # render exactly what serving shows (a body's own ", " says nothing about the separators).
+        if not holds_json(text):
+            return fn(text)
+        try:
+            parsed = json.loads(text)
+        except (ValueError, RecursionError):  # not JSON, or nested past what the parser takes: anonymized as text
+            return fn(text)
+        # Keep the layout the text came in: tools emit compact JSON, and a row that SFT learns from must
+        # render exactly what serving shows (a body's own ", " says nothing about the separators).
+        try:
             compact = json.dumps(parsed, ensure_ascii=False, separators=(",", ":")) == text
             separators = (",", ":") if compact else None
             return json.dumps(self._walk(parsed, fn), ensure_ascii=False, separators=separators)
-        return fn(text)
+        except RecursionError:  # parsed at the parser's limit, too deep to write back: anonymized as text
+            return fn(text)
 
     def _message(self, message: Any, fn: Callable[[str], str]) -> Any:
         if not isinstance(message, Mapping):
@@ -87,11 +96,13 @@ class RecordWalker:
         return out
 
     def _ids(self, value: Any) -> Any:
-        if isinstance(value, str):
-            return self.pseudonymize_id(value)
-        if isinstance(value, (list, tuple)):
-            return type(value)(self._ids(v) for v in value)
-        return value
+        """An id (or a list of them, nested as deep as it likes) pseudonymized; anything else kept."""
+        def visit(node: Any, _: Any) -> tuple[bool, Any]:
+            if isinstance(node, str):
+                return True, self.pseudonymize_id(node)
+            return not isinstance(node, (list, tuple)), node
+
+        return rebuild(value, visit)
 
     def _episode(self, episode: Mapping[str, Any], fn: Callable[[str], str]) -> dict[str, Any]:
         out = dict(episode)
@@ -105,7 +116,7 @@ class RecordWalker:
         if isinstance(messages, str):  # exported rows may carry messages as JSON text
             try:
                 messages = json.loads(messages)
-            except ValueError:
+            except (ValueError, RecursionError):
                 out["messages"] = fn(messages)
                 messages = None
         if isinstance(messages, list):

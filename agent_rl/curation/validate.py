@@ -22,8 +22,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_rl.agent.tool_calls import call_function
 from agent_rl.curation.conversation_rules import conversation_errors
+from agent_rl.json_walk import MAX_JSON_DEPTH, strings, too_deep
 from agent_rl.records import Episode, Outcome, current_episode_keys
 
+# What one episode may hold before curation quarantines it instead of reading it: generous (the gateway refuses
+# requests nested deeper than json_walk.MAX_JSON_DEPTH, and an episode holds a few levels of its own around them;
+# older pool rows were never checked), and far below what breaks the walkers after validation (pydantic's
+# serializer stops at 255 levels) or makes the privacy pass run for hours.
+DEFAULT_EPISODE_CHARS = 1_000_000
+DEFAULT_EPISODE_DEPTH = 2 * MAX_JSON_DEPTH
 # Postgres text cannot hold NUL, and tokenizers/UTF-8 writers choke on lone surrogates.
 _BAD_CHARS = re.compile("[\ud800-\udfff\x00]")
 
@@ -64,6 +71,12 @@ class ValidationConfig(BaseModel):
     max_messages: int = Field(200, ge=2)
     max_message_chars: int = Field(50_000, ge=1, description="longest single message content or tool-call argument")
     max_messages_chars: int = Field(400_000, ge=1, description="all message text of one episode")
+    max_episode_chars: int = Field(DEFAULT_EPISODE_CHARS, ge=1, description=(
+        "characters of all the text of one episode (every field, message, tool schema, key): above it the episode "
+        "is quarantined, 'episode too large', before the privacy pass reads it"))
+    max_json_depth: int = Field(DEFAULT_EPISODE_DEPTH, ge=1, description=(
+        "objects and arrays nested in one episode, and in each string of it that holds JSON: deeper, it is "
+        "quarantined before anything walks it"))
     max_question_chars: int = Field(4_000, ge=1)
     max_answer_chars: int = Field(4_000, ge=1)
 
@@ -181,24 +194,10 @@ def _parse_json(value: Any, want: type) -> tuple[Any, str]:
 
 
 def _bad_unicode_fields(row: Mapping[str, Any]) -> str | None:
-    """Names of the fields holding lone surrogates or NUL characters (anywhere inside), or None."""
-    bad = []
-    for key, value in row.items():
-        if _has_bad_chars(value):
-            bad.append(str(key))
+    """Names of the fields holding lone surrogates or NUL characters (anywhere inside, keys too), or None."""
+    bad = [str(key) for key, value in row.items()
+           if any(_BAD_CHARS.search(text) for text in strings({key: value}))]
     return ", ".join(sorted(bad)) or None
-
-
-def _has_bad_chars(value: Any, depth: int = 0) -> bool:
-    if depth > 50:
-        return False
-    if isinstance(value, str):
-        return _BAD_CHARS.search(value) is not None
-    if isinstance(value, Mapping):
-        return any(_has_bad_chars(k, depth + 1) or _has_bad_chars(v, depth + 1) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(_has_bad_chars(v, depth + 1) for v in value)
-    return False
 
 
 def _message_sizes(messages: Any) -> tuple[int, int]:
@@ -215,13 +214,30 @@ def _message_sizes(messages: Any) -> tuple[int, int]:
             for call in calls:
                 fn = call_function(call)
                 if fn is not None:
-                    args = fn.get("arguments")
-                    pieces.append(args if isinstance(args, str) else json.dumps(args, default=str))
+                    pieces.append(_argument_text(fn.get("arguments")))
         for piece in pieces:
             if isinstance(piece, str):
                 total += len(piece)
                 longest = max(longest, len(piece))
     return total, longest
+
+
+def _argument_text(args: Any) -> str:
+    """Tool-call arguments as the text they are sent as; arguments too deep to write out count as their strings
+    (the depth check quarantines the row and names them)."""
+    if isinstance(args, str):
+        return args
+    try:
+        return json.dumps(args, default=str)
+    except (ValueError, RecursionError):
+        return "".join(strings(args))
+
+
+def _hazards(row: Mapping[str, Any], messages: Any, config: ValidationConfig) -> tuple[int, str | None]:
+    """(characters of all the episode's text, the path of what nests deeper than the limit or None), read without
+    recursion over the row with its messages parsed (JSON text inside them is measured too)."""
+    whole = {**row, "messages": messages} if messages is not None else row
+    return sum(len(text) for text in strings(whole)), too_deep(whole, config.max_json_depth)
 
 
 @dataclass
@@ -269,8 +285,12 @@ def _profile(row_id: int, raw: Any, config: ValidationConfig) -> _Profile:
     citations = typed["citations"]
     columns["citations_ok"] = citations is None or all(isinstance(s, str) for s in citations)
 
+    columns["episode_chars"], columns["too_deep"] = _hazards(row, messages, config)
+    hazardous = columns["episode_chars"] > config.max_episode_chars or columns["too_deep"] is not None
+
     python_reasons = []
-    if messages is not None and longest <= config.max_message_chars and total <= config.max_messages_chars:
+    if (messages is not None and not hazardous and longest <= config.max_message_chars
+            and total <= config.max_messages_chars):
         python_reasons = [f"conversation: {e}" for e in conversation_errors(messages, config)]
     columns["conversation_errors"] = len(python_reasons)
 
@@ -319,6 +339,9 @@ def _expectations(config: ValidationConfig) -> list[tuple[Any, str]]:
          "message_size"),
         (E.ExpectColumnValuesToBeBetween(column="messages_chars", max_value=config.max_messages_chars),
          "conversation_size"),
+        (E.ExpectColumnValuesToBeBetween(column="episode_chars", max_value=config.max_episode_chars),
+         "episode too large"),
+        (E.ExpectColumnValuesToBeNull(column="too_deep"), "depth"),
         (E.ExpectColumnValuesToBeNull(column="bad_unicode"), "unicode"),
         (E.ExpectColumnValuesToBeInSet(column="citations_ok", value_set=[True]), "citations"),
         # Reasons for this one come from the Python conversation check (one per problem).
@@ -354,6 +377,10 @@ def _reason(prefix: str, column: str, value: Any, config: ValidationConfig) -> s
         return f"{prefix}: {prefix.split(':', 1)[1]} {value}"
     if prefix in _REASON_TEXT:
         return f"{prefix}: {_REASON_TEXT[prefix](value)}"
+    if prefix == "episode too large":
+        return f"{prefix}: {int(value)} characters > {config.max_episode_chars}"
+    if prefix == "depth":
+        return f"{prefix}: {value} is nested more than {config.max_json_depth} levels deep"
     shown = int(value) if isinstance(value, float) and value.is_integer() else value
     return f"{prefix}: {column} = {shown} is out of range"
 

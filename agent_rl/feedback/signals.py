@@ -169,7 +169,7 @@ def is_tool_error(content: Any) -> bool:
     if text.startswith("{"):
         try:
             value = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit (validation names it)
             value = None
         if isinstance(value, Mapping):
             status = str(value.get("status", "")).lower()
