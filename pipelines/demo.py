@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -27,6 +28,8 @@ from typing import Any
 
 import httpx
 
+from pipelines import stopping
+
 STEPS: list[tuple[str, float]] = []
 
 
@@ -35,6 +38,7 @@ def step(name: str):
 
     @contextmanager
     def timer():
+        stopping.doing(name)
         print(f"\n=== {name}", flush=True)
         started = time.perf_counter()
         yield
@@ -96,6 +100,7 @@ def week_changes(ours: bool, fast: bool) -> dict[str, dict]:
 
 def put_routing(url: str, token: str, weights: dict[str, float], specs: dict[str, str],
                 reason: str = "demo setup") -> None:
+    stopping.check()
     response = httpx.put(f"{url}/v1/routing", json={"weights": weights, "specs": specs, "reason": reason},
                          headers={"Authorization": f"Bearer {token}"}, timeout=600)
     if response.status_code != 200:
@@ -158,6 +163,8 @@ def run_job(defs, name: str, instance, log_file: Path, max_steps: dict[str, int]
             **kwargs):
     """A job of the code location with the demo's console logger (progress on screen, full log in the file);
     `resources`: field values that replace the profile's for this run only ({"evaluation": {"gate": "open"}})."""
+    from dagster._core.utils import make_new_run_id
+
     from pipelines.console import console_logger
 
     with output_to(log_file) as console:
@@ -165,7 +172,11 @@ def run_job(defs, name: str, instance, log_file: Path, max_steps: dict[str, int]
             {"demo_console": console_logger(log_file, max_steps, out=console)})
         # Logger definitions take effect only when the run config selects them.
         run_config = {"loggers": {"demo_console": {}}, "resources": resource_config(defs, resources or {})}
-        return job.execute_in_process(instance=instance, run_config=run_config, **kwargs)
+        run_id = kwargs.pop("run_id", None) or make_new_run_id()
+        stopping.STATE.dagster_run = run_id  # a stop ends this run's MLflow runs as KILLED
+        result = job.execute_in_process(instance=instance, run_config=run_config, run_id=run_id, **kwargs)
+    stopping.check()  # a run with raise_on_error=False returns after an interrupt: go no further
+    return result
 
 
 def traffic_figures(pool, since: datetime) -> dict[str, dict[str, float]]:
@@ -313,6 +324,33 @@ class DemoRun:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The demo; SIGTERM or SIGINT stops it where it is (pipelines/stopping.py): exit 128 + the signal."""
+    stopping.install()
+    try:
+        return _main(argv)
+    except stopping.Stopped as stopped:
+        from agent_rl.agent.engine import stop_engines
+
+        stop_engines()
+        if stopping.STATE.dagster_run:
+            from agent_rl import settings
+            from pipelines.sensors import end_mlflow_runs_killed
+
+            with contextlib.suppress(Exception):  # the store may be what failed; the sensor is the backstop
+                end_mlflow_runs_killed(settings.mlflow_uri(), stopping.STATE.dagster_run)
+        print(f"stopped by {signal_name(stopped.signum)} during: {stopping.STATE.doing}. Nothing started after the "
+              "signal; routing and the registry are as the last finished step left them; a retraining run in "
+              "progress is marked failed in Dagster.", flush=True)
+        return 128 + stopped.signum
+
+
+def signal_name(signum: int) -> str:
+    import signal
+
+    return signal.Signals(signum).name
+
+
+def _main(argv: list[str] | None = None) -> int:
     if wants_gateway(argv):  # an outside agent's week through the gateway: its own driver (pipelines/demo_gateway.py)
         from pipelines.demo_gateway import main as gateway_main
 
@@ -446,6 +484,7 @@ def ab_test(run: DemoRun, week: int, test) -> str | None:
     from pipelines.sensors import challenger_sensor, rollout_sensor
 
     resources = run.defs.resources
+    stopping.check()
     print(challenger_sensor(dg.build_sensor_context(instance=run.instance, resources=resources)))
     other = another_agents_test(run.pool, resources["mlflow"].model_name)
     if other:  # one routing table per arbiter: one A/B test at a time; the sensors start ours later
@@ -457,6 +496,7 @@ def ab_test(run: DemoRun, week: int, test) -> str | None:
         wait_for_routing(run.url, run.pool)
         summary = replay(run.url, test, 100, concurrency=16, quiet=True,
                          key_prefix=f"ab{week}-{round_number}-{int(time.time())}")
+        stopping.check()
         outcome = rollout_sensor(dg.build_sensor_context(instance=run.instance, resources=resources))
         decision = getattr(outcome, "skip_message", str(outcome))
         print(f"round {round_number + 1}: {summary.per_version} -> {decision}", flush=True)
@@ -507,6 +547,7 @@ def ship_v0(run: DemoRun, train, requests: int, steps: int) -> dict:
         where = {"name": defs.resources["mlflow"].model_name, "tracking_uri": defs.resources["mlflow"].uri()}
         number = registry.get_version("challenger", **where).version
         version = version_id(number)
+        stopping.check()
         registry.set_alias("champion", number, **where)
         registry.delete_alias("challenger", **where)
         registry.tag_version(number, {"rollout": "shipped as v0", "rollout.cause": (

@@ -42,16 +42,33 @@ def rollout_sensor(context: dg.SensorEvaluationContext, pool: PoolResource, mlfl
 
 
 def end_mlflow_parent_run(tracking_uri: str, dagster_run_id: str, succeeded: bool) -> bool:
-    """End the MLflow parent run of a finished Dagster run (its stage runs end themselves)."""
+    """End the MLflow parent run of a finished Dagster run; a failed one also ends its stage runs a killed process
+    left RUNNING, as FAILED (stages that ended themselves keep their status)."""
     from agent_rl.train.tracking import Tracker
 
-    return Tracker(tracking_uri, dagster_run_id=dagster_run_id).end_parent("FINISHED" if succeeded else "FAILED")
+    tracker = Tracker(tracking_uri, dagster_run_id=dagster_run_id)
+    if succeeded:
+        return tracker.end_parent("FINISHED")
+    return tracker.end_unfinished("FAILED") > 0
+
+
+def end_mlflow_runs_killed(tracking_uri: str, dagster_run_id: str) -> int:
+    """A stopped (canceled, terminated) Dagster run: its MLflow runs still RUNNING end as KILLED."""
+    from agent_rl.train.tracking import Tracker
+
+    return Tracker(tracking_uri, dagster_run_id=dagster_run_id).end_unfinished("KILLED")
 
 
 @dg.run_status_sensor(run_status=dg.DagsterRunStatus.SUCCESS, default_status=dg.DefaultSensorStatus.RUNNING,
                       description="Ends the MLflow parent run of a Dagster run that succeeded.")
 def mlflow_run_succeeded(context: dg.RunStatusSensorContext, mlflow: MlflowResource):
     end_mlflow_parent_run(mlflow.uri(), context.dagster_run.run_id, succeeded=True)
+
+
+@dg.run_status_sensor(run_status=dg.DagsterRunStatus.CANCELED, default_status=dg.DefaultSensorStatus.RUNNING,
+                      description="Ends the MLflow runs of a Dagster run that was terminated as KILLED.")
+def mlflow_run_canceled(context: dg.RunStatusSensorContext, mlflow: MlflowResource):
+    end_mlflow_runs_killed(mlflow.uri(), context.dagster_run.run_id)
 
 
 @dg.run_failure_sensor(default_status=dg.DefaultSensorStatus.RUNNING,

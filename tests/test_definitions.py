@@ -63,7 +63,7 @@ def test_training_is_gated_by_blocking_checks():
 def test_schedule_and_sensors_close_the_loop():
     assert defs.resolve_schedule_def("weekly_retraining").cron_schedule == "0 3 * * 1"
     assert {s.name for s in defs.sensors} == {"challenger_sensor", "rollout_sensor", "mlflow_run_succeeded",
-                                              "mlflow_run_failed"}
+                                              "mlflow_run_failed", "mlflow_run_canceled"}
     job = defs.resolve_job_def("retraining_job")
     assert job.partitions_def is not None
 

@@ -182,7 +182,8 @@ class EngineServer:
         started = time.perf_counter()
         # A session of its own: stopping the engine ends its engine-core and worker processes too.
         self.process = subprocess.Popen(self.command(), env=_engine_env(self.config), stdout=self._log,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                        preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         deadline = started + self.config.startup_timeout_s
         with httpx.Client(timeout=5.0) as client:
             while time.perf_counter() < deadline:
@@ -284,6 +285,23 @@ def shared_engine(model: str | Path, **options: Any) -> EngineServer:
             engine = EngineServer(EngineConfig(model=key, **options)).start()
             _ENGINES[key] = engine
         return engine
+
+
+def engine_process_groups() -> list[int]:
+    """Process groups of the running engines (each is a session of its own), for a caller that must kill at once."""
+    with _ENGINES_LOCK:
+        return [e.process.pid for e in _ENGINES.values() if e.process is not None and e.process.poll() is None]
+
+
+def _die_with_parent() -> None:
+    """In the engine's child before exec: SIGTERM it when the process that started it dies, even by SIGKILL, so an
+    engine never outlives its owner (Linux prctl PR_SET_PDEATHSIG; a no-op elsewhere)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
 
 
 def stop_engines() -> None:

@@ -182,6 +182,19 @@ class Tracker:
             self.client.set_terminated(existing.info.run_id, status=status)
         return True
 
+    def end_unfinished(self, status: str) -> int:
+        """End every run of this Dagster run still RUNNING (the parent and stages whose process was killed) as
+        `status` (KILLED for a stopped run, FAILED for a failed one); returns how many were ended. A stage that
+        ended itself keeps its own status."""
+        if not self.dagster_run_id:
+            return 0
+        runs = self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.{PARENT_TAG} = '{self.dagster_run_id}' and "
+                                                "attributes.status = 'RUNNING'", max_results=1000)
+        for run in runs:
+            self.client.set_terminated(run.info.run_id, status=status)
+        return len(runs)
+
     def _existing_parent(self):
         """This Dagster run's parent run, if one was created (by this process or an earlier stage's)."""
         found = self.client.search_runs(
