@@ -5,12 +5,16 @@
   answer exactly what that version answers alone and what our torch decoder answers with the version merged (fp32
   on both sides): one adapter applied to another version's rows would change them;
 - the arbiter, routing an A/B split between the two versions, serves both through one engine and records each
-  episode as that version plays it alone; a version taken out of the routing is unloaded from the engine.
+  episode as that version plays it alone; a version taken out of the routing is unloaded from the engine;
+- with versions served merged (the CPU default, AGENT_RL_ENGINE_VERSIONS=merged), each version runs on an engine of
+  its own, answers as our torch decoder with it merged, and a rolled-back version's engine stops.
 """
 
 from __future__ import annotations
 
+import gc
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -66,6 +70,8 @@ def engine_base(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
+    previous = os.environ.get("AGENT_RL_ENGINE_VERSIONS")
+    os.environ["AGENT_RL_ENGINE_VERSIONS"] = "adapters"  # these tests: versions as adapters on one engine
     root = tmp_path_factory.mktemp("engine")
     base = engine_base(root)
     adapters = {"one": [make_adapter(base, root / "a", seed=1)],
@@ -75,6 +81,10 @@ def served(tmp_path_factory):
     engine = shared_engine(base, dtype="float32", max_model_len=4096, max_loras=4)
     yield base, adapters, engine
     engine_module.stop_engines()
+    if previous is None:
+        os.environ.pop("AGENT_RL_ENGINE_VERSIONS", None)
+    else:
+        os.environ["AGENT_RL_ENGINE_VERSIONS"] = previous
 
 
 def conversations() -> list[list[dict]]:
@@ -172,9 +182,52 @@ def test_the_arbiter_serves_an_ab_split_through_one_engine(served, start_arbiter
         # Rolled back: "stack" leaves the engine once nothing holds it; "one" stays.
         arbiter.client.put("/v1/routing", json={"weights": {"one": 1, "stack": 0}, "reason": "rollback"},
                            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}).raise_for_status()
-        import gc
-
         gc.collect()
         names = set(engine.adapters())
         assert any(name.startswith("one-") for name in names)
         assert not any(name.startswith("stack-") for name in names)
+
+
+def test_merged_versions_run_on_engines_of_their_own_and_stop_when_rolled_back(tmp_path, start_arbiter, demo_world,
+                                                                              monkeypatch):
+    root = tmp_path / "merged"
+    base = engine_base(root)
+    adapters = {"one": [make_adapter(base, root / "a", seed=1)],
+                "stack": [make_adapter(base, root / "sft", seed=2),
+                          make_adapter(base, root / "grpo", seed=3, targets=("k_proj", "gate_proj"), r=2)]}
+    monkeypatch.setenv("AGENT_RL_ENGINE", "vllm")
+    monkeypatch.setenv("AGENT_RL_ENGINE_VERSIONS", "merged")
+    monkeypatch.setenv("AGENT_RL_ADMIN_TOKEN", ADMIN_TOKEN)
+    monkeypatch.setenv("AGENT_RL_ENGINE_DTYPE", "float32")  # to compare with our fp32 decoder token for token
+    specs = {name: "lora:" + json.dumps({"base": str(base), "adapters": [str(a) for a in stack], "version": name})
+             for name, stack in adapters.items()}
+    chats = conversations()
+    try:
+        with start_arbiter(batch_window_ms=100, max_batch=16, runner=RUNNER) as arbiter:
+            arbiter.client.put("/v1/routing", json={"weights": {"one": 1, "stack": 1}, "specs": specs,
+                                                    "reason": "A/B"},
+                               headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+                               timeout=600).raise_for_status()  # two engines start before it answers
+            engines = {e.config.model: e for e in engine_module._ENGINES.values()}
+            assert len(engines) == 2 and not any(e.config.lora for e in engines.values())
+            for name in ("one", "stack"):  # the merged version on its engine answers as our fp32 decoder
+                policy = engine_policy(base, adapters[name], version=name)
+                with monkeypatch.context() as local:
+                    local.setenv("AGENT_RL_ENGINE", "torch")
+                    merged = load_stacked(str(base), adapters[name], version=name, dtype="float32")
+                assert [t.content for t in policy.act(chats, [], 16)] == \
+                    [t.content for t in merged.act(chats, [], 16)], name
+                del policy
+            scenario = next(s for s in demo_world.scenarios if s.answerable)
+            answer = arbiter.client.post("/v1/ask", json={"inbox": scenario.inbox_id, "question": scenario.question,
+                                                          "request_key": "merged-1"}).json()
+            assert answer["policy_version"] in ("one", "stack")
+            stack_engine = next(e for e in engines.values() if e.process is not None and
+                                e.config.model == str(engine_module.merged_checkpoint(base, adapters["stack"])))
+            arbiter.client.put("/v1/routing", json={"weights": {"one": 1, "stack": 0}, "reason": "rollback"},
+                               headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}).raise_for_status()
+            gc.collect()
+            assert stack_engine.process is None, "the rolled-back version's engine still runs"
+            assert len(engine_module._ENGINES) == 1
+    finally:
+        engine_module.stop_engines()
