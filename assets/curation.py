@@ -10,7 +10,7 @@ import dagster as dg
 
 from agent_rl import settings
 from agent_rl.curation.balance import balance_episodes
-from agent_rl.curation.datasets import load_jsonl, save_jsonl, sft_rows
+from agent_rl.curation.datasets import load_jsonl, quality, save_jsonl, sft_rows
 from agent_rl.curation.live import (
     FEEDBACK,
     GRPO_SKIPPED,
@@ -22,6 +22,7 @@ from agent_rl.curation.live import (
     split_live,
 )
 from agent_rl.curation.plugin_privacy import anonymize_plugin_partition, merged_privacy_reports
+from agent_rl.curation.tenants import cap_tenant_share, share_table
 from agent_rl.environments import worlds
 from agent_rl.records import Split
 from agent_rl.train.plugin_rollouts import training_rows
@@ -239,11 +240,14 @@ def _anonymize_live(partition: str, name: str, episodes: list[dict], curation: C
     result = anonymize_plugin_partition(None, episodes, [], canaries=curation.canaries, config=curation.anonymizer())
     episodes_result = _anonymized_episodes(partition, result.episodes, result.report, result.leaks)
     _, held_out = split_live(result.episodes)
+    held_out, shares = cap_tenant_share(held_out, curation.max_tenant_share)  # no tenant sets most of the replay set
     held_out_hash = save_jsonl(held_out, stage_dir("anonymized_environment", partition) / "held_out.jsonl")
     yield episodes_result
+    per_tenant = {"per_tenant": _table(share_table(shares), ["tenant", "before", "after", "share"])} \
+        if len(shares) > 1 else {}
     yield dg.MaterializeResult(asset_key="anonymized_environment", metadata={
         "environment": name, "held_out_episodes": len(held_out), "held_out_hash": held_out_hash,
-        "note": NO_WORLD_TO_ANONYMIZE,
+        "note": NO_WORLD_TO_ANONYMIZE, **per_tenant,
     })
 
 
@@ -290,17 +294,23 @@ def sft_dataset(context: dg.AssetExecutionContext, curation: CurationResource, e
     partition = context.partition_key
     episodes = load_jsonl(stage_dir("balanced_episodes", partition) / "episodes.jsonl")
     options = {"min_quality": curation.min_quality, "max_idk_share": curation.max_idk_share}
+    tenant_shares: list = []
     if environment.capabilities.judged_by_users:
-        # Held-out episodes are for validation only; each row trains with the tools its client declared.
-        rows = sft_rows(split_live(episodes)[0], tools=[], **options)
+        # Held-out episodes are for validation only; each row trains with the tools its client declared; no tenant
+        # holds more than its share of the rows (curation/tenants.py).
+        trainable = [e for e in split_live(episodes)[0] if quality(e) >= curation.min_quality]
+        trainable, tenant_shares = cap_tenant_share(trainable, curation.max_tenant_share)
+        rows = sft_rows(trainable, tools=[], **options)
     else:  # each environment's episodes train with its own tools
         rows = [row for env in environment.loads() for row in sft_rows(
             [e for e in episodes if str(e.get("environment")) == env.name], tools=env.tool_schemas(), **options)]
     if not rows:
         raise dg.Failure(f"no episode of partition {partition} reaches quality {curation.min_quality}: nothing to learn from")
     digest = save_jsonl(rows, stage_dir("sft_dataset", partition) / "train.jsonl")
+    extra = {"per_tenant": _table(share_table(tenant_shares), ["tenant", "before", "after", "share"]),
+             "max_tenant_share": curation.max_tenant_share} if len(tenant_shares) > 1 else {}
     return dg.MaterializeResult(metadata={"rows": len(rows), "from_episodes": len(episodes), "content_hash": digest,
-                                          "path": str(stage_dir("sft_dataset", partition) / "train.jsonl")})
+                                          "path": str(stage_dir("sft_dataset", partition) / "train.jsonl"), **extra})
 
 
 @dg.asset(group_name="curation", partitions_def=weekly, deps=["anonymized_environment", "anonymized_episodes"],

@@ -29,6 +29,9 @@ class CurationResource(ConfigurableResource):
     max_episode_chars: int = Field(
         default=DEFAULT_EPISODE_CHARS, ge=1, description="characters of text one episode may hold: a larger one is "
         "quarantined ('episode too large') before the privacy pass reads it (curation.validate.ValidationConfig)")
+    max_tenant_share: float = Field(
+        default=0.5, gt=0, le=1, description="most of a gateway week's SFT rows and of its held-out replay set one "
+        "tenant may hold when several tenants sent traffic (at least 1/tenants; agent_rl/curation/tenants.py)")
 
     label_unrated: bool = Field(default=True, description="gateway episodes: label the ones nobody rated from their "
                                 "implicit signals, with a labeler calibrated on the rated ones (agent_rl/feedback)")

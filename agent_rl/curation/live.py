@@ -147,12 +147,17 @@ def label_unrated(rows: list[dict[str, Any]], config: Any) -> tuple[list[dict[st
     `config` is a `LabelerConfig`, or a labeler of its own with `label(episodes) -> LabelingResult`, such as a
     model judge (agent_rl/feedback/judge_agreement.py `JudgeLabeler`: same thresholds, same check on the ratings),
     or the judge as one signal of the signals labeler (`JudgeAndSignalsLabeler`)."""
-    from agent_rl.feedback.labeler import label_episodes
-
     live = [r for r in rows if is_live(r.get("environment"))]
     fit_on = [r for r in live if not (is_rated_good(r) and held_out(str(r.get("episode_id"))))]
-    result = config.label(fit_on) if callable(getattr(config, "label", None)) else label_episodes(fit_on, config)
-    labels = {label.episode_id: label for label in result.labels}
+    by_tenant: dict[str, list[dict[str, Any]]] = {}
+    for row in fit_on:
+        by_tenant.setdefault(str(row.get("tenant") or "default"), []).append(row)
+    # Each tenant's unrated traffic is labeled from that tenant's own ratings, checked on them: one tenant's ratings
+    # (honest or not) never decide another tenant's labels (curation/tenants.py).
+    results = {tenant: _label_with(config, tenant_rows) for tenant, tenant_rows in sorted(by_tenant.items())}
+    report = _combined_report(results) if len(results) > 1 else next(iter(results.values())).report if results \
+        else _label_with(config, []).report
+    labels = {label.episode_id: label for result in results.values() for label in result.labels}
     out = []
     for row in rows:
         label = labels.get(str(row.get("episode_id")))
@@ -161,7 +166,32 @@ def label_unrated(rows: list[dict[str, Any]], config: Any) -> tuple[list[dict[st
             row = {**row, "outcome": (Outcome.CORRECT if label.good else Outcome.WRONG).value, "reward": reward,
                    "reward_components": {LABELER: round(label.probability, 4)}}
         out.append(row)
-    return out, result.report
+    return out, report
+
+
+def _label_with(config: Any, rows: list[dict[str, Any]]):
+    from agent_rl.feedback.labeler import label_episodes
+
+    return config.label(rows) if callable(getattr(config, "label", None)) else label_episodes(rows, config)
+
+
+def _combined_report(results: dict[str, Any]):
+    """One report for a week of several tenants: counts summed, passed when any tenant's labeler passed its own
+    check (the others train on their ratings alone), AUC and ECE of the tenant with the most ratings, and each
+    tenant's own report in `per_tenant`."""
+    from dataclasses import replace
+
+    reports = {tenant: result.report for tenant, result in results.items()}
+    largest = max(reports.values(), key=lambda r: r.n_rated)
+    failed = [f"{tenant}: {r.reason}" for tenant, r in reports.items() if not r.passed]
+    return replace(
+        largest, n_rated=sum(r.n_rated for r in reports.values()),
+        n_rated_good=sum(r.n_rated_good for r in reports.values()),
+        n_unrated=sum(r.n_unrated for r in reports.values()), n_labeled=sum(r.n_labeled for r in reports.values()),
+        n_labeled_good=sum(r.n_labeled_good for r in reports.values()),
+        passed=any(r.passed for r in reports.values()), reason="; ".join(failed),
+        per_tenant={tenant: {"n_rated": r.n_rated, "n_labeled": r.n_labeled, "passed": r.passed,
+                             "auc": r.auc, "ece": r.ece, "reason": r.reason} for tenant, r in reports.items()})
 
 
 def split_live(rows: Iterable[Mapping[str, Any]], share: float = DEFAULT_HELD_OUT_SHARE

@@ -128,6 +128,7 @@ class LabelerReport:
     min_auc: float
     max_ece: float
     judge_calls: int | None = None  # calls to a model judge this labeling made; None: no judge took part
+    per_tenant: dict[str, dict[str, Any]] | None = None  # a week of several tenants: each one's own check
 
     def to_metadata(self) -> dict[str, Any]:
         return asdict(self)
