@@ -46,7 +46,7 @@ def machine() -> str:
     return f"{name}, {os.cpu_count()} cores" + (f", {'+'.join(extras)}" if extras else "")
 
 
-def load(engine: str, model: str, adapter: str, threads: int):
+def load(engine: str, model: str, adapter: str, threads: int, engine_batch: int = 32):
     if engine == "torch":
         import torch
 
@@ -57,15 +57,16 @@ def load(engine: str, model: str, adapter: str, threads: int):
         return policy, 16
     from agent_rl.agent.engine import engine_policy
 
-    return engine_policy(model, [adapter], version="vllm"), 32
+    return engine_policy(model, [adapter], version="vllm"), engine_batch
 
 
-def play(engine: str, model: str, adapter: str, environment, tasks, eval_n: int, threads: int) -> dict:
+def play(engine: str, model: str, adapter: str, environment, tasks, eval_n: int, threads: int,
+         engine_batch: int = 32) -> dict:
     from agent_rl.evaluate.harness import EvalConfig, evaluate_tasks
     from agent_rl.records import Split
 
     started = time.perf_counter()
-    policy, batch = load(engine, model, adapter, threads)
+    policy, batch = load(engine, model, adapter, threads, engine_batch)
     startup = time.perf_counter() - started
     config = EvalConfig(split=Split.TEST, max_scenarios=eval_n, seed=0, batch_size=batch)
     started = time.perf_counter()
@@ -94,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval-n", type=int, default=94, help="held-out questions (the demo evaluates 94)")
     parser.add_argument("--engines", default="torch,vllm", help="comma-separated; the first is the baseline")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--engine-batch", type=int, default=32, help="episodes the engine plays at once")
     args = parser.parse_args(argv)
     os.environ["AGENT_RL_HOME"] = str(args.home.resolve())  # the scenarios file lives there
 
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
 
     rows = []
     for engine in [e.strip() for e in args.engines.split(",") if e.strip()]:
-        row = play(engine, args.model, adapter, environment, tasks, args.eval_n, args.threads)
+        row = play(engine, args.model, adapter, environment, tasks, args.eval_n, args.threads, args.engine_batch)
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if not k.startswith("_")}), flush=True)
     base = rows[0]

@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 
 ENGINE_ENV = "AGENT_RL_ENGINE"
 VERSIONS_ENV = "AGENT_RL_ENGINE_VERSIONS"
+THREADS_ENV = "AGENT_RL_ENGINE_THREADS"  # cores the engine computes on (default: all)
 DTYPE_ENV = "AGENT_RL_ENGINE_DTYPE"  # bfloat16 (default) or float32 (token for token what our fp32 decoder gives)
 EngineName = Literal["vllm", "torch"]
 BASE_NAME = "base"  # the served name of the base model itself (no adapter)
@@ -158,7 +159,7 @@ def _free_port() -> int:
 
 def _engine_env(config: EngineConfig) -> dict[str, str]:
     env = dict(os.environ)
-    threads = config.threads or os.cpu_count() or 1
+    threads = config.threads or int(os.environ.get(THREADS_ENV) or 0) or os.cpu_count() or 1
     env.update(
         VLLM_CPU_KVCACHE_SPACE=str(config.kv_cache_gb),
         # vLLM's 'auto' binding keeps one core for its front end: on 2 cores that halves the engine.
