@@ -409,6 +409,12 @@ class EnginePolicy(Policy):
         elif owns == "engine":
             self._finalizer = weakref.finalize(self, release_engine, engine)
 
+    @property
+    def model(self) -> str:
+        """The checkpoint the engine serves: a language model of ours (validation's forgetting probe asks every
+        policy that has one; a rule-based or simulated incumbent has none)."""
+        return self.engine.config.model
+
     def _new_client(self) -> httpx.Client:
         return httpx.Client(timeout=self.settings.timeout_s,
                             limits=httpx.Limits(max_connections=self.settings.concurrency))

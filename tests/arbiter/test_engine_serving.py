@@ -212,6 +212,7 @@ def test_merged_versions_run_on_engines_of_their_own_and_stop_when_rolled_back(t
             assert len(engines) == 2 and not any(e.config.lora for e in engines.values())
             for name in ("one", "stack"):  # the merged version on its engine answers as our fp32 decoder
                 policy = engine_policy(base, adapters[name], version=name)
+                assert hasattr(policy, "model")  # a model of ours: validation's forgetting probe asks it
                 with monkeypatch.context() as local:
                     local.setenv("AGENT_RL_ENGINE", "torch")
                     merged = load_stacked(str(base), adapters[name], version=name, dtype="float32")
