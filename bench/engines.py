@@ -32,18 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 TARGET_EPISODES_PER_S = 1.5
 
-
-def machine() -> str:
-    from agent_rl.agent.precision import _cpu_flags
-
-    name = "unknown CPU"
-    try:
-        name = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    extras = [f for f in ("amx_tile", "avx512_bf16") if f in _cpu_flags()]
-    return f"{name}, {os.cpu_count()} cores" + (f", {'+'.join(extras)}" if extras else "")
+from heldout import machine  # noqa: E402  (this folder is on sys.path when a bench runs as a script)
 
 
 def load(engine: str, model: str, adapter: str, threads: int, engine_batch: int = 32):

@@ -338,16 +338,10 @@ def main(argv: list[str] | None = None) -> int:
 
             with contextlib.suppress(Exception):  # the store may be what failed; the sensor is the backstop
                 end_mlflow_runs_killed(settings.mlflow_uri(), stopping.STATE.dagster_run)
-        print(f"stopped by {signal_name(stopped.signum)} during: {stopping.STATE.doing}. Nothing started after the "
+        print(f"stopped by {stopped.args[0]} during: {stopping.STATE.doing}. Nothing started after the "
               "signal; routing and the registry are as the last finished step left them; a retraining run in "
               "progress is marked failed in Dagster.", flush=True)
         return 128 + stopped.signum
-
-
-def signal_name(signum: int) -> str:
-    import signal
-
-    return signal.Signals(signum).name
 
 
 def _main(argv: list[str] | None = None) -> int:

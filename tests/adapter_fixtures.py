@@ -12,16 +12,28 @@ from agent_rl.agent.models import build_tiny_model
 TARGETS = ("q_proj", "v_proj", "o_proj", "up_proj", "down_proj")
 
 
-def varied_base(root: Path) -> Path:
-    """The tiny model with larger random weights, saved: its greedy output depends on the prompt (at the standard
-    init it prints newlines whatever it is asked), so comparisons between versions mean something."""
-    tiny = build_tiny_model(root / "tiny")
-    model = AutoModelForCausalLM.from_pretrained(tiny)
+def vary(model) -> None:
+    """Larger random weights (seeded): at the standard init a tiny model prints newlines whatever it is asked; with
+    these its greedy output depends on the prompt, so comparisons between versions mean something."""
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if "norm" not in name:
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.15)
+
+
+def lora_spec(base, adapters, version: str) -> str:
+    """The `lora:` policy spec of an adapter stack on `base`."""
+    import json
+
+    return "lora:" + json.dumps({"base": str(base), "adapters": [str(a) for a in adapters], "version": version})
+
+
+def varied_base(root: Path) -> Path:
+    """The tiny model with varied weights (`vary`), saved."""
+    tiny = build_tiny_model(root / "tiny")
+    model = AutoModelForCausalLM.from_pretrained(tiny)
+    vary(model)
     base = root / "base"
     model.save_pretrained(base)
     AutoTokenizer.from_pretrained(tiny).save_pretrained(base)

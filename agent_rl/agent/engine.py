@@ -87,12 +87,17 @@ def chosen_engine(requested: str | None = None) -> EngineName:
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 
+def _checkpoint_config(model: str | Path) -> dict[str, Any]:
+    """A checkpoint directory's config.json ({} when unreadable)."""
+    try:
+        return json.loads((Path(model) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def head_size(model: str | Path) -> int | None:
     """The attention head size of a checkpoint directory (None when its config does not say)."""
-    try:
-        config = json.loads((Path(model) / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
+    config = _checkpoint_config(model)
     if config.get("head_dim"):
         return int(config["head_dim"])
     if config.get("hidden_size") and config.get("num_attention_heads"):
@@ -102,11 +107,7 @@ def head_size(model: str | Path) -> int | None:
 
 def context_length(model: str | Path, most: int = 8192) -> int:
     """Tokens a request may hold on `model`: its trained context, at most `most` (the KV cache is sized for it)."""
-    try:
-        config = json.loads((Path(model) / "config.json").read_text())
-    except (OSError, ValueError):
-        return most
-    return min(most, int(config.get("max_position_embeddings") or most))
+    return min(most, int(_checkpoint_config(model).get("max_position_embeddings") or most))
 
 
 def serves_on_engine(model: str | Path, requested: str | None = None) -> bool:

@@ -8,8 +8,7 @@ tuning and RLHF (Wan et al. 2023, "Poisoning Language Models During Instruction 
 hundred examples, or well under 5% of the preference data) moves a model, and that the defences it tried (filtering
 rows by loss, fewer epochs) cost accuracy and stop only part of the effect. Bounding how much any one source
 contributes needs no judgement of single rows: the cap below is that bound; the labeler is fitted per tenant
-(curation/live.py), so one tenant's ratings never set another tenant's labels; `disagreeing_tenants` flags a
-tenant whose ratings contradict the week's other evidence.
+(curation/live.py), so one tenant's ratings never set another tenant's labels.
 
 `cap_tenant_share` keeps every row when one tenant holds them all (its own week) or none holds more than the cap.
 Otherwise each tenant keeps at most `c` rows, with `c` the largest count such that a tenant at `c` holds at most
@@ -87,28 +86,3 @@ def share_table(shares: list[TenantShare]) -> list[dict[str, Any]]:
     total = sum(s.after for s in shares) or 1
     return [{"tenant": s.tenant, "before": s.before, "after": s.after, "share": round(s.after / total, 4)}
             for s in shares]
-
-
-def disagreeing_tenants(rows: Iterable[Mapping[str, Any]], probability: Mapping[str, float],
-                        min_rated: int = 20, max_gap: float = 0.3) -> list[dict[str, Any]]:
-    """Tenants whose ratings disagree with the week's other evidence: the share of their episodes rated good is more
-    than `max_gap` above (or below) what a labeler fitted on the OTHER tenants' ratings gives the same episodes
-    (`probability`: episode id -> that labeler's probability of a good outcome). A tenant rating its own wrong
-    answers "up" shows as a large positive gap. Only tenants with at least `min_rated` rated episodes are judged."""
-    rated: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for row in rows:
-        episode = str(row.get("episode_id"))
-        rating = (row.get("reward_components") or {}).get("feedback")
-        if rating is None or episode not in probability:
-            continue
-        rated[_tenant(row)].append((1.0 if float(rating) > 0 else 0.0, float(probability[episode])))
-    flagged = []
-    for tenant, pairs in sorted(rated.items()):
-        if len(pairs) < min_rated:
-            continue
-        said = sum(p[0] for p in pairs) / len(pairs)
-        expected = sum(p[1] for p in pairs) / len(pairs)
-        if abs(said - expected) > max_gap:
-            flagged.append({"tenant": tenant, "rated": len(pairs), "rated_good": round(said, 3),
-                            "others_expect": round(expected, 3)})
-    return flagged

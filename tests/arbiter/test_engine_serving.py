@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import os
 import threading
 from pathlib import Path
@@ -32,7 +31,7 @@ from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.policy_specs import load_stacked
 from agent_rl.train.sft import tokenize_rows
 from arbiter_fixtures import demo_world, start_arbiter  # noqa: F401  (pytest fixtures)
-from tests.adapter_fixtures import make_adapter
+from tests.adapter_fixtures import lora_spec, make_adapter, vary
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not vllm_installed(), reason="vLLM for CPU is not installed (make setup installs it)")]
@@ -57,11 +56,7 @@ def engine_base(root: Path) -> Path:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = Qwen2ForCausalLM(config)
-        generator = torch.Generator().manual_seed(0)
-        with torch.no_grad():
-            for name, parameter in model.named_parameters():
-                if "norm" not in name:
-                    parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.15)
+    vary(model)
     base = root / "base"
     model.save_pretrained(base)
     tokenizer.save_pretrained(base)
@@ -148,8 +143,7 @@ def test_the_arbiter_serves_an_ab_split_through_one_engine(served, start_arbiter
         return act_rows(self, rows, *args, **kwargs)
 
     monkeypatch.setattr(MixedEnginePolicy, "act_rows", recorded)
-    specs = {name: "lora:" + json.dumps({"base": str(base), "adapters": [str(a) for a in stack], "version": name})
-             for name, stack in adapters.items()}
+    specs = {name: lora_spec(base, stack, name) for name, stack in adapters.items()}
     scenarios = [s for s in demo_world.scenarios if s.answerable][:6]
     with start_arbiter(batch_window_ms=300, max_batch=16, runner=RUNNER) as arbiter:
         arbiter.client.put("/v1/routing", json={"weights": {"one": 1, "stack": 1}, "specs": specs, "reason": "A/B"},
@@ -199,8 +193,7 @@ def test_merged_versions_run_on_engines_of_their_own_and_stop_when_rolled_back(t
     monkeypatch.setenv("AGENT_RL_ENGINE_VERSIONS", "merged")
     monkeypatch.setenv("AGENT_RL_ADMIN_TOKEN", ADMIN_TOKEN)
     monkeypatch.setenv("AGENT_RL_ENGINE_DTYPE", "float32")  # to compare with our fp32 decoder token for token
-    specs = {name: "lora:" + json.dumps({"base": str(base), "adapters": [str(a) for a in stack], "version": name})
-             for name, stack in adapters.items()}
+    specs = {name: lora_spec(base, stack, name) for name, stack in adapters.items()}
     chats = conversations()
     before = set(engine_module._ENGINES)  # the module's other engine may still run
     try:

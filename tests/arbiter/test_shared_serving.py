@@ -6,7 +6,6 @@ adapter, not a model."""
 from __future__ import annotations
 
 import gc
-import json
 import threading
 
 import pytest
@@ -18,7 +17,7 @@ from agent_rl.agent.shared_base import MixedVersionPolicy
 from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.policy_specs import load_stacked
 from arbiter_fixtures import demo_world, start_arbiter  # noqa: F401  (pytest fixtures)
-from tests.adapter_fixtures import versions
+from tests.adapter_fixtures import lora_spec as spec, versions
 
 ADMIN_TOKEN = "shared-serving-admin-7d2e"
 RUNNER = RunnerConfig(max_new_tokens=24, max_turns=2)
@@ -27,10 +26,6 @@ RUNNER = RunnerConfig(max_new_tokens=24, max_turns=2)
 @pytest.fixture(scope="module")
 def stacks(tmp_path_factory):
     return versions(tmp_path_factory.mktemp("serving"))
-
-
-def spec(base, adapters, version: str) -> str:
-    return "lora:" + json.dumps({"base": str(base), "adapters": [str(a) for a in adapters], "version": version})
 
 
 def test_two_versions_decode_in_one_batch_each_with_its_own_answers(start_arbiter, demo_world, stacks,
