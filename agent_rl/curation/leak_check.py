@@ -22,7 +22,7 @@ import json
 import random
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,22 +120,55 @@ CANARY_MESSAGE_ID = "<privacy-canary-0@curation.invalid>"
 CANARY_EPISODE_ID = "privacy-canary-episode"
 
 
-def plant_canaries(seed: str) -> Canaries:
-    """A canary email and episode with names (one hyphenated) only in free text, a phone, a street address,
-    a card and an account number; drawn from the census lists by `seed`, so a rerun plants the same ones."""
-    first_names, last_names = census_names()
-    rng = random.Random(hashlib.sha256(seed.encode()).hexdigest())
+def input_words(texts: Iterable[str]) -> frozenset[str]:
+    """Every word (lower case, hyphenated words also in parts) of a pass's input: what a canary must not be."""
+    words: set[str] = set()
+    for text in texts:
+        if isinstance(text, str):
+            for token in _TOKEN.findall(text):
+                token = token.lower()
+                words.add(token)
+                if "-" in token:
+                    words.update(token.split("-"))
+    return frozenset(words)
+
+
+@functools.cache
+def _canary_names() -> tuple[list[str], list[str]]:
+    """The census first names and surnames a canary is drawn from: names only (the lists also hold English words
+    and titles, "School", "Miss", which no name detector reads as a name on its own; planting them would measure
+    that, not recall)."""
     from agent_rl.curation.names import common_words
 
-    # Names only: the census lists also hold English words and titles ("School", "Miss"), which no name detector
-    # reads as a name on its own; planting them would measure that, not recall.
+    first_names, last_names = census_names()
     ordinary = common_words() | _NOT_NAMES
-    firsts = sorted(w for w in first_names if w.isalpha() and len(w) > 3 and w not in ordinary)
-    lasts = sorted(w for w in last_names if w.isalpha() and len(w) > 4 and w not in ordinary)
-    people = [f"{rng.choice(firsts).capitalize()} {rng.choice(lasts).capitalize()}" for _ in range(3)]
-    people[1] += f"-{rng.choice(lasts).capitalize()}"
+    return (sorted(w for w in first_names if w.isalpha() and len(w) > 3 and w not in ordinary),
+            sorted(w for w in last_names if w.isalpha() and len(w) > 4 and w not in ordinary))
+
+
+def plant_canaries(seed: str, avoid: Collection[str] = ()) -> Canaries:
+    """A canary email and episode with names (one hyphenated) only in free text, a phone, a street address,
+    a card and an account number; drawn from the census lists by `seed`, so a rerun plants the same ones.
+
+    A canary name word is in neither `avoid` (the input's words: `input_words`) nor the surrogates: "Creek" of a
+    place name in the input, or a pseudonym's "Ramon", would be found all over the output, as if the canary
+    had leaked there (a demo week once failed its privacy check with 296 such findings)."""
+    from agent_rl.curation.surrogates import FIRST_NAMES, LAST_NAMES
+
+    firsts, lasts = _canary_names()
+    surrogates = {n.lower() for n in (*FIRST_NAMES, *LAST_NAMES)}
+    rng = random.Random(hashlib.sha256(seed.encode()).hexdigest())
+
+    def draw(names: list[str]) -> str:
+        for _ in range(1000):  # an input holding nearly every census name: a collision only makes the check stricter
+            if (name := rng.choice(names)) not in avoid and name not in surrogates:
+                break
+        return name.capitalize()
+
+    people = [f"{draw(firsts)} {draw(lasts)}" for _ in range(3)]
+    people[1] += f"-{draw(lasts)}"
+    street = f"{rng.randrange(10, 9999)} {draw(lasts)} Street"
     phone = f"({rng.randrange(201, 990)}) {rng.randrange(201, 990)}-{rng.randrange(10000):04d}"
-    street = f"{rng.randrange(10, 9999)} {rng.choice(lasts).capitalize()} Street"
     digits = [4] + [rng.randrange(10) for _ in range(14)]
     from agent_rl.curation.surrogates import luhn_check_digit
 

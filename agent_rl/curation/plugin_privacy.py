@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, Directory, episode_texts
-from agent_rl.curation.leak_check import Finding, plant_canaries
+from agent_rl.curation.leak_check import Finding, input_words, plant_canaries
 from agent_rl.curation.live import LIVE_ENVIRONMENT
 from agent_rl.curation.privacy import EPISODES_FILE, canary_seed, count_kinds, leak_auditor, scan_records
 from agent_rl.curation.surrogates import pseudonym_key
@@ -105,7 +105,10 @@ def anonymize_plugin_partition(
     directory, people = directory_of(environment, contexts) if environment is not None else (Directory(), [])
     anonymizer = Anonymizer(config, directory)
     key = pseudonym_key(config.key.get_secret_value() if config.key else None)
-    planted = plant_canaries(canary_seed(key, episodes, (task.id for task in tasks))) if plant else None
+    world_words = [*(t for task in tasks for t in (task.prompt, task.reference or "", *_strings(task.metadata))),
+                   *(_strings(world_values(environment)) if environment is not None else ())]
+    planted = plant_canaries(canary_seed(key, episodes, (task.id for task in tasks)), avoid=input_words(
+        [*(t for e in episodes for t in episode_texts(e)), *world_words])) if plant else None
     work_episodes = list(episodes) + ([planted.episode] if planted else [])
 
     anon_episodes = anonymizer.anonymize_episodes(work_episodes)

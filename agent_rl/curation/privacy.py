@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, build_directory, episode_texts
-from agent_rl.curation.leak_check import CANARY_INBOX, Finding, LeakAuditor, plant_canaries
+from agent_rl.curation.leak_check import CANARY_INBOX, Finding, LeakAuditor, input_words, plant_canaries
 from agent_rl.curation.surrogates import pseudonym_key
 from agent_rl.records import Email, Scenario
 
@@ -64,7 +64,9 @@ def anonymize_partition(
     directory = build_directory(header_emails)
     anonymizer = Anonymizer(config, directory)
     key = pseudonym_key(config.key.get_secret_value() if config.key else None)
-    planted = plant_canaries(canary_seed(key, episodes, (e.message_id for e in emails))) if plant else None
+    planted = plant_canaries(canary_seed(key, episodes, (e.message_id for e in emails)), avoid=input_words(
+        [*(t for e in emails for t in email_texts(e)), *(t for e in episodes for t in episode_texts(e)),
+         *(t for s in scenarios for t in scenario_texts(s))])) if plant else None
     work_emails = list(emails) + ([Email.model_validate(planted.email)] if planted else [])
     work_episodes = list(episodes) + ([planted.episode] if planted else [])
 

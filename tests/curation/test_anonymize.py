@@ -217,7 +217,7 @@ def test_the_privacy_pass_catches_its_own_canaries_in_the_demo_world(demo_env, s
     from agent_rl.environments.email.inbox.demo_world import public_terms_of
 
     planted = leak_check.plant_canaries
-    monkeypatch.setattr(privacy, "plant_canaries", lambda _seed: planted(seed))
+    monkeypatch.setattr(privacy, "plant_canaries", lambda _seed, avoid=(): planted(seed, avoid=avoid))
     config = AnonymizerConfig(key="k", public_terms=public_terms_of(e.inbox for e in demo_env.emails))
     result = privacy.anonymize_partition([], [], [], config=config, directory_emails=demo_env.emails)
     assert result.report["planted_canaries"] == 7
