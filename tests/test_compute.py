@@ -134,12 +134,12 @@ def test_several_processes_run_under_accelerate_launch_one_per_gpu():
         TrainingCompute(mode="in_process", processes=2)
 
 
-def test_the_readme_kubernetes_profile_loads(tmp_path):
+def test_the_user_guide_kubernetes_profile_loads(tmp_path):
     """The snippet a user copies names real fields and, with a store this machine can open, builds the resources."""
     from pipelines.profiles import read_profile, resources_for
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("**Training on Kubernetes**"):]
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "user-guide.md").read_text()
+    section = guide[guide.index("**Training on Kubernetes**"):]
     snippet = section[section.index("```toml") + len("```toml"):section.index("```", section.index("```toml") + 7)]
     profile = tmp_path / "k8s.toml"
     profile.write_text(snippet.replace("s3://acme-ml/agent-rl/stages", f"file://{tmp_path / 'store'}"))
