@@ -18,7 +18,7 @@ from trl import GRPOTrainer
 
 from agent_rl.environments.rollouts import ANSWER_ACK
 from agent_rl.train.cpu_resume import CpuResumeMixin
-from agent_rl.train.grpo import choose_groups, scored_alike, select_rows, trim_padding
+from agent_rl.train.grpo_batches import choose_groups, scored_alike, select_rows, trim_padding
 from agent_rl.train.rewards import REWARD_GROUPS, ExtraReward, rollout_scores
 
 # |advantage| at or below this counts as zero: a zero-variance group's advantages are rounding residue, and

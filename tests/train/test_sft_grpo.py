@@ -363,6 +363,7 @@ def test_trimmed_micro_batches_scoring_generated_tokens_give_trls_loss(train_dat
     from trl import GRPOTrainer
 
     import agent_rl.train.grpo as grpo_module
+    from agent_rl.train.grpo_batches import trim_padding
 
     seen: list[tuple[float, float, int, int]] = []
     masked: list[float] = []  # gradient difference between all generated tokens and the high-entropy ones
@@ -394,7 +395,7 @@ def test_trimmed_micro_batches_scoring_generated_tokens_give_trls_loss(train_dat
                                  if a is not None and b is not None)
                 scale = max(float(b.abs().max()) for b in reference_grads if b is not None)
                 width = inputs["prompt_ids"].shape[1] + inputs["completion_ids"].shape[1]
-                trimmed = grpo_module.trim_padding(inputs)
+                trimmed = trim_padding(inputs)
                 seen.append((difference, scale, width, trimmed["prompt_ids"].shape[1] + trimmed["completion_ids"].shape[1]))
                 return ours
 
@@ -724,7 +725,7 @@ def test_extra_prompts_replace_groups_that_scored_alike(train_data, tmp_path):
 def test_selected_rows_keep_their_tensors_and_recount_the_loss_normaliser():
     import torch
 
-    from agent_rl.train.grpo import choose_groups, select_rows
+    from agent_rl.train.grpo_batches import choose_groups, select_rows
 
     assert choose_groups([1, 1, 0, 1, 2, 2, 0, 3], group_size=2, wanted=2) == [1, 3]
     assert choose_groups([1, 1, 2, 2, 0, 1], group_size=2, wanted=2) == [0, 2]  # signal first, then alike
