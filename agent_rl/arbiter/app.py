@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agent_rl.arbiter.config import ArbiterConfig
 from agent_rl.arbiter.gateway import Gateway, PoolDown
 from agent_rl.arbiter.episode_routes import add_episode_read_routes
+from agent_rl.arbiter.file_routes import add_file_routes, is_files_path, upload_body_limit
 from agent_rl.arbiter.gateway_routes import add_gateway_routes, is_gateway_path
 from agent_rl.arbiter.gateway_wire import GatewayError, openai_error, too_deep_message
 from agent_rl.arbiter.keys import KEYS_ENV, KEYS_FILE_ENV, ApiKey
@@ -136,6 +137,10 @@ class ApiError(StarletteHTTPException):
         self.log_detail = detail if log_detail is None else log_detail
 
 
+def _openai_path(path: str) -> bool:
+    return is_gateway_path(path) or is_files_path(path)
+
+
 def _error_response(
     request: Request, status: int, error: str, detail: Any, headers: dict[str, str] | None = None, log_detail: Any = None
 ) -> JSONResponse:
@@ -143,7 +148,7 @@ def _error_response(
     # Only method, path and the message: bodies may hold personal data, headers hold the token.
     log.log(level, "%s %s -> %d %s: %s", request.method, request.url.path, status, error,
             detail if log_detail is None else log_detail)
-    if is_gateway_path(request.url.path):
+    if _openai_path(request.url.path):
         return JSONResponse(openai_error(status, _gateway_message(error, detail)), status_code=status, headers=headers)
     return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
 
@@ -190,7 +195,7 @@ async def _on_http_error(request: Request, exc: StarletteHTTPException) -> JSONR
 
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
-    if is_gateway_path(request.url.path):
+    if _openai_path(request.url.path):
         return JSONResponse(openai_error(500, f"internal error ({type(exc).__name__}); see the arbiter log"), status_code=500)
     return JSONResponse(
         {"error": "internal error", "detail": f"{type(exc).__name__}; see the arbiter log"}, status_code=500
@@ -200,13 +205,16 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
 class RequestGuard:
     """Pure ASGI middleware: refuses bodies over the limit (413) and adds the Server-Timing header.
 
-    The gateway's paths have their own (larger) limit: whole conversations travel in each request.
+    The gateway's paths have their own (larger) limit: whole conversations travel in each request; so do the Files
+    API's (file_routes.py): an upload of up to `FilesConfig.max_upload_bytes`.
     """
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int, gateway_max_body_bytes: int | None = None) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, gateway_max_body_bytes: int | None = None,
+                 files_max_body_bytes: int | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.gateway_max_body_bytes = gateway_max_body_bytes or max_body_bytes
+        self.files_max_body_bytes = files_max_body_bytes or max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -214,7 +222,9 @@ class RequestGuard:
             return
         started = time.perf_counter()
         state = scope.setdefault("state", {})
-        limit = self.gateway_max_body_bytes if is_gateway_path(scope.get("path", "")) else self.max_body_bytes
+        path = scope.get("path", "")
+        limit = (self.files_max_body_bytes if is_files_path(path) else
+                 self.gateway_max_body_bytes if is_gateway_path(path) else self.max_body_bytes)
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 if not value.isdigit() or int(value) > limit:
@@ -245,7 +255,7 @@ class RequestGuard:
 
     async def _refuse(self, scope: Scope, send: Send, detail: str) -> None:
         log.warning("%s %s -> 413 request body too large: %s", scope.get("method"), scope.get("path"), detail)
-        if is_gateway_path(scope.get("path", "")):
+        if _openai_path(scope.get("path", "")):
             response = JSONResponse(openai_error(413, detail, code="request_too_large"), status_code=413)
         else:
             response = JSONResponse({"error": "request body too large", "detail": detail}, status_code=413)
@@ -520,11 +530,13 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
     app.add_exception_handler(GatewayError, _on_gateway_error)
     app.add_exception_handler(Exception, _on_unexpected)
     app.add_middleware(RequestGuard, max_body_bytes=config.max_body_bytes,
-                       gateway_max_body_bytes=config.gateway_max_body_bytes)
+                       gateway_max_body_bytes=config.gateway_max_body_bytes,
+                       files_max_body_bytes=upload_body_limit(config.files))
     _add_status_routes(app, config)
     _add_episode_routes(app)
     add_gateway_routes(app, lambda request: _require_key(request, _service_of(request)), _gateway_of)
     add_episode_read_routes(app, lambda request: _require_key(request, _service_of(request)),
                             lambda request: _service_of(request).pool)
+    add_file_routes(app, lambda request: _require_key(request, _service_of(request)), config.files)
     _add_routing_routes(app, config)
     return app

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from agent_rl.agent.runner import RunnerConfig
+from agent_rl.arbiter.files import FilesConfig
 from agent_rl.arbiter.keys import ApiKey
 from agent_rl.arbiter.vllm_lora import VllmServing
 
@@ -53,6 +54,8 @@ class ArbiterConfig(BaseModel):
     gateway_rate_burst: PositiveInt = Field(40, description="gateway requests one API key may send at once")
     gateway_max_live: PositiveInt = Field(
         10_000, description="live gateway episodes kept in memory; beyond it the least recently active one ends")
+    files: FilesConfig = Field(default_factory=FilesConfig, description="OpenAI's Files API (/v1/files): where "
+                               "uploads are kept, size limits")
     vllm: VllmServing | None = Field(
         None, description="serve registered versions as adapters loaded on this vLLM server (GPU) instead of on "
                           "the arbiter's own shared base")
