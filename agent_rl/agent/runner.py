@@ -7,8 +7,8 @@ budget. The environment judges the result (agent_rl/environments); the email ass
 - correct / wrong / idk: the answer as judged against the scenario's golden answer
   ("I don't know" on an unanswerable question is correct);
 - format_error: an unparsable tool call, an unknown tool, a turn of plain text with no tool
-  call (answers must come through the final-answer tool so they carry citations), or a policy
-  that raised or returned garbage;
+  call (answers must come through the final-answer tool so they carry citations; an environment that
+  `answers_in_words` takes that turn as the answer instead), or a policy that raised or returned garbage;
 - ran_out: no answer within max_turns, the context-token budget or the wall-clock timeout, or a model
   that loops (the same tool call max_repeated_calls times).
 Bad tool *arguments* are not format errors: the tool answers with an error the model can fix.
@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, RowRoutedPolicy, ToolCall
 from agent_rl.agent.tool_calls import decode_arguments
-from agent_rl.environments.core import Environment, Task, Trajectory
+from agent_rl.environments.core import Environment, FinalAnswer, Task, Trajectory
 from agent_rl.environments.sessions import call_session_tool, judge_episode
 from agent_rl.records import Episode, Outcome
 from agent_rl.reward.rubric import FormatErrorKind
@@ -84,6 +84,7 @@ class _Live:
     format_error: FormatErrorKind | None = None
     ended: float = 0.0
     call_counts: dict[str, int] = field(default_factory=dict)
+    words: str | None = None  # the reply in words that ended the episode (an environment that answers in words)
 
     @property
     def done(self) -> bool:
@@ -185,7 +186,10 @@ def _apply_turn(environment: Environment, names: frozenset[str], episode: _Live,
         episode.outcome, episode.format_error = Outcome.FORMAT_ERROR, FormatErrorKind.UNPARSABLE
         return
     if not calls:
-        episode.outcome, episode.format_error = Outcome.FORMAT_ERROR, FormatErrorKind.NO_TOOL_CALL
+        if environment.answers_in_words:
+            episode.words, episode.outcome = content, Outcome.IDK  # provisional: judged in _to_episode
+        else:
+            episode.outcome, episode.format_error = Outcome.FORMAT_ERROR, FormatErrorKind.NO_TOOL_CALL
         return
     if any(call.name not in names for call in calls):
         episode.outcome, episode.format_error = Outcome.FORMAT_ERROR, FormatErrorKind.UNKNOWN_TOOL
@@ -240,6 +244,8 @@ def _check_budgets(episode: _Live, turn: PolicyTurn, config: RunnerConfig, start
 def _to_episode(environment: Environment, episode: _Live, policy: Policy, config: RunnerConfig) -> Episode:
     task = episode.play.task
     answer = environment.final_answer(episode.session)
+    if answer is None and episode.words is not None:
+        answer = FinalAnswer(episode.words)
     trajectory = Trajectory(messages=episode.messages, turns=episode.turns, max_turns=config.max_turns,
                             format_error=episode.format_error.value if episode.format_error else None,
                             answer=answer)

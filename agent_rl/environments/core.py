@@ -151,6 +151,10 @@ class Environment(abc.ABC):
     # sees the whole week with its world, and GRPO plays it alone on that store with its own rows, so a run that
     # trains it trains nothing else.
     trains_alone: ClassVar[bool] = False
+    # True for a chat agent whose reply in words is its answer (an OpenAI fine-tuning job's rows): a turn with no
+    # tool call ends the episode with that text as its FinalAnswer instead of breaking the format, and the
+    # session may offer no tools at all.
+    answers_in_words: ClassVar[bool] = False
 
     @abc.abstractmethod
     def tasks(self, split: Split) -> list[Task]:
@@ -324,8 +328,8 @@ def check_environment(environment: Any) -> Environment:
         tools = environment.tool_names()
     except NotImplementedError:
         raise EnvironmentError(label, "does not say its session type (session_type())") from None
-    if not tools:
-        raise EnvironmentError(label, "its session offers no tools (public methods)")
+    if not tools and not getattr(environment, "answers_in_words", False):
+        raise EnvironmentError(label, "its session offers no tools (public methods) and it does not answer in words")
     try:
         environment.tool_schemas()
     except EnvironmentError as exc:  # raised naming the session class: name the environment instead

@@ -23,6 +23,7 @@ DEFAULT = "email"
 BUILTINS: dict[str, str] = {
     "email": "agent_rl.environments.email.environment:EmailEnvironment",
     "support": "agent_rl.environments.support:SupportEnvironment",
+    "openai_job": "agent_rl.environments.openai_jobs:OpenAIJobEnvironment",
 }
 # Command groups a built-in environment adds to the `agent-rl` CLI: name -> (typer app import path, help).
 BUILTIN_COMMANDS: dict[str, tuple[str, str]] = {

@@ -60,11 +60,12 @@ class JudgedRollout:
 
 
 def scan_turns(completion: list[dict[str, Any]], tool_names: Collection[str],
-               answered: Callable[[int, int], bool]) -> tuple[int, int, FormatErrorKind | None]:
+               answered: Callable[[int, int], bool],
+               words_answer: bool = False) -> tuple[int, int, FormatErrorKind | None]:
     """(turns, tool calls, format error) of a rollout by the episode runner's rules: the first plain-text turn or
     unknown tool ends it as a format error; turns after the answer was recorded (TRL generates once more) do not
     count. `answered(index, calls)`: whether the answer was recorded by the assistant turn at `index`, with
-    `calls` tool calls made so far."""
+    `calls` tool calls made so far. `words_answer`: a plain-text turn is the answer (it ends the rollout, no error)."""
     names = set(tool_names)
     turns = calls = 0
     for index, message in enumerate(completion):
@@ -75,8 +76,9 @@ def scan_turns(completion: list[dict[str, Any]], tool_names: Collection[str],
         if not made:
             content = str(message.get("content") or "")
             # TRL's parser falls back to plain text when a tool call is malformed.
-            kind = FormatErrorKind.UNPARSABLE if "<tool_call>" in content else FormatErrorKind.NO_TOOL_CALL
-            return turns, calls, kind
+            if "<tool_call>" in content:
+                return turns, calls, FormatErrorKind.UNPARSABLE
+            return turns, calls, None if words_answer else FormatErrorKind.NO_TOOL_CALL
         if any(call_name(call) not in names for call in made):
             return turns, calls, FormatErrorKind.UNKNOWN_TOOL
         calls += len(made)

@@ -110,8 +110,11 @@ class PluginRollout:
         answered_at = self._answered_at
         turns, calls, format_error = scan_turns(
             completion, self._environment.tool_names(),
-            lambda _index, calls: answered_at is not None and calls >= answered_at)
+            lambda _index, calls: answered_at is not None and calls >= answered_at,
+            words_answer=self._environment.answers_in_words)
         answer: FinalAnswer | None = self._environment.final_answer(self._session)
+        if answer is None and self._environment.answers_in_words and format_error is None:
+            answer = words_answer(completion)
         trajectory = Trajectory(messages=list(self._row.get("prompt") or []) + list(completion), turns=turns,
                                 max_turns=self._max_turns, format_error=format_error.value if format_error else None,
                                 answer=answer)
@@ -133,6 +136,15 @@ class PluginRollout:
             tool_failures=len(self._errors),
             budget_cut=budget_cut,
         )
+
+
+def words_answer(completion: list[dict[str, Any]]) -> FinalAnswer | None:
+    """The first assistant turn of words (no tool call) of a rollout: the answer of an environment that answers
+    in words (the episode runner ends an episode there too)."""
+    for message in completion:
+        if message.get("role") == "assistant" and not message.get("tool_calls"):
+            return FinalAnswer(str(message.get("content") or ""))
+    return None
 
 
 def _delegate(name: str, original: Any) -> Any:
