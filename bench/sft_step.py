@@ -58,7 +58,8 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from agent_rl.train.config import ComputeSettings, LoraSettings
-    from agent_rl.train.sft import load_model, lora_config, tokenize_rows, trained_positions_loss
+    from agent_rl.train.sft import load_model, lora_config, tokenize_rows
+    from agent_rl.train.sft_loss import trained_positions_loss
     from agent_rl.train.static_prefix import StaticPrefix
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))

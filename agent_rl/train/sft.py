@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_rl.jsonl import read_jsonl
+from agent_rl.train.chat_rows import normalize_messages, row_tools
 from agent_rl.train.config import SFTSettings, common_trainer_args
 from agent_rl.train.static_prefix import StaticPrefix
 from agent_rl.train.tracking import MetricsCallback, Tracker, file_sha256
@@ -90,34 +91,6 @@ class SFTResult:
 # -- data -------------------------------------------------------------------------------------------
 
 
-def normalize_messages(messages: Any, where: str) -> list[dict[str, Any]]:
-    """Plain-Python messages with tool-call arguments as dicts (the template renders them with `tojson`)."""
-    if not isinstance(messages, list) or not messages:
-        raise ValueError(f"{where}: 'messages' must be a non-empty list of chat messages")
-    out = []
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant", "tool"):
-            raise ValueError(f"{where}: messages[{i}] needs a role of system/user/assistant/tool")
-        message = {k: v for k, v in message.items() if v is not None}  # nulls from schema merging render as 'None'
-        message["content"] = "" if message.get("content") is None else str(message["content"])
-        calls = []
-        for call in message.get("tool_calls") or []:
-            function = dict(call.get("function", call))
-            arguments = function.get("arguments", {})
-            if isinstance(arguments, str):
-                try:
-                    arguments = json.loads(arguments) if arguments.strip() else {}
-                except ValueError:
-                    raise ValueError(f"{where}: messages[{i}] has tool-call arguments that are not JSON") from None
-            calls.append({"type": "function", "function": {"name": function.get("name"), "arguments": arguments}})
-        if calls:
-            message["tool_calls"] = calls
-        else:
-            message.pop("tool_calls", None)
-        out.append(message)
-    return out
-
-
 def without_answer_ack(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The conversation ending at the final answer call: the tool's acknowledgement after it (recorded by the
     runner) is context nobody generates from, so it is not worth its tokens."""
@@ -159,15 +132,6 @@ def tokenize_conversation(tokenizer, messages: list[dict[str, Any]], tools: list
         inside = any(a <= start < b for a, b in spans)
         labels.append(token if inside else -100)
     return list(encoded["input_ids"]), labels
-
-
-def row_tools(tools: Any) -> list[dict[str, Any]] | None:
-    """The row's tool schemas exactly as they were offered when the episode was served (None: no tools).
-
-    Their key order is part of the prompt; datasets keep it (curation/datasets.py), so nothing is reordered here."""
-    if isinstance(tools, str):
-        tools = json.loads(tools)
-    return list(tools) if tools else None
 
 
 def tokenize_rows(tokenizer, rows: list[dict[str, Any]], max_length: int) -> TokenizedRows:
@@ -280,48 +244,6 @@ def resumable_checkpoint(out_dir: str | Path, fingerprint: str) -> str | None:
         shutil.rmtree(folder, ignore_errors=True)
     marker.write_text(fingerprint + "\n")
     return None
-
-
-def trained_positions_loss(model, inputs: dict, num_items_in_batch=None, prefix_cache=None):
-    """(loss, outputs, token accuracy) of a causal LM on `inputs["labels"]` (-100 = not trained), computing
-    logits only at the positions whose next token is trained in some row of the batch.
-
-    Equal to the model's own shifted cross-entropy: summed over trained tokens and divided by
-    `num_items_in_batch` (the trained tokens of the whole accumulated batch) when given, else averaged.
-    With `prefix_cache` (the keys/values of the rows' first n tokens, train/static_prefix.py) only the rest of
-    each row goes through the model.
-    """
-    import torch
-    import torch.nn.functional as F
-
-    targets = inputs["labels"][:, 1:]
-    trained = targets != -100
-    positions = trained.any(0).nonzero().squeeze(-1)
-    model_inputs = {k: v for k, v in inputs.items() if k not in ("labels", "num_items_in_batch")}
-    if prefix_cache is None:
-        outputs = model(**model_inputs, logits_to_keep=positions, use_cache=False)
-    else:
-        cached = prefix_cache.get_seq_length()
-        ids = model_inputs.pop("input_ids")
-        mask = model_inputs.pop("attention_mask", None)
-        if mask is None:
-            mask = torch.ones_like(ids)
-        model_inputs.pop("position_ids", None)
-        rest = torch.arange(cached, ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
-        outputs = model(input_ids=ids[:, cached:], attention_mask=mask, position_ids=rest, past_key_values=prefix_cache,
-                        use_cache=True, logits_to_keep=positions - cached, **model_inputs)
-    logits = outputs.logits
-    if positions.numel() == 0:  # nothing to learn from this batch: a zero loss that still has a graph
-        return logits.sum() * 0.0, outputs, None
-    chosen = targets[:, positions]
-    flat = logits.float().reshape(-1, logits.shape[-1])
-    total = F.cross_entropy(flat, chosen.reshape(-1), ignore_index=-100, reduction="sum")
-    count = num_items_in_batch if num_items_in_batch is not None else trained.sum()
-    loss = total / count
-    with torch.no_grad():
-        valid = chosen != -100
-        accuracy = (logits.argmax(-1)[valid] == chosen[valid]).float().mean().item()
-    return loss, outputs, accuracy
 
 
 def rehearsal_count(task_rows: int, fraction: float) -> int:

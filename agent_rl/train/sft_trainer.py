@@ -11,7 +11,7 @@ import torch
 from trl import SFTTrainer
 
 from agent_rl.train.cpu_resume import CpuResumeMixin
-from agent_rl.train.sft import trained_positions_loss
+from agent_rl.train.sft_loss import trained_positions_loss
 from agent_rl.train.static_prefix import StaticPrefix
 
 

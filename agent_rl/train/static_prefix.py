@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent_rl.train.chat_rows import normalize_messages, row_tools
+
 # Below this many tokens the separate forward pass saves less than it costs.
 MIN_PREFIX_TOKENS = 64
 # Use the block only when most rows open with it (data from an older prompt layout simply goes the long way).
@@ -36,7 +38,6 @@ class StaticPrefix:
         """The first row's opening system message rendered with its tool schemas, when at least MIN_SHARE of
         the rows open with exactly those tokens and the block is worth a pass of its own; else None."""
         from agent_rl.agent.chat_format import render_prompt
-        from agent_rl.train.sft import row_tools, normalize_messages
 
         for row in rows:
             messages = normalize_messages(row.get("messages"), "SFT row")

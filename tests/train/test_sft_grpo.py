@@ -216,7 +216,8 @@ def test_labels_cover_assistant_turns_only_and_teach_the_stop(train_data):
     assert text[text.rindex("<tool_call>"):].startswith('<tool_call>\n{"name": "return_final_answer"')
     assert text.rstrip().endswith("</tool_call><|im_end|>")
     # Same tokens as the chat template gives at generation time (no whitespace drift).
-    from agent_rl.train.sft import row_tools, normalize_messages, without_answer_ack
+    from agent_rl.train.chat_rows import normalize_messages, row_tools
+    from agent_rl.train.sft import without_answer_ack
 
     messages = without_answer_ack(normalize_messages(row["messages"], "row"))
     assert ids == tokenizer.apply_chat_template(messages, tools=row_tools(row["tools"]), tokenize=True,
@@ -276,7 +277,8 @@ def test_trained_positions_loss_equals_the_models_own_loss_and_gradients(train_d
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agent_rl.train.config import LoraSettings
-    from agent_rl.train.sft import lora_config, read_jsonl, tokenize_rows, trained_positions_loss
+    from agent_rl.train.sft import lora_config, read_jsonl, tokenize_rows
+    from agent_rl.train.sft_loss import trained_positions_loss
 
     tokenizer = AutoTokenizer.from_pretrained(train_data["tiny"])
     data = tokenize_rows(tokenizer, read_jsonl(train_data["sft"])[:2], 10**6)
@@ -441,7 +443,8 @@ def test_static_prefix_gives_the_full_rows_loss_and_is_computed_once_per_step(tr
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agent_rl.train.config import LoraSettings
-    from agent_rl.train.sft import lora_config, read_jsonl, tokenize_rows, train_sft, trained_positions_loss
+    from agent_rl.train.sft import lora_config, read_jsonl, tokenize_rows, train_sft
+    from agent_rl.train.sft_loss import trained_positions_loss
     from agent_rl.train.static_prefix import StaticPrefix
 
     tokenizer = AutoTokenizer.from_pretrained(train_data["tiny"])
