@@ -168,3 +168,13 @@ def test_the_anonymized_copy_rewrites_rows_and_grades_against_the_rewritten_item
     assert task.metadata["item"]["capital"] == "Lutetia"
     episode, = play_episodes(Atlas(), copy, [Play(task)])
     assert episode.outcome == Outcome.WRONG  # "paris" no longer matches the rewritten reference
+
+
+def test_a_job_survives_the_pickle_curation_saves_its_anonymized_world_with(tmp_path):
+    import pickle
+
+    env = OpenAIJobEnvironment(job_dir=str(job(tmp_path)))
+    again = pickle.loads(pickle.dumps(env.anonymized(lambda text: text.replace("Paris", "PARIS"))))
+    task = next(t for t in again.tasks(Split.TRAIN) + again.tasks(Split.TEST) if "France" in t.prompt)
+    episode, = play_episodes(Atlas(), again, [Play(task)])
+    assert episode.outcome == Outcome.CORRECT  # ilike: "paris" matches the rewritten "PARIS"

@@ -124,6 +124,19 @@ class OpenAIJobEnvironment(Environment):
     def demonstration_quality(self, reward: float) -> float:
         return max(0.0, min(1.0, reward))  # the grader's score: SFT keeps replies it scored at least min_quality
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Curation saves the anonymized copy with pickle (environments/worlds.py): the grader context's clients and
+        lock stay behind, its settings travel."""
+        state = dict(self.__dict__)
+        context = state.pop("_context")
+        state["_context_settings"] = {"python": context.python, "chat_endpoint": context.chat_endpoint}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        settings = state.pop("_context_settings")
+        self.__dict__.update(state)
+        self._context = GraderContext(**settings)
+
     def anonymized(self, transform: Callable[[str], str]) -> OpenAIJobEnvironment:
         """A copy whose rows went through curation's pseudonymizer: the same one rewrites the episodes, so a graded
         reply still matches its anonymized reference."""
