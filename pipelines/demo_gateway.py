@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipelines import demo
+from pipelines import demo_run
 
 OUTSIDE_PROGRAM = Path(__file__).resolve().parents[1] / "examples" / "outside_agent.py"
 # The fast profile's production is the email demo's (the rule-based reader), the full one's the simulated o3.
-PRODUCTION = {"fast": "heuristic", "demo": demo.SIMULATED_PRODUCTION["email"][0]}
+PRODUCTION = {"fast": "heuristic", "demo": demo_run.SIMULATED_PRODUCTION["email"][0]}
 # Per profile: users in the week (enough rated episodes for the labeler's check at a 5% rating share, and clean
 # episodes for curation's volume gate: fast 300, demo 5000), users per A/B round, rounds at most.
 SIZES = {"fast": {"users": 3000, "ab_users": 600, "ab_rounds": 4},
@@ -173,7 +173,7 @@ def _materialized(result, asset: str) -> dict[str, Any]:
     return {}
 
 
-def labeler_against_truth(run: demo.DemoRun, truth: dict[str, dict]) -> dict[str, Any] | None:
+def labeler_against_truth(run: demo_run.DemoRun, truth: dict[str, dict]) -> dict[str, Any] | None:
     """The labeler, fitted exactly as `validated_episodes` fits it (the week's export, feedback as outcome, the
     held-out rated-good episodes left out), scored against the simulation's hidden truth on the episodes nobody
     rated; and its confident labels' share that contradicts the truth. None without an export."""
@@ -211,7 +211,7 @@ def labeler_against_truth(run: demo.DemoRun, truth: dict[str, dict]) -> dict[str
     return out
 
 
-def training_rows(run: demo.DemoRun) -> dict[str, int]:
+def training_rows(run: demo_run.DemoRun) -> dict[str, int]:
     """The episodes the week's SFT rows come from, by source: rated good by a user, or labeled good by the
     labeler (the balanced episodes SFT takes: not held out, quality at or above the profile's)."""
     from agent_rl.curation.datasets import load_jsonl, quality
@@ -229,7 +229,7 @@ def training_rows(run: demo.DemoRun) -> dict[str, int]:
             "held_out_for_validation": len(held)}
 
 
-def ab_test(run: demo.DemoRun, outside: OutsideAgent, args: argparse.Namespace) -> tuple[str, list[dict]]:
+def ab_test(run: demo_run.DemoRun, outside: OutsideAgent, args: argparse.Namespace) -> tuple[str, list[dict]]:
     """The sensors start the A/B test and route the gateway's traffic; rounds of the same users' traffic until they
     decide on its live feedback (only rated episodes count: nobody else said how it went)."""
     import dagster as dg
@@ -238,12 +238,12 @@ def ab_test(run: demo.DemoRun, outside: OutsideAgent, args: argparse.Namespace) 
 
     resources = run.defs.resources
     print(challenger_sensor(dg.build_sensor_context(instance=run.instance, resources=resources)))
-    other = demo.another_agents_test(run.pool, resources["mlflow"].model_name)
+    other = demo_run.another_agents_test(run.pool, resources["mlflow"].model_name)
     if other:
         return f"A/B test waits: {other} is still running on this arbiter's routing table", []
     decision, rounds = "A/B test undecided", []
     for round_number in range(args.ab_rounds):
-        demo.wait_for_routing(run.url, run.pool)
+        demo_run.wait_for_routing(run.url, run.pool)
         summary = outside.users(args, args.ab_users, f"ab{round_number + 1}")
         wait_for_episodes(run.pool, list(read_truth(Path(summary["truth"]))), timeout_s=60)
         outcome = rollout_sensor(dg.build_sensor_context(instance=run.instance, resources=resources))
@@ -263,8 +263,8 @@ def ab_test(run: demo.DemoRun, outside: OutsideAgent, args: argparse.Namespace) 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     profile = "fast" if args.fast else "demo"
-    plan = demo.DemoPlan(args, None, args.production, demo.production_version(args.production), False, profile)
-    log_file = demo.prepare_home(plan)
+    plan = demo_run.DemoPlan(args, None, args.production, demo_run.production_version(args.production), False, profile)
+    log_file = demo_run.prepare_home(plan)
     started = time.perf_counter()
 
     import dagster as dg
@@ -277,15 +277,16 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.definitions import defs
 
     training = defs.resources["training"]
-    run = demo.DemoRun(plan, defs, dg.DagsterInstance.get(), log_file,
+    run = demo_run.DemoRun(plan, defs, dg.DagsterInstance.get(), log_file,
                        {"sft_adapter": training.sft().max_steps, "grpo_adapter": training.grpo().max_steps},
                        weekly.get_partition_keys()[-1], PoolRepository(settings.pool_url()))
-    with demo.step(f"prepare the policy model ({training.base_model})"):
+    with demo_run.step(f"prepare the policy model ({training.base_model})"):
         print(f"model at {resolve_model(training.base_model)}")
 
     token, key = ApiKey.create("mail-app", "mailpal", ["*"])
     outside = OutsideAgent(Path(os.environ["AGENT_RL_HOME"]) / "outside-agent", token)
-    with demo.step("the outside agent's app: its mailbox backend and its users' questions (examples/outside_agent.py)"):
+    with demo_run.step("the outside agent's app: its mailbox backend and its users' questions "
+                       "(examples/outside_agent.py)"):
         prepared = outside.prepare()
         print(f"mailbox at {prepared['mailbox']}; {prepared['questions']} questions its users may ask "
               f"(right answers known to the simulation only); {len(prepared['public_terms'])} public names of its "
@@ -294,19 +295,19 @@ def main(argv: list[str] | None = None) -> int:
     run.token = secrets.token_urlsafe(16)
     week: dict[str, Any] = {"production": plan.production}
     serve = ("--env", "email", "--gateway-rate-per-s", str(GATEWAY_RATE))
-    with demo.arbiter_process(args.port, None, run.token, extra_keys=(key,), extra_args=serve) as url:
+    with demo_run.arbiter_process(args.port, None, run.token, extra_keys=(key,), extra_args=serve) as url:
         run.url = outside.url = url
-        demo.put_routing(url, run.token, {plan.production: 1.0}, {plan.production: args.production},
+        demo_run.put_routing(url, run.token, {plan.production: 1.0}, {plan.production: args.production},
                          reason="the outside agent's production model")
         print(f"production behind the gateway: {plan.production} ({args.production}); the outside agent calls "
               f"{url}/v1/chat/completions with its own API key (tenant mailpal)", flush=True)
-        with demo.step(f"week: {args.users} simulated users talk to the outside agent through the gateway"):
+        with demo_run.step(f"week: {args.users} simulated users talk to the outside agent through the gateway"):
             week["traffic"] = outside.users(args, args.users, "week")
             truth = read_truth(Path(week["traffic"]["truth"]))
             missing = wait_for_episodes(run.pool, list(truth))
             print(f"{len(truth)} episodes recorded in the pool"
                   + (f"; {missing} not written after 120 s" if missing else ""), flush=True)
-        with demo.step(f"retraining job on partition {run.partition} (labeler → curation → SFT → replay validation "
+        with demo_run.step(f"retraining job on partition {run.partition} (labeler → curation → SFT → replay validation "
                        "→ registry; GRPO skipped)"):
             # The outside team lists its data's public names (sites, departments, cities) in curation's settings,
             # as the README asks of any agent whose data is not a plug-in's world.
@@ -314,21 +315,21 @@ def main(argv: list[str] | None = None) -> int:
             for bar in ("labeler_min_auc", "labeler_max_ece"):
                 if getattr(args, bar) is not None:  # said in the summary: the bars are the run's, not the profile's
                     curation[bar] = getattr(args, bar)
-            result, failed_checks = demo.retrain(run, {"curation": curation})
-            registered = demo.registered_by(result)
+            result, failed_checks = demo_run.retrain(run, {"curation": curation})
+            registered = demo_run.registered_by(result)
             print(f"retraining run {result.run_id}: {'success' if result.success else 'FAILED'}; "
                   f"challenger registered: {registered}")
-        week["report"] = demo.read_report(run.partition, result.run_id)
+        week["report"] = demo_run.read_report(run.partition, result.run_id)
         week["validated"] = _materialized(result, "validated_episodes")
         week["sft"] = _materialized(result, "sft_dataset")
         week["rows"] = training_rows(run) if week["sft"] else {}
-        with demo.step("the labeler against the simulation's hidden truth (measurement only, outside the loop)"):
+        with demo_run.step("the labeler against the simulation's hidden truth (measurement only, outside the loop)"):
             week["labeler"] = labeler_against_truth(run, truth)
         if registered:
-            with demo.step("A/B test: the sensors route the gateway; more users' live feedback decides"):
+            with demo_run.step("A/B test: the sensors route the gateway; more users' live feedback decides"):
                 week["decision"], week["ab_rounds"] = ab_test(run, outside, args)
         else:
-            week["decision"], week["ab_rounds"] = demo.not_registered(week["report"], failed_checks), []
+            week["decision"], week["ab_rounds"] = demo_run.not_registered(week["report"], failed_checks), []
         week["served_after"] = run.pool.get_routing().weights
         week["min_samples"] = defs.resources["rollout"].min_samples_per_arm
     print_summary(args, week, started)
@@ -418,7 +419,7 @@ def print_summary(args: argparse.Namespace, week: dict, started: float) -> None:
     print("skipped: GRPO (the outside agent's tools run in its client: nothing to roll out in); loop health (one "
           "run)" + ("" if week.get("ab_rounds") else "; the A/B test (no challenger registered)"))
     print("\nstage times:")
-    for name, seconds in demo.STEPS:
+    for name, seconds in demo_run.STEPS:
         print(f"{seconds:8.1f} s  {name}")
     print(f"{time.perf_counter() - started:8.1f} s  total")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from pipelines.demo import _flagged_examples, arbiter_memory
+from pipelines.demo import arbiter_memory
+from pipelines.demo_run import _flagged_examples
 
 
 def test_failed_check_examples_are_printed_for_triggered_findings_only():
@@ -93,7 +94,7 @@ def test_the_summary_reads_the_report_of_its_own_run_only(tmp_path):
     import json
 
     from agent_rl import settings
-    from pipelines.demo import read_report
+    from pipelines.demo_run import read_report
 
     path = settings.artifact_dir("evaluation_report", "2026-11-23") / "report.json"
     path.write_text(json.dumps({"dagster_run_id": "email-run", "metrics": {}}))
