@@ -27,7 +27,8 @@ from agent_rl.environments.core import (
     Trajectory,
     WorldPrivacy,
 )
-from agent_rl.environments.email.inbox.store import InboxStore, open_inbox_store
+from agent_rl.environments.email.inbox.store import open_inbox_store
+from agent_rl.environments.email.inbox.store_interface import InboxStore
 from agent_rl.environments.email.memo_judge import MemoJudge
 from agent_rl.records import Category, Outcome, Scenario, Split
 from agent_rl.reward.judge import DeterministicJudge, Judge, is_idk

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, ToolCall, ToolSchema
-from agent_rl.environments.email.inbox.store import InboxStore
+from agent_rl.environments.email.inbox.store_interface import InboxStore
 from agent_rl.environments.email.reading import (  # noqa: F401 - question_category is this module's API too
     STOP_WORDS,
     TEXT_CACHE,

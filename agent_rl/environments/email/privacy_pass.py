@@ -16,7 +16,8 @@ from agent_rl.curation.datasets import save_jsonl
 from agent_rl.curation.privacy import anonymize_partition
 from agent_rl.environments.core import WorldPrivacy
 from agent_rl.environments.email.environment import SCENARIOS_FILE, STORE_FILE
-from agent_rl.environments.email.inbox.store import InboxStore, open_inbox_store
+from agent_rl.environments.email.inbox.store import open_inbox_store
+from agent_rl.environments.email.inbox.store_interface import InboxStore
 from agent_rl.records import Scenario
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from agent_rl.environments.core import Task
 from agent_rl.environments.email.environment import NAME, judge_outcome, rubric_observation
-from agent_rl.environments.email.inbox.store import InboxStore
+from agent_rl.environments.email.inbox.store_interface import InboxStore
 from agent_rl.environments.email.tools import TOOL_NAMES, EpisodeTrace, InboxTools, ToolConfig
 from agent_rl.environments.rollouts import (
     JudgedRollout,

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent_rl.environments.rollouts import ANSWER_ACK
 from agent_rl.environments.sessions import tool_parameters
-from agent_rl.environments.email.inbox.store import MAX_RESULTS, InboxStore
+from agent_rl.environments.email.inbox.store_interface import MAX_RESULTS, InboxStore
 from agent_rl.records import Email
 from agent_rl.utc import as_utc
 

@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from agent_rl.environments.email.inbox.store import InboxStore
+from agent_rl.environments.email.inbox.store_interface import InboxStore
 from agent_rl.environments.email.scenarios.generate import save_scenarios
 from agent_rl.records import Scenario
 

@@ -1,4 +1,4 @@
-"""Shared helpers of both store backends: keyword cleaning, duplicate keys, argument checks.
+"""Shared helpers of both store backends: keyword cleaning, duplicate keys, snippets.
 
 Keywords are data, never query syntax: each backend turns the cleaned keyword into a quoted
 phrase, so operators like OR, NEAR, *, quotes or SQL fragments are searched as plain words.
@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Any
 from email.utils import parseaddr
 
-from agent_rl.environments.email.inbox.store import MAX_RESULTS
 from agent_rl.records import Email
 
 # Word characters without "_": close to what SQLite's unicode61 tokenizer keeps as token characters.
@@ -53,14 +52,6 @@ def content_hash(email: Email) -> str:
     """Duplicate key: the same inbox, sender, subject and body is the same email."""
     parts = (email.inbox, email.sender.strip().lower(), email.subject, email.body)
     return hashlib.sha256("\x1f".join(clean_text(p) for p in parts).encode("utf-8")).hexdigest()
-
-
-def check_max_results(max_results: int) -> int:
-    if isinstance(max_results, bool) or not isinstance(max_results, int):
-        raise ValueError(f"max_results must be an integer from 1 to {MAX_RESULTS}, got {max_results!r}")
-    if not 1 <= max_results <= MAX_RESULTS:
-        raise ValueError(f"max_results must be between 1 and {MAX_RESULTS}, got {max_results}")
-    return max_results
 
 
 def leading_snippet(body: str) -> str:

@@ -10,7 +10,8 @@ from typing import Annotated, Optional
 import typer
 
 from agent_rl.environments.email.inbox.ingest import IngestError, ingest
-from agent_rl.environments.email.inbox.store import MAX_RESULTS, open_inbox_store
+from agent_rl.environments.email.inbox.store import open_inbox_store
+from agent_rl.environments.email.inbox.store_interface import MAX_RESULTS
 
 app = typer.Typer(help="The email inbox: build, ingest, search.", no_args_is_help=True)
 

@@ -40,7 +40,7 @@ from pydantic import BaseModel, Field, ValidationError
 from tqdm import tqdm
 
 from agent_rl.environments.email.inbox.parse import ParseError, parse_email
-from agent_rl.environments.email.inbox.store import InboxStore
+from agent_rl.environments.email.inbox.store_interface import InboxStore
 from agent_rl.records import Email
 
 BATCH = 2000

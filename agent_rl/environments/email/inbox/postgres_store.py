@@ -21,7 +21,7 @@ from agent_rl.environments.email.inbox.backend_rules import (
     leading_snippet,
     sender_key,
 )
-from agent_rl.environments.email.inbox.store import AddReport, InboxStore, SearchQuery
+from agent_rl.environments.email.inbox.store_interface import AddReport, InboxStore, SearchQuery
 from agent_rl.records import Email, SearchHit
 from agent_rl.settings import sqlalchemy_url
 from agent_rl.utc import as_utc
