@@ -2,21 +2,18 @@
 "I don't know" rather than a guess.
 
 Its world is an inbox store; a task is a question about one inbox (`context`: the inbox address) as seen
-on the scenario's query date. Judging lives here and only here: the episode runner, GRPO's rollouts and the
-arbiter's live episodes all call `judge_outcome` and `rubric_observation`.
+on the scenario's query date. Its task records and their judging are in tasks.py, its GRPO rollouts in
+rollouts.py, its privacy pass in privacy_pass.py: this class hands the loop each of them.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
-import uuid
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agent_rl.environments.email.prompts import SYSTEM_PROMPT, initial_messages
-from agent_rl.environments.email.tools import TOOL_NAMES, EpisodeTrace, InboxTools, ToolConfig, call_tool, tool_schemas
+from agent_rl.environments.email.tools import TOOL_NAMES, InboxTools, ToolConfig, call_tool, tool_schemas
 from agent_rl.environments.core import (
     Environment,
     FinalAnswer,
@@ -30,77 +27,13 @@ from agent_rl.environments.core import (
 from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.environments.email.inbox.store_interface import InboxStore
 from agent_rl.environments.email.memo_judge import MemoJudge
+from agent_rl.environments.email.tasks import NAME, judge_outcome, query_date_of, rubric_observation, scenario_task
 from agent_rl.records import Category, Outcome, Scenario, Split
-from agent_rl.reward.judge import DeterministicJudge, Judge, is_idk
-from agent_rl.reward.rubric import FormatErrorKind, RubricObservation, RubricWeights, reward_bounds, score
-from agent_rl.utc import as_utc
+from agent_rl.reward.judge import DeterministicJudge, Judge
+from agent_rl.reward.rubric import RubricWeights, reward_bounds, score
 
 if TYPE_CHECKING:
     from agent_rl.curation.anonymize import AnonymizerConfig
-
-log = logging.getLogger(__name__)
-
-NAME = "email"
-# The anonymized world `privacy_pass` writes under a partition's folder, where `stored_world` reopens it.
-STORE_FILE = "inbox.db"
-SCENARIOS_FILE = "scenarios.jsonl"
-
-
-def scenario_task(scenario: Scenario) -> Task:
-    """An email scenario as the loop's generic task record."""
-    return Task(
-        id=scenario.id, environment=NAME, context=scenario.inbox_id, prompt=scenario.question,
-        reference=scenario.answer, category=str(scenario.category), split=scenario.split,
-        metadata={"source_ids": list(scenario.source_ids), "query_date": as_utc(scenario.query_date).isoformat()},
-    )
-
-
-def live_task(inbox: str, question: str, query_date: datetime | None = None) -> Task:
-    """A question from live traffic: no reference answer, no category."""
-    metadata = {"query_date": as_utc(query_date).isoformat()} if query_date else {}
-    return Task(id=f"live-{uuid.uuid4().hex[:12]}", environment=NAME, context=inbox, prompt=question,
-                reference=None, category=None, metadata=metadata)
-
-
-def query_date_of(task: Task) -> datetime | None:
-    value = task.metadata.get("query_date")
-    if isinstance(value, datetime):
-        return as_utc(value)
-    return as_utc(datetime.fromisoformat(str(value).replace("Z", "+00:00"))) if value else None
-
-
-def judge_outcome(task: Task, answer: str, judge: Judge) -> Outcome:
-    """Correct / wrong / "I don't know" for an answer; "I don't know" on an unanswerable question is correct.
-    Without a reference (live traffic) nothing is judged correct."""
-    says_idk = is_idk(answer)
-    if task.reference is None:
-        return Outcome.IDK if says_idk else Outcome.WRONG
-    if task.category == Category.UNANSWERABLE.value:
-        return Outcome.CORRECT if says_idk else Outcome.WRONG
-    if says_idk:
-        return Outcome.IDK
-    try:
-        verdict = judge.judge(task.prompt, task.reference, answer)
-    except Exception as exc:  # an LLM judge that fails falls back to the deterministic rules
-        log.warning("judge failed (%s), using the deterministic judge", exc)
-        verdict = DeterministicJudge().judge(task.prompt, task.reference, answer)
-    return Outcome.CORRECT if verdict.correct else Outcome.WRONG
-
-
-def rubric_observation(task: Task, trace: EpisodeTrace, outcome: Outcome, turns: int, max_turns: int,
-                       format_error: str | None) -> RubricObservation:
-    """What the rubric scores: the outcome, and what the tools saw of the gold emails."""
-    gold = [str(s) for s in task.metadata.get("source_ids") or []] if task.category != Category.UNANSWERABLE else []
-    return RubricObservation(
-        outcome=outcome,
-        sources=list(trace.sources),
-        gold_source_ids=gold,
-        found_gold=bool(trace.seen_ids & set(gold)),
-        read_gold=bool(set(trace.reads) & set(gold)),
-        turns=turns,
-        max_turns=max_turns,
-        format_error=FormatErrorKind(format_error) if format_error else None,
-    )
 
 
 class EmailEnvironment(Environment):
@@ -238,6 +171,8 @@ class EmailEnvironment(Environment):
     def stored_world(self, out_dir: Path) -> StoredWorld:
         """The anonymized inbox store and scenarios `privacy_pass` wrote under `out_dir` (inbox.db, scenarios.jsonl),
         reopened with the default tools, rubric and judge."""
+        from agent_rl.environments.email.privacy_pass import SCENARIOS_FILE, STORE_FILE
+
         url = f"sqlite:///{Path(out_dir) / STORE_FILE}"
         return StoredWorld(EmailEnvironment(store_url=url, scenarios_path=str(Path(out_dir) / SCENARIOS_FILE)), url)
 

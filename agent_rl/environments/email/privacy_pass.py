@@ -15,10 +15,13 @@ from agent_rl.curation.anonymize import AnonymizerConfig
 from agent_rl.curation.datasets import save_jsonl
 from agent_rl.curation.privacy import anonymize_partition
 from agent_rl.environments.core import WorldPrivacy
-from agent_rl.environments.email.environment import SCENARIOS_FILE, STORE_FILE
 from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.environments.email.inbox.store_interface import InboxStore
 from agent_rl.records import Scenario
+
+# The anonymized world this pass writes under a partition's folder, where `EmailEnvironment.stored_world` reopens it.
+STORE_FILE = "inbox.db"
+SCENARIOS_FILE = "scenarios.jsonl"
 
 
 def anonymize_inboxes(store: InboxStore, scenarios: list[Scenario], episodes: list[dict[str, Any]], out_dir: Path,

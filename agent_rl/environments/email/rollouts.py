@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_rl.environments.core import Task
-from agent_rl.environments.email.environment import NAME, judge_outcome, rubric_observation
 from agent_rl.environments.email.inbox.store_interface import InboxStore
+from agent_rl.environments.email.tasks import NAME, judge_outcome, rubric_observation
 from agent_rl.environments.email.tools import TOOL_NAMES, EpisodeTrace, InboxTools, ToolConfig
 from agent_rl.environments.rollouts import (
     JudgedRollout,
@@ -91,7 +91,7 @@ class InboxEnvironment(InboxTools):
             outcome = judge_outcome(task, self.trace.final_answer or "", self._judge)
         else:
             outcome = Outcome.RAN_OUT
-        # The email environment's one judging path (environment.py), as the episode runner uses.
+        # The email environment's one judging path (tasks.py), as the episode runner uses.
         rubric = rubric_observation(task, self.trace, outcome, turns, self._max_turns,
                                     format_error.value if format_error else None)
         return RolloutObservation(
