@@ -12,14 +12,13 @@ loop skips GRPO for these episodes and registers the SFT model.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from agent_rl.ab.outcomes import feedback_verdict
 from agent_rl.agent.tool_calls import call_name
 from agent_rl.environments.core import Capabilities
+from agent_rl.feedback.ratings import feedback_reward
 from agent_rl.records import Outcome
 
 LIVE_ENVIRONMENT = "gateway"
@@ -39,28 +38,6 @@ GRPO_SKIPPED = ("GRPO skipped: the episodes come from the gateway (environment '
 
 def is_live(environment: str | None) -> bool:
     return (environment or "").strip() == LIVE_ENVIRONMENT
-
-
-def feedback_reward(feedback: Any) -> float | None:
-    """The reward a user's feedback gives: the number sent (`0.5`, `{"reward": 0.5}`), else 1.0 for a positive
-    verdict and -1.0 for a negative one; None for no feedback or a free comment."""
-    if feedback is None:
-        return None
-    value: Any = feedback
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            value = json.loads(text) if text[:1] in "{-0123456789." else text
-        except (ValueError, RecursionError):  # a comment, or JSON nested past the parser's limit: no number in it
-            value = text
-    if isinstance(value, Mapping) and "reward" in value:
-        value = value["reward"]
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)  # a non-finite or out-of-range number is quarantined by validation, named
-    verdict = feedback_verdict(value if not isinstance(value, str) else feedback)
-    if verdict is None:
-        return None
-    return 1.0 if verdict else -1.0
 
 
 def check_feedback(verdict: str) -> str:

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from agent_rl.agent.tool_calls import call_name
-from agent_rl.curation.live import feedback_reward
+from agent_rl.feedback.ratings import feedback_reward
 from agent_rl.records import Episode
 
 # Implicit features in a fixed order: the labeler's columns. The explicit rating is not one of them: it is the label.
@@ -218,7 +218,7 @@ def _is_follow_up(text: str, overlap: float | None, config: SignalConfig) -> boo
 
 
 def rating_of(feedback: Any) -> float | None:
-    """The explicit rating: curation's reading of the feedback (agent_rl/curation/live.py: the number sent, else 1
+    """The explicit rating: curation's reading of the feedback (agent_rl/feedback/ratings.py: the number sent, else 1
     for a positive verdict and -1 for a negative one), so a label and a rating mean the same thing; None for no
     feedback, a free comment or a number that is not finite."""
     reward = feedback_reward(feedback)
