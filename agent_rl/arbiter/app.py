@@ -37,6 +37,7 @@ from agent_rl.arbiter.episode_routes import add_episode_read_routes
 from agent_rl.arbiter.file_routes import add_file_routes, is_files_path, upload_body_limit
 from agent_rl.arbiter.gateway_routes import add_gateway_routes, is_gateway_path
 from agent_rl.arbiter.gateway_wire import GatewayError, openai_error, too_deep_message
+from agent_rl.arbiter.job_routes import add_job_routes, is_jobs_path
 from agent_rl.arbiter.keys import KEYS_ENV, KEYS_FILE_ENV, ApiKey
 from agent_rl.arbiter.metrics import prometheus_text
 from agent_rl.arbiter.policies import PolicyLoadError
@@ -138,7 +139,7 @@ class ApiError(StarletteHTTPException):
 
 
 def _openai_path(path: str) -> bool:
-    return is_gateway_path(path) or is_files_path(path)
+    return is_gateway_path(path) or is_files_path(path) or is_jobs_path(path)
 
 
 def _error_response(
@@ -206,15 +207,17 @@ class RequestGuard:
     """Pure ASGI middleware: refuses bodies over the limit (413) and adds the Server-Timing header.
 
     The gateway's paths have their own (larger) limit: whole conversations travel in each request; so do the Files
-    API's (file_routes.py): an upload of up to `FilesConfig.max_upload_bytes`.
+    API's (file_routes.py): an upload of up to `FilesConfig.max_upload_bytes`; and the fine-tuning jobs API's
+    (job_routes.py): a python grader's source travels in a create request.
     """
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, gateway_max_body_bytes: int | None = None,
-                 files_max_body_bytes: int | None = None) -> None:
+                 files_max_body_bytes: int | None = None, jobs_max_body_bytes: int | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.gateway_max_body_bytes = gateway_max_body_bytes or max_body_bytes
         self.files_max_body_bytes = files_max_body_bytes or max_body_bytes
+        self.jobs_max_body_bytes = jobs_max_body_bytes or max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -224,7 +227,8 @@ class RequestGuard:
         state = scope.setdefault("state", {})
         path = scope.get("path", "")
         limit = (self.files_max_body_bytes if is_files_path(path) else
-                 self.gateway_max_body_bytes if is_gateway_path(path) else self.max_body_bytes)
+                 self.gateway_max_body_bytes if is_gateway_path(path) else
+                 self.jobs_max_body_bytes if is_jobs_path(path) else self.max_body_bytes)
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 if not value.isdigit() or int(value) > limit:
@@ -531,12 +535,14 @@ def create_app(config: ArbiterConfig | None = None) -> FastAPI:
     app.add_exception_handler(Exception, _on_unexpected)
     app.add_middleware(RequestGuard, max_body_bytes=config.max_body_bytes,
                        gateway_max_body_bytes=config.gateway_max_body_bytes,
-                       files_max_body_bytes=upload_body_limit(config.files))
+                       files_max_body_bytes=upload_body_limit(config.files),
+                       jobs_max_body_bytes=config.jobs.max_request_bytes)
     _add_status_routes(app, config)
     _add_episode_routes(app)
     add_gateway_routes(app, lambda request: _require_key(request, _service_of(request)), _gateway_of)
     add_episode_read_routes(app, lambda request: _require_key(request, _service_of(request)),
                             lambda request: _service_of(request).pool)
     add_file_routes(app, lambda request: _require_key(request, _service_of(request)), config.files)
+    add_job_routes(app, lambda request: _require_key(request, _service_of(request)), config.files, config.jobs)
     _add_routing_routes(app, config)
     return app

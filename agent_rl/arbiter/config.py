@@ -10,6 +10,7 @@ from agent_rl.agent.runner import RunnerConfig
 from agent_rl.arbiter.files import FilesConfig
 from agent_rl.arbiter.keys import ApiKey
 from agent_rl.arbiter.vllm_lora import VllmServing
+from agent_rl.finetuning.jobs import JobsConfig
 
 
 class ArbiterConfig(BaseModel):
@@ -56,6 +57,8 @@ class ArbiterConfig(BaseModel):
         10_000, description="live gateway episodes kept in memory; beyond it the least recently active one ends")
     files: FilesConfig = Field(default_factory=FilesConfig, description="OpenAI's Files API (/v1/files): where "
                                "uploads are kept, size limits")
+    jobs: JobsConfig = Field(default_factory=JobsConfig, description="OpenAI's fine-tuning jobs API "
+                             "(/v1/fine_tuning/jobs): where jobs are kept, which graders a job may bring")
     vllm: VllmServing | None = Field(
         None, description="serve registered versions as adapters loaded on this vLLM server (GPU) instead of on "
                           "the arbiter's own shared base")

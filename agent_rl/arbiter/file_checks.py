@@ -12,6 +12,10 @@ one file holds rows of one kind (a job trains with one method). Preference rows 
 `non_preferred_output`) are refused as not supported. Blank lines are skipped but counted, so a line number is
 the one an editor shows.
 
+A row's shape is `agent_rl.environments.openai_jobs.rows.row_kind`: one definition of a valid row, shared with the
+environment a fine-tuning job trains in. This module adds what a stored file needs beyond it: UTF-8 JSON without
+NaN or Infinity, nesting at most `MAX_JSON_DEPTH` deep, no NUL or lone surrogate in any string, one kind per file.
+
 The first problem stops the check and is reported as `line N: <field> <what is wrong>`. A message names the
 line and the field, never a value from the file: training data holds customers' messages (personal data),
 and these errors are logged and shown to whoever uploads.
@@ -22,15 +26,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, NoReturn
 
+from agent_rl.environments.openai_jobs.rows import JobFileError, row_kind
 from agent_rl.json_walk import MAX_JSON_DEPTH, too_deep, walk
 
 RowKind = Literal["supervised", "reinforcement"]
-ROLES = ("system", "developer", "user", "assistant", "tool")
-_PROMPT_ENDS = ("user", "developer")
-_ROLE_LIST = ", ".join(ROLES)
-_PREFERENCE_FIELDS = ("preferred_output", "non_preferred_output")
 
 
 class BadTrainingFile(ValueError):
@@ -49,7 +50,7 @@ class _RowProblem(ValueError):
     """One row's problem, without the line number (added by the file check)."""
 
 
-def _refuse(problem: str) -> None:
+def _refuse(problem: str) -> NoReturn:
     raise _RowProblem(problem)
 
 
@@ -106,33 +107,19 @@ _KIND_HINT: Mapping[RowKind, str] = {
 
 
 def check_row(row: Any) -> RowKind:
-    """The kind of one decoded row; _RowProblem names the first field at fault."""
-    if not isinstance(row, dict):
-        _refuse("is not a JSON object")
-    if any(name in row for name in _PREFERENCE_FIELDS):
-        _refuse("is a preference row (preferred_output / non_preferred_output): preference fine-tuning "
-                "is not supported; send supervised or reinforcement rows")
+    """The kind of one decoded row; _RowProblem names the first field at fault.
+
+    The row's shape is `rows.row_kind`'s, the one definition of a valid row (the environment a job trains in
+    reads rows with it too); checked here beyond it: depth and strings every pool backend can store."""
     deep = too_deep(row)
     if deep:
         _refuse(f"{deep} is nested more than {MAX_JSON_DEPTH} levels deep")
-    _check_strings(row)
-    messages = row.get("messages")
-    if not isinstance(messages, list):
-        _refuse("has no `messages` list" if "messages" not in row else "`messages` is not a list")
-    if not messages:
-        _refuse("`messages` is empty")
-    for index, message in enumerate(messages):
-        _check_message(message, f"messages[{index}]")
-    if "tools" in row:
-        _check_tools(row["tools"])
-    if "parallel_tool_calls" in row and not isinstance(row["parallel_tool_calls"], bool):
-        _refuse("`parallel_tool_calls` is not true or false")
-    if messages[-1]["role"] in _PROMPT_ENDS:
-        return "reinforcement"
-    if not any(m["role"] == "assistant" and m.get("weight", 1) != 0 for m in messages):
-        _refuse("has no assistant message to learn from (a supervised row needs one whose weight is not 0; a "
-                "reinforcement row ends with a user or developer message)")
-    return "supervised"
+    if isinstance(row, dict):
+        _check_strings(row)
+    try:
+        return row_kind(row).value  # type: ignore[return-value]
+    except JobFileError as exc:
+        raise _RowProblem(exc.problem) from None
 
 
 def _check_strings(row: dict[str, Any]) -> None:
@@ -151,72 +138,3 @@ def _check_strings(row: dict[str, Any]) -> None:
 
 def _shown(path: str) -> str:
     return f"`{path}`" if path else "the row"
-
-
-def _check_message(message: Any, where: str) -> None:
-    if not isinstance(message, dict):
-        _refuse(f"{where} is not an object")
-    role = message.get("role")
-    if role not in ROLES:
-        _refuse(f"{where}.role is missing or not one of {_ROLE_LIST}")
-    tool_calls = message.get("tool_calls")
-    if tool_calls is not None:
-        if role != "assistant":
-            _refuse(f"{where} has tool_calls but only assistant messages make tool calls")
-        _check_tool_calls(tool_calls, f"{where}.tool_calls")
-    content = message.get("content")
-    if content is None:
-        if role != "assistant" or not tool_calls:
-            _refuse(f"{where}.content is missing (only an assistant message with tool_calls may leave it out)")
-    elif isinstance(content, list):
-        for index, part in enumerate(content):
-            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                _refuse(f"{where}.content[{index}] is not a content part (an object with a `type`)")
-    elif not isinstance(content, str):
-        _refuse(f"{where}.content is not a string or a list of content parts")
-    if "weight" in message:
-        if role != "assistant":
-            _refuse(f"{where}.weight is set but only assistant messages have a weight")
-        if message["weight"] not in (0, 1) or isinstance(message["weight"], bool):
-            _refuse(f"{where}.weight is not 0 or 1")
-    for name in ("name", "tool_call_id"):
-        if name in message and not isinstance(message[name], str):
-            _refuse(f"{where}.{name} is not a string")
-
-
-def _check_tool_calls(tool_calls: Any, where: str) -> None:
-    if not isinstance(tool_calls, list):
-        _refuse(f"`{where}` is not a list")
-    for index, call in enumerate(tool_calls):
-        at = f"{where}[{index}]"
-        if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
-            _refuse(f"{at} is not a tool call (an object with a `function`)")
-        if call.get("type", "function") != "function":
-            _refuse(f"{at}.type is not \"function\"")
-        function = call["function"]
-        if not isinstance(function.get("name"), str) or not function["name"]:
-            _refuse(f"{at}.function.name is missing or empty")
-        arguments = function.get("arguments")
-        if not isinstance(arguments, str):
-            _refuse(f"{at}.function.arguments is not a JSON string (write the arguments object as a string of JSON)")
-        try:
-            json.loads(arguments, parse_constant=_no_constants)
-        except (ValueError, RecursionError):
-            _refuse(f"{at}.function.arguments is not a JSON string (the string does not parse as JSON)")
-
-
-def _check_tools(tools: Any) -> None:
-    if not isinstance(tools, list):
-        _refuse("`tools` is not a list of function schemas")
-    for index, tool in enumerate(tools):
-        at = f"tools[{index}]"
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict) or tool.get("type", "function") != "function":
-            _refuse(f"{at} is not a function schema ({{\"type\": \"function\", \"function\": {{\"name\", ...}}}})")
-        if not isinstance(function.get("name"), str) or not function["name"]:
-            _refuse(f"{at}.function.name is missing or empty")
-        if "description" in function and not isinstance(function["description"], str):
-            _refuse(f"{at}.function.description is not a string")
-        if "parameters" in function and not isinstance(function["parameters"], dict):
-            _refuse(f"{at}.function.parameters is not a JSON schema object")
-

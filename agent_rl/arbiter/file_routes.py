@@ -224,19 +224,26 @@ async def _stream(stream: Any) -> AsyncIterator[bytes]:
         stream.close()
 
 
+_store_lock = threading.Lock()
+
+
+def file_store_of(request: Request, config: FilesConfig) -> FileStore:
+    """The app's file store, opened on first use, once per worker process (its directory is created then, not when
+    the app is built); the fine-tuning job routes read the same one."""
+    store = getattr(request.app.state, "file_store", None)
+    if store is None:
+        with _store_lock:
+            store = getattr(request.app.state, "file_store", None)
+            if store is None:
+                store = request.app.state.file_store = FileStore.from_config(config)
+    return store
+
+
 def add_file_routes(app: FastAPI, require_key: Callable[[Request], ApiKey], config: FilesConfig) -> None:
-    """Mount the Files API; `require_key` authenticates (raising the app's 401/403). The store is opened on first
-    use, once per worker process (its directory is created then, not when the app is built)."""
-    lock = threading.Lock()
+    """Mount the Files API; `require_key` authenticates (raising the app's 401/403)."""
 
     def store_of(request: Request) -> FileStore:
-        store = getattr(request.app.state, "file_store", None)
-        if store is None:
-            with lock:
-                store = getattr(request.app.state, "file_store", None)
-                if store is None:
-                    store = request.app.state.file_store = FileStore.from_config(config)
-        return store
+        return file_store_of(request, config)
 
     async def store_call(request: Request, fn: Callable[[FileStore], Any]) -> Any:
         try:

@@ -104,13 +104,13 @@ def test_a_supervised_job_is_judged_against_each_rows_reply_and_holds_out_a_stab
 
 @pytest.mark.parametrize(("line", "problem"), [
     ("{not json", "line 2: not valid JSON"),
-    ('["a list"]', "line 2: a row must be a JSON object"),
-    ('{"messages": []}', "line 2: 'messages' must be a non-empty list"),
-    ('{"messages": [{"role": "robot", "content": "hi"}]}', "line 2: messages[0].role must be one of"),
+    ('["a list"]', "line 2: is not a JSON object"),
+    ('{"messages": []}', "line 2: `messages` is empty"),
+    ('{"messages": [{"role": "robot", "content": "hi"}]}', "line 2: messages[0].role is missing or not one of"),
     ('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]}',
      "line 2: a reinforcement row's last message must be from the user"),
-    ('{"messages": [{"role": "user", "content": "q"}], "tools": "search"}', "line 2: 'tools' must be a list"),
-    ('{"input": {}, "preferred_output": [], "non_preferred_output": []}', "line 2: preference (DPO) rows"),
+    ('{"messages": [{"role": "user", "content": "q"}], "tools": "search"}', "line 2: `tools` is not a list"),
+    ('{"input": {}, "preferred_output": [], "non_preferred_output": []}', "line 2: is a preference row"),
 ])
 def test_a_bad_line_is_named_by_its_number_without_its_content(line, problem):
     with pytest.raises(JobFileError) as error:

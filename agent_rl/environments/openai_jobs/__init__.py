@@ -9,7 +9,16 @@ from agent_rl.environments.openai_jobs.environment import (
     OpenAIJobEnvironment,
     load_job,
 )
-from agent_rl.environments.openai_jobs.rows import JobFileError, JobRow, Method, content_text, parse_row, read_rows
+from agent_rl.environments.openai_jobs.rows import (
+    JobFileError,
+    JobRow,
+    Method,
+    content_text,
+    iter_rows,
+    parse_row,
+    read_rows,
+    row_kind,
+)
 
 __all__ = [
     "JOB_DIR_ENV",
@@ -21,7 +30,9 @@ __all__ = [
     "Method",
     "OpenAIJobEnvironment",
     "content_text",
+    "iter_rows",
     "load_job",
     "parse_row",
     "read_rows",
+    "row_kind",
 ]
