@@ -3,6 +3,10 @@
 A spec is `PREFIX:REST` for a registered loader prefix (`heuristic`, `heuristic:{"json": "config"}`,
 `local:/path`, and whatever the lead registers, e.g. `mlflow:challenger`) or a bare local path to a
 checkpoint directory. `register_policy_loader` adds prefixes without touching this module.
+
+This module registers the policies that are configuration (heuristic, teacher, api-sim, local, openai,
+vllm-lora). Our models (`base`, `tiny`, `mlflow:`, the aliases, `lora:`) are registered by agent_rl/policy_specs.py,
+which builds on this registry: load any spec through `agent_rl.policy_specs` (its `load_policy`, `load_served`).
 """
 
 from __future__ import annotations
@@ -18,16 +22,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from agent_rl.agent.policy import Policy
+from agent_rl.arbiter.policy_errors import PolicyLoadError
 
 log = logging.getLogger(__name__)
 
 PolicyLoader = Callable[[str], Policy]
 _LOADERS: dict[str, PolicyLoader] = {}
 _LOADERS_LOCK = threading.Lock()
-
-
-class PolicyLoadError(RuntimeError):
-    """A spec could not be turned into a policy (unknown prefix, missing checkpoint, bad config)."""
 
 
 def register_policy_loader(prefix: str, loader: PolicyLoader) -> None:
@@ -217,6 +218,3 @@ class PolicyCache:
     def loaded(self) -> list[str]:
         return sorted(self._policies)
 
-
-# base, tiny and registered-model (mlflow:ALIAS|vN) specs; imported last, it registers through the API above.
-import agent_rl.policy_specs  # noqa: E402,F401

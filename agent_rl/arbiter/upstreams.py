@@ -53,7 +53,7 @@ class OpenAIUpstreamConfig(BaseModel):
 
 def load_openai_upstream(raw: str) -> OpenAIUpstream:
     """The loader behind `openai:{...}` specs; errors name the bad field, never a value."""
-    from agent_rl.arbiter.policies import PolicyLoadError
+    from agent_rl.arbiter.policy_errors import PolicyLoadError
 
     try:
         data = json.loads(raw)

@@ -125,7 +125,7 @@ def load_vllm_adapter(raw: str) -> VllmAdapterUpstream:
     """The loader behind `vllm-lora:{...}` specs."""
     from pydantic import ValidationError
 
-    from agent_rl.arbiter.policies import PolicyLoadError
+    from agent_rl.arbiter.policy_errors import PolicyLoadError
 
     try:
         config = VllmAdapterConfig.model_validate_json(raw)
