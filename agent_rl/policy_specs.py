@@ -71,27 +71,30 @@ def load_registered(ref: str, tracking_uri: str | None = None, shared: bool = Fa
                     vllm: VllmServing | None = None) -> Policy:
     """A registered model by alias (`champion`, `challenger`) or version (`v3`), loaded on its base model
     (merged, or with `shared` as an adapter on the process's shared base, or with `vllm` as an adapter loaded on
-    that vLLM server)."""
-    ref = ref.strip()
+    that vLLM server). `<name>/<alias or version>` names another registered model than the environment's (a
+    fine-tuning job's: `mlflow:agent-rl-ftjob-.../challenger`)."""
+    name, _, ref = ref.strip().rpartition("/")
+    name = name or registry.MODEL_NAME
     if not ref:
         raise ValueError("mlflow policy spec needs an alias or a version, e.g. mlflow:champion or mlflow:v3")
     if ref.startswith("v") and ref[1:].isdigit():
         number = ref[1:]
     else:
-        number = registry.get_version(ref, tracking_uri=tracking_uri).version
-    path, manifest = registry.download_version(version=number, tracking_uri=tracking_uri)
+        number = registry.get_version(ref, name=name, tracking_uri=tracking_uri).version
+    path, manifest = registry.download_version(version=number, name=name, tracking_uri=tracking_uri)
+    label = f"v{number}" if name == registry.MODEL_NAME else f"{name}-v{number}"  # no clash with production's v1
     if "policy_spec" in manifest:  # a policy that is configuration (rule-based, prompted API model)
         policy = (load_served if shared else load_policy)(manifest["policy_spec"])
-        policy.version = f"v{number}"
+        policy.version = label
         return policy
     adapters = [path / a for a in manifest["adapters"]]
     if vllm is not None:
         from agent_rl.arbiter.vllm_lora import registered_on_vllm
 
-        return registered_on_vllm(vllm, f"v{number}", adapters)
+        return registered_on_vllm(vllm, label, adapters)
     if shared:
-        return load_adapter_version(manifest["base_model"], adapters, version=f"v{number}")
-    return load_stacked(manifest["base_model"], adapters, version=f"v{number}")
+        return load_adapter_version(manifest["base_model"], adapters, version=label)
+    return load_stacked(manifest["base_model"], adapters, version=label)
 
 
 def load_adapter_version(base_model: str, adapters: list[str | Path], version: str) -> Policy:

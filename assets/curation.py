@@ -229,6 +229,9 @@ def _anonymize_plugin(partition: str, episodes: list[dict], envs: list, curation
     })
 
 
+SFT_SKIPPED = "no episode reaches quality {quality}: SFT is skipped, GRPO starts from the base model"
+
+
 def world_path(partition: str, name: str):
     """Where curation saves a plug-in's anonymized world for this partition (GRPO and validation load it)."""
     return worlds.saved_path(stage_dir("anonymized_environment", partition), name)
@@ -304,9 +307,12 @@ def sft_dataset(context: dg.AssetExecutionContext, curation: CurationResource, e
     else:  # each environment's episodes train with its own tools
         rows = [row for env in environment.loads() for row in sft_rows(
             [e for e in episodes if str(e.get("environment")) == env.name], tools=env.tool_schemas(), **options)]
-    if not rows:
+    if not rows and not curation.allow_empty_sft:
         raise dg.Failure(f"no episode of partition {partition} reaches quality {curation.min_quality}: nothing to learn from")
     digest = save_jsonl(rows, stage_dir("sft_dataset", partition) / "train.jsonl")
+    if not rows:  # a reinforcement job whose base model passes nothing yet: GRPO starts from the base model
+        return dg.MaterializeResult(metadata={"rows": 0, "from_episodes": len(episodes), "content_hash": digest,
+                                              "skipped": SFT_SKIPPED.format(quality=curation.min_quality)})
     extra = {"per_tenant": _table(share_table(tenant_shares), ["tenant", "before", "after", "share"]),
              "max_tenant_share": curation.max_tenant_share} if len(tenant_shares) > 1 else {}
     return dg.MaterializeResult(metadata={"rows": len(rows), "from_episodes": len(episodes), "content_hash": digest,

@@ -71,6 +71,16 @@ def sft_adapter(context: dg.AssetExecutionContext, compute: TrainingCompute, tra
     start = starting_point(training.start_from, incumbent, training.base_model, model_name=mlflow.model_name,
                            tracking_uri=mlflow.uri())
     context.log.info(f"SFT starts from {start.description}")
+    rows_jsonl = stage_dir("sft_dataset", partition) / "train.jsonl"
+    if not rows_jsonl.read_text().strip():  # curation allowed an empty dataset: the base model is "SFT alone"
+        from agent_rl.train.sft import write_manifest
+
+        out = adapter_dir("sft_adapter", partition)
+        out.mkdir(parents=True, exist_ok=True)
+        write_manifest(out, resolve_model(training.base_model), [])
+        (stage_dir("sft_adapter", partition) / STARTED_FROM).write_text(json.dumps(
+            {"version": None, "description": "the base model (SFT skipped: no rows)"}))
+        return dg.MaterializeResult(metadata={"skipped": "no SFT rows: the base model goes on to GRPO"})
     config = {
         "model_path": str(resolve_model(training.base_model)),
         "rows_jsonl": str(stage_dir("sft_dataset", partition) / "train.jsonl"),
@@ -114,7 +124,7 @@ def grpo_adapter(context: dg.AssetExecutionContext, compute: TrainingCompute, tr
     where = grpo_world(environment.loads(), stage_dir("anonymized_environment", partition))
     config = {
         "model_path": str(resolve_model(training.base_model)),
-        "sft_adapter": str(adapter_dir("sft_adapter", partition)),
+        **({"sft_adapter": str(adapter_dir("sft_adapter", partition))} if sft_adapters(partition) else {}),
         "grpo_rows_jsonl": str(stage_dir("grpo_dataset", partition) / "train.jsonl"),
         **where,
         "out_dir": str(stage_dir("grpo_adapter", partition)),

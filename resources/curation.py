@@ -17,6 +17,9 @@ class CurationResource(ConfigurableResource):
     min_categories: int = Field(default=5, ge=0)
     cap_per_category: int = Field(default=2000, ge=1, description="balanced episodes per task category")
     min_quality: float = Field(default=0.8, ge=0, le=1, description="SFT keeps correct episodes at least this good")
+    allow_empty_sft: bool = Field(default=False, description="no episode good enough for SFT skips SFT instead of "
+                                  "failing the run (a reinforcement fine-tuning job: GRPO then starts from the base "
+                                  "model)")
     max_idk_share: float | None = Field(
         default=DEFAULT_MAX_IDK_SHARE, ge=0, lt=1,
         description="most SFT rows answering \"I don't know\" (share; None = no cap; see curation.datasets.sft_rows)")

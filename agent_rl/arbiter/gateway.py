@@ -44,7 +44,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from agent_rl.agent.policy import Policy
@@ -69,6 +69,7 @@ from agent_rl.arbiter.keys import ApiKey
 from agent_rl.arbiter.policies import PolicyLoadError
 from agent_rl.arbiter.routing import public_version
 from agent_rl.arbiter.upstreams import OpenAIUpstream, UpstreamError
+from agent_rl.finetuning.serving import FINE_TUNED_PREFIX
 from agent_rl.records import Episode
 
 log = logging.getLogger("agent_rl.arbiter.gateway")
@@ -109,8 +110,12 @@ class Gateway:
     """Sessions, routing, upstream calls and episode writes for the OpenAI-compatible endpoints."""
 
     def __init__(self, service: Any, idle_s: float = 300.0, write_retry_s: float = 3.0,
-                 rate_per_s: float = 20.0, rate_burst: int = 40, max_live: int = 10_000) -> None:  # fmt: skip
+                 rate_per_s: float = 20.0, rate_burst: int = 40, max_live: int = 10_000,
+                 pinned: Callable[[str, str], str | None] | None = None) -> None:  # fmt: skip
+        """`pinned(tenant, model)`: the policy spec a requested model names for that tenant (a fine-tuning job's
+        `fine_tuned_model`), served as asked instead of by the routing table; None: the router chooses."""
         self.service = service
+        self.pinned = pinned
         self.idle_s = idle_s
         self.write_retry_s = write_retry_s
         self.max_live = max_live
@@ -209,7 +214,14 @@ class Gateway:
 
     async def _new(self, key: ApiKey, session: str | None, request: ChatRequest, context: str) -> LiveEpisode:
         request_key = f"gateway\0{key.tenant}\0{session}" if session is not None else None
-        version, spec = self.service.router.choose(request_key)
+        spec = self.pinned(key.tenant, request.model) if self.pinned is not None else None
+        if spec is not None:
+            version = request.model  # a fine-tuned model asked for by name: that model, whatever the routing says
+        elif request.model.startswith(FINE_TUNED_PREFIX):
+            raise GatewayError(404, "the requested fine-tuned model does not exist or you do not have access to it",
+                               param="model", code="model_not_found")
+        else:
+            version, spec = self.service.router.choose(request_key)
         metadata = request.metadata or {}
         task = metadata.get("task") or next(
             (text_of(m.content) for m in request.messages if m.role == "user"), "")

@@ -71,7 +71,7 @@ def test_a_reinforcement_job_grades_replies_in_words_with_its_multi_grader(tmp_p
     assert len(env.tasks(Split.TRAIN)) == 5 and [t.prompt for t in env.tasks(Split.TEST)] == [
         "What is the capital of Peru?"]
     tasks = env.tasks(Split.TRAIN)
-    assert env.opening_messages(tasks[0])[0] == {"role": "developer", "content": "Answer with the city only."}
+    assert env.opening_messages(tasks[0])[0] == {"role": "system", "content": "Answer with the city only."}
     episodes = play_episodes(Atlas(), env, [Play(t) for t in [*tasks, *env.tasks(Split.TEST)]])
     by_question = {e.question.rsplit(" ", 1)[-1].rstrip("?"): e for e in episodes}
     paris = by_question["France"]

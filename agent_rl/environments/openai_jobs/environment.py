@@ -18,11 +18,20 @@ from typing import Any, ClassVar
 
 from agent_rl.environments.core import Environment, EnvironmentError, FinalAnswer, Judgement, Task, Trajectory
 from agent_rl.environments.openai_jobs.rows import JobFileError, JobRow, Method, read_rows
-from agent_rl.graders import AnyGrader, GraderContext, grade, make_sample, parse_grader, validate
+from agent_rl.graders import (
+    AnyGrader,
+    GraderContext,
+    PythonSandboxConfig,
+    grade,
+    make_sample,
+    parse_grader,
+    validate,
+)
 from agent_rl.records import Outcome, Split
 
 NAME = "openai_job"
 JOB_DIR_ENV = "AGENT_RL_JOB_DIR"
+PYTHON_GRADERS_ENV = "AGENT_RL_PYTHON_GRADERS"
 JOB_FILE, TRAIN_FILE, VALIDATION_FILE = "job.json", "train.jsonl", "validation.jsonl"
 DEFAULT_CATEGORY = "job"
 HELD_OUT_EVERY = 10  # without a validation file, one row in ten (by id, so stable) is held out for validation
@@ -51,7 +60,9 @@ class OpenAIJobEnvironment(Environment):
                  grader_context: GraderContext | None = None) -> None:
         """From a job folder (`job_dir`, else $AGENT_RL_JOB_DIR: job.json with `method` and `grader`, train.jsonl,
         validation.jsonl optional) or from rows given here. A reply scoring at least `pass_threshold` is correct."""
-        self._context = grader_context or GraderContext()
+        # The operator allows python graders to the runner as to the API (AGENT_RL_PYTHON_GRADERS=1); off otherwise.
+        self._context = grader_context or GraderContext(
+            python=PythonSandboxConfig(enabled=os.environ.get(PYTHON_GRADERS_ENV) == "1"))
         self.pass_threshold = pass_threshold
         if train_rows is None:
             folder = job_dir or os.environ.get(JOB_DIR_ENV)
@@ -84,9 +95,11 @@ class OpenAIJobEnvironment(Environment):
                 Split.TEST: [self._task(r, Split.TEST) for r in held]}
 
     def _task(self, row: JobRow, split: Split) -> Task:
-        reference = row.reference if row.reference is not None else json.dumps(row.item, sort_keys=True,
-                                                                              ensure_ascii=False)
-        prompt = [{k: m[k] for k in MESSAGE_FIELDS if k in m} for m in row.prompt]
+        # A reinforcement row's expected outcome is what its grader says of the reply (the item holds its fields).
+        reference = row.reference if row.reference is not None else f"graded by {self.grader.name}"
+        # OpenAI's "developer" is the system message of newer models; chat templates of ours know "system" only.
+        prompt = [{k: ("system" if k == "role" and m[k] == "developer" else m[k]) for k in MESSAGE_FIELDS if k in m}
+                  for m in row.prompt]
         return Task(id=row.id, environment=NAME, context=NAME, prompt=row.request, reference=reference,
                     category=_category(row), split=split, metadata={"messages": prompt, "item": row.item})
 
