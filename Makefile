@@ -12,7 +12,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-fast test-browser demo demo-fast ui bench clean
+.PHONY: setup test test-fast test-browser demo demo-fast demo-openai-job ui bench clean
 
 setup: $(STAMP)
 
@@ -63,6 +63,10 @@ demo: $(STAMP)
 
 demo-fast: $(STAMP)
 	$(BIN)/python -m pipelines.demo --fast --weeks $(WEEKS) --env $(ENV) $(if $(INCUMBENT),--incumbent $(INCUMBENT))
+
+# A fine-tuning job brought from OpenAI (examples/openai_job): arbiter + runner + the SDK script; FAST=1: tiny model.
+demo-openai-job: $(STAMP)
+	$(BIN)/python -m pipelines.demo_openai_job $(if $(FAST),--fast)
 
 # Dagster and MLflow side by side on loopback, on the storage and with the profile the demo used (its sensors
 # then judge the demo's A/B test by the demo's thresholds).
