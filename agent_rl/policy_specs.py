@@ -144,35 +144,35 @@ def load_served(spec: str, vllm: VllmServing | None = None) -> Policy:
     """The arbiter's loader: registered versions, `lora:` stacks and the base models as adapters on a shared base
     (no adapter for a base), every other spec as `load_policy` loads it. With `vllm`, registered versions are
     adapters loaded on that vLLM server instead. Errors are PolicyLoadErrors naming the spec."""
-    from agent_rl.arbiter.policies import PolicyLoadError
-
-    prefix, _, rest = spec.partition(":")
-    try:
-        if prefix == "lora":
-            stack = _adapter_stack(rest)
-            return load_adapter_version(stack.base, list(stack.adapters), version=stack.version)
-        if spec in _SHARED_BASE_SPECS:
-            if _on_engine(_SHARED_BASE_SPECS[spec]):
-                from agent_rl.agent.engine import engine_policy
-
-                return engine_policy(_SHARED_BASE_SPECS[spec], [], version=spec)
-            from agent_rl.agent.shared_base import AdapterPolicy
-
-            return AdapterPolicy.load(_SHARED_BASE_SPECS[spec], [], version=spec)
-        if prefix == "mlflow" or (prefix in registry.ALIASES and not rest):
-            return load_registered(rest if prefix == "mlflow" else prefix, shared=True, vllm=vllm)
-    except PolicyLoadError:
-        raise
-    except Exception as exc:
-        raise PolicyLoadError(f"policy spec {spec!r}: {type(exc).__name__}: {exc}") from exc
-    return load_policy(spec)
+    return load_policy(spec, served=True, vllm=vllm)
 
 
-register_policy_loader("base", lambda rest: _local("base", version="base"))
-register_policy_loader("tiny", lambda rest: _local("tiny", version="tiny"))
-register_policy_loader("mlflow", load_registered)
-register_policy_loader("lora", lambda rest: _merged_stack(_adapter_stack(rest)))
+def _shared_base(name: str) -> Policy:
+    """A base model as the arbiter serves it: its shared base with no adapter (on the engine where it runs)."""
+    model = _SHARED_BASE_SPECS[name]
+    if _on_engine(model):
+        from agent_rl.agent.engine import engine_policy
+
+        return engine_policy(model, [], version=name)
+    from agent_rl.agent.shared_base import AdapterPolicy
+
+    return AdapterPolicy.load(model, [], version=name)
+
+
+def _served_stack(rest: str) -> Policy:
+    stack = _adapter_stack(rest)
+    return load_adapter_version(stack.base, list(stack.adapters), version=stack.version)
+
+
+for _name in _SHARED_BASE_SPECS:
+    register_policy_loader(_name, lambda rest, _n=_name: _local(_n, version=_n),
+                           served=lambda rest, vllm, _n=_name: _shared_base(_n))
+register_policy_loader("mlflow", load_registered,
+                       served=lambda rest, vllm: load_registered(rest, shared=True, vllm=vllm))
+register_policy_loader("lora", lambda rest: _merged_stack(_adapter_stack(rest)),
+                       served=lambda rest, vllm: _served_stack(rest))
 for _alias in registry.ALIASES:
-    register_policy_loader(_alias, lambda rest, _a=_alias: load_registered(_a))
+    register_policy_loader(_alias, lambda rest, _a=_alias: load_registered(_a),
+                           served=lambda rest, vllm, _a=_alias: load_registered(_a, shared=True, vllm=vllm))
 
 __all__ = ["load_policy", "load_registered", "load_served"]

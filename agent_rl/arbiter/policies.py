@@ -27,16 +27,24 @@ from agent_rl.arbiter.policy_errors import PolicyLoadError
 log = logging.getLogger(__name__)
 
 PolicyLoader = Callable[[str], Policy]
+# How the arbiter loads a spec it serves beside others: (REST, the vLLM server registered versions go to, or None).
+ServedLoader = Callable[[str, Any], Policy]
 _LOADERS: dict[str, PolicyLoader] = {}
+_SERVED: dict[str, ServedLoader] = {}
 _LOADERS_LOCK = threading.Lock()
 
 
-def register_policy_loader(prefix: str, loader: PolicyLoader) -> None:
-    """Make specs `prefix` and `prefix:REST` load through `loader(REST)` (REST is "" for a bare prefix)."""
+def register_policy_loader(prefix: str, loader: PolicyLoader, served: ServedLoader | None = None) -> None:
+    """Make specs `prefix` and `prefix:REST` load through `loader(REST)` (REST is "" for a bare prefix); `served`,
+    where given, is how the arbiter loads them instead (our models as adapters on one shared base)."""
     if not prefix or ":" in prefix or "/" in prefix:
         raise ValueError(f"policy loader prefix {prefix!r}: must be a non-empty word without ':' or '/'")
     with _LOADERS_LOCK:
         _LOADERS[prefix] = loader
+        if served is not None:
+            _SERVED[prefix] = served
+        else:
+            _SERVED.pop(prefix, None)
 
 
 def registered_prefixes() -> list[str]:
@@ -140,13 +148,18 @@ def shown_spec(spec: str) -> str:
     return re.sub(r'("api_key"\s*:\s*)"(?:[^"\\]|\\.)*"', r'\1"[redacted]"', spec)
 
 
-def load_policy(spec: str) -> Policy:
-    """A fresh policy for `spec`; raises PolicyLoadError naming the spec when it cannot be loaded."""
+def load_policy(spec: str, served: bool = False, vllm: Any = None) -> Policy:
+    """A fresh policy for `spec` (the one place a spec is parsed); `served`: as the arbiter serves it, with the
+    prefix's served loader where it has one (and `vllm`, the server registered versions go to). Raises
+    PolicyLoadError naming the spec when it cannot be loaded."""
     if not isinstance(spec, str) or not spec.strip():
         raise PolicyLoadError("policy spec must be a non-empty string")
     prefix, sep, rest = spec.partition(":")
     with _LOADERS_LOCK:
         loader = _LOADERS.get(prefix)
+        shared = _SERVED.get(prefix) if served else None
+    if shared is not None:
+        loader = lambda rest: shared(rest, vllm)  # noqa: E731 - the served loader, bound to this arbiter's vLLM
     if loader is None:
         if spec.startswith(("/", ".", "~")) or Path(spec).expanduser().is_dir():
             loader, rest = _LOADERS["local"], spec
