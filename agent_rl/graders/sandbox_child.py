@@ -4,8 +4,9 @@ It starts with an empty environment in an empty temporary directory, reads its j
 limits) from stdin, then, before any grader code runs: sets its own resource limits (address space, CPU time,
 file size, no core files), tries to leave the host's network (an empty network namespace, where the kernel
 allows it), and installs an audit hook that Python code cannot remove, refusing sockets, new processes,
-signals to other processes, native-code loaders (ctypes, cffi) and reads under /proc (the parent's environment
-is readable at /proc/<pid>/environ). The grader's prints go to stderr; the verdict is one JSON line on a
+signals to other processes, native-code loaders (ctypes, cffi), reads under /proc (the parent's environment
+is readable at /proc/<pid>/environ), and any file outside its own folder but the interpreter's libraries (the
+pool's database, keys and other tenants' files are not readable, and nothing outside its folder is writable). The grader's prints go to stderr; the verdict is one JSON line on a
 private copy of stdout.
 """
 
@@ -44,6 +45,28 @@ def _refuse_proc(path):
     return bool(_PROC.search(os.path.normpath(path)) or _PROC.search(os.path.realpath(path)))
 
 
+# Where a grader may read: its own folder and the interpreter's libraries (to import); write: its own folder only.
+# Everything else (the pool's database, keys, other tenants' files, the user's home) is out of reach: set in main().
+_READABLE: tuple = ()
+_WRITABLE: tuple = ()
+_LISTING = {"os.listdir", "os.scandir", "glob.glob", "os.chdir", "os.chmod", "os.chown", "os.remove", "os.rename",
+            "os.rmdir", "os.mkdir", "shutil.rmtree", "shutil.copyfile", "shutil.move", "os.truncate", "os.utime"}
+_CHANGES = _LISTING - {"os.listdir", "os.scandir", "glob.glob", "os.chdir"}
+
+
+def _within(path, roots):
+    try:
+        path = os.fsdecode(os.fspath(path))
+    except TypeError:  # a file descriptor it already holds
+        return True
+    real = os.path.realpath(path)
+    return any(real == root or real.startswith(root + os.sep) for root in roots)
+
+
+def _writes(mode):
+    return isinstance(mode, str) and any(c in mode for c in "wax+")
+
+
 def _hook(event, args):
     what = _REFUSED_EVENTS.get(event)
     if what:
@@ -52,6 +75,10 @@ def _hook(event, args):
         raise ImportError(f"importing {args[0]} is disabled in python graders")
     if event == "open" and args and _refuse_proc(args[0]):
         raise PermissionError(f"reading /proc is disabled in python graders ({args[0]!r})")
+    if _READABLE and event in ("open", *_LISTING) and args and args[0] is not None:
+        changes = event in _CHANGES or (event == "open" and len(args) > 1 and _writes(args[1]))
+        if not _within(args[0], _WRITABLE if changes else _READABLE):
+            raise PermissionError(f"files outside the grader's own folder are out of reach ({event})")
 
 
 def _leave_network():
@@ -112,6 +139,12 @@ def main():
     verdict_fd = os.dup(1)
     os.dup2(2, 1)  # the grader's prints go to stderr
     _limit(limits)
+    global _READABLE, _WRITABLE
+    here = os.path.realpath(os.getcwd())
+    libraries = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                                                 os.path.dirname(os.__file__)) if p}
+    _WRITABLE = (here,)
+    _READABLE = (here, *sorted(p for p in libraries if p not in ("/", "")))
     sys.addaudithook(_hook)
     sample, item, source = job["sample"], job["item"], job["source"]
     del job

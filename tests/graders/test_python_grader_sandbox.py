@@ -99,3 +99,19 @@ def test_a_source_without_grade_is_refused_at_validation():
         validate({"type": "python", "name": "code", "source": "def score(sample, item):\n    return 1\n"}, {}, ENABLED)
     with pytest.raises(GraderConfigError, match="does not parse"):
         validate({"type": "python", "name": "code", "source": "def grade(:"}, {}, ENABLED)
+
+
+def test_the_pools_files_and_anything_outside_its_folder_are_out_of_reach(tmp_path):
+    """A hostile grader that knows where the pool lives (its database, the keys file, another tenant's upload)
+    reads nothing of it, lists nothing and writes nothing outside its own folder; imports still work."""
+    pool = tmp_path / "pool.db"
+    pool.write_text("tenant-b's episodes")
+    for body in (f"return len(open({str(pool)!r}).read())",
+                 f"return len(os.listdir({str(tmp_path)!r}))",
+                 f"open({str(tmp_path / 'planted.txt')!r}, 'w').write('x')\nreturn 1.0",
+                 "return len(open(os.path.expanduser('~/.bashrc')).read())"):
+        result = run(body)
+        assert result.score == 0.0 and "out of reach" in (result.reason or ""), (body, result)
+    assert not (tmp_path / "planted.txt").exists()
+    own = run("import json, statistics\nopen('notes.txt', 'w').write('ok')\nreturn float(open('notes.txt').read() == 'ok')")
+    assert own.score == 1.0, own.reason
