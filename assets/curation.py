@@ -22,6 +22,7 @@ from agent_rl.curation.live import (
     split_live,
 )
 from agent_rl.curation.plugin_privacy import anonymize_plugin_partition, merged_privacy_reports
+from agent_rl.curation.tenant_agreement import check_week, summary
 from agent_rl.curation.tenants import cap_tenant_share, share_table
 from agent_rl.environments import worlds
 from agent_rl.records import Split
@@ -56,10 +57,14 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
     # The email assistant keeps its rubric's expectations; a plug-in is checked against what it declares; the
     # gateway's live episodes against what their clients declared, judged by their users' feedback. The export
     # holds this run's environments only: other agents' episodes in the pool wait for their own runs.
-    labeler, labeler_config = None, curation.labeler()
+    labeler, labeler_config, agreement = None, curation.labeler(), None
     # What the diversity gate may ask of this run (gate_results); users' traffic has whatever categories clients send.
     if environment.capabilities.judged_by_users:
         rows = [judge_by_feedback(row) for row in rows]
+        # A tenant whose ratings disagree with the evidence it does not control loses them before any labeler fits
+        # (curation/tenant_agreement.py); the other tenants' week goes on.
+        rows, agreement = check_week(rows, curation.tenant_agreement(),
+                                     distrust_flagged=curation.distrust_disagreeing_tenants)
         if labeler_config is not None:
             rows, labeler = label_unrated(rows, labeler_config)
         config, declared = live_validation_config(rows, max_episode_chars=curation.max_episode_chars), None
@@ -76,6 +81,8 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
                   category_names=sorted({r["task_category"] for r in result.clean if r.get("task_category")}))
     if labeler is not None:
         report["labeler"] = asdict(labeler)
+    if agreement is not None:
+        report["tenant_agreement"] = agreement
     (out / "report.json").write_text(json.dumps(report, default=str, indent=1))
     reasons = Counter(reason.split(":")[0] for _, rs in result.quarantined for reason in rs)
     per_environment = Counter((str(r.get("environment")), str(r.get("task_category"))) for r in result.clean)
@@ -88,7 +95,11 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
         "quarantine_reasons": dg.MetadataValue.json(dict(reasons)),
         "content_hash": digest,
         **_labeler_metadata(labeler, result.clean),
+        **({"tenant_agreement": _table(agreement["table"], AGREEMENT_COLUMNS)} if agreement else {}),
     })
+
+
+AGREEMENT_COLUMNS = ["tenant", "rated", "up", "up_elsewhere", "status", "effect", "p", "evidence", "reason"]
 
 
 def _labeler_metadata(labeler, clean: list[dict]) -> dict:
@@ -150,6 +161,24 @@ def labeler_agreement(context: dg.AssetCheckExecutionContext):
         for key, value in labeler.items() if key in ("auc", "ece", "ece_floor", "ece_excess", "n_rated", "n_unrated",
                                                      "n_labeled", "min_auc", "max_ece", "reason",
                                                      "judge_calls")})
+
+
+@dg.asset_check(asset=validated_episodes, blocking=False,
+                description="Each tenant's 'up' ratings of gateway episodes agree with the evidence it does not "
+                            "control (a labeler fitted on the other tenants' ratings, or the implicit signals); a "
+                            "tenant that disagrees is named, and by default loses its ratings for the week. A "
+                            "warning: it never stops the other tenants' week.")
+def tenant_ratings_agree(context: dg.AssetCheckExecutionContext):
+    report = json.loads((stage_dir("validated_episodes", context.partition_key) / "report.json").read_text())
+    agreement = report.get("tenant_agreement")
+    if agreement is None:
+        return dg.AssetCheckResult(passed=True, description="no users' ratings: episodes are judged by their "
+                                   "environment")
+    return dg.AssetCheckResult(
+        passed=not agreement["flagged"], severity=dg.AssetCheckSeverity.WARN, description=summary(agreement),
+        metadata={"flagged": dg.MetadataValue.json(agreement["flagged"]),
+                  "ratings_dropped": agreement["ratings_dropped"],
+                  "per_tenant": _table(agreement["table"], AGREEMENT_COLUMNS)})
 
 
 # -- anonymized_episodes + anonymized_environment ----------------------------------------------

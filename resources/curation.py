@@ -36,6 +36,17 @@ class CurationResource(ConfigurableResource):
         default=0.5, gt=0, le=1, description="most of a gateway week's SFT rows and of its held-out replay set one "
         "tenant may hold when several tenants sent traffic (at least 1/tenants; agent_rl/curation/tenants.py)")
 
+    distrust_disagreeing_tenants: bool = Field(
+        default=True, description="a tenant whose 'up' ratings disagree with the evidence it does not control (a "
+        "labeler fitted on the other tenants' ratings, the implicit signals) loses its ratings for the week: its "
+        "episodes leave the SFT rows and the held-out set and fit no labeler; off: it is only reported "
+        "(agent_rl/curation/tenant_agreement.py)")
+    tenant_agreement_alpha: float = Field(default=0.01, gt=0, lt=1, description="false-flag rate per honest tenant")
+    tenant_agreement_min_rated: int = Field(default=20, ge=1, description="ratings a tenant needs to be checked")
+    tenant_agreement_min_effect: float = Field(
+        default=0.2, ge=0, lt=0.5, description="how far past 0.5 the share of pairs where the tenant's 'up' episode "
+        "shows less satisfaction than another tenant's must be, besides p < alpha")
+
     label_unrated: bool = Field(default=True, description="gateway episodes: label the ones nobody rated from their "
                                 "implicit signals, with a labeler calibrated on the rated ones (agent_rl/feedback)")
     label_positive_threshold: float = Field(default=0.8, gt=0.5, le=1, description="labeled good at or above")
@@ -89,6 +100,13 @@ class CurationResource(ConfigurableResource):
         return JudgeLabeler(judge=judge, positive_threshold=signals.positive_threshold,
                             negative_threshold=signals.negative_threshold, min_auc=signals.min_auc,
                             max_ece=signals.max_ece)
+
+    def tenant_agreement(self):
+        """The settings of the check of each tenant's ratings against the week's other evidence."""
+        from agent_rl.curation.tenant_agreement import AgreementConfig
+
+        return AgreementConfig(min_rated=self.tenant_agreement_min_rated, alpha=self.tenant_agreement_alpha,
+                               min_effect=self.tenant_agreement_min_effect)
 
     def anonymizer(self, public_terms: tuple[str, ...] = ()) -> AnonymizerConfig:
         """The anonymizer's settings: these public terms, the data's own (`public_terms`) after them."""

@@ -52,6 +52,7 @@ def test_training_is_gated_by_blocking_checks():
         ("validated_episodes", "clean_ratio"): True,
         ("validated_episodes", "category_diversity"): True,
         ("validated_episodes", "labeler_agreement"): True,  # labels from a labeler below its bars never train
+        ("validated_episodes", "tenant_ratings_agree"): False,  # warns; a disagreeing tenant never stops the week
         ("anonymized_episodes", "no_pii_leak"): True,
         ("grpo_adapter", "no_reward_hacking"): False,  # disqualifies GRPO at validation; SFT stays a candidate
         ("evaluation_report", "beats_champion"): True,

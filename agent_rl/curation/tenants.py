@@ -8,7 +8,8 @@ tuning and RLHF (Wan et al. 2023, "Poisoning Language Models During Instruction 
 hundred examples, or well under 5% of the preference data) moves a model, and that the defences it tried (filtering
 rows by loss, fewer epochs) cost accuracy and stop only part of the effect. Bounding how much any one source
 contributes needs no judgement of single rows: the cap below is that bound; the labeler is fitted per tenant
-(curation/live.py), so one tenant's ratings never set another tenant's labels.
+(curation/live.py), so one tenant's ratings never set another tenant's labels; and a tenant whose ratings disagree
+with the evidence it does not control loses them for the week (tenant_agreement.py).
 
 `cap_tenant_share` keeps every row when one tenant holds them all (its own week) or none holds more than the cap.
 Otherwise each tenant keeps at most `c` rows, with `c` the largest count such that a tenant at `c` holds at most

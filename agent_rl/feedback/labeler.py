@@ -246,6 +246,18 @@ def out_of_fold(x: np.ndarray, y: np.ndarray, config: LabelerConfig, judge: bool
     return out
 
 
+def fitted_scores(rated: Sequence[Signals], score: Sequence[Signals], config: LabelerConfig = LabelerConfig()
+                  ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The labeler's probabilities without labeling or checking: each of `rated`'s out of fold, and each of
+    `score`'s from the model fitted on all of `rated` (a rating > 0 is good). For checks that compare ratings with a
+    labeler fitted on other ratings (curation/tenant_agreement.py); `rated` needs `config.folds` of each kind."""
+    y = np.array([1 if (s.rating or 0) > 0 else 0 for s in rated], dtype=int)
+    x = _matrix(rated)
+    oof = out_of_fold(x, y, config)
+    scores = _estimator(config).fit(x, y).predict_proba(_matrix(score))[:, 1] if len(score) else np.empty(0)
+    return oof, scores
+
+
 def ece_excess(ece: float, floor: float) -> float:
     """The calibration error beyond sampling noise: what the ECE bar is held against (module docstring)."""
     return max(0.0, ece - floor)
