@@ -51,7 +51,7 @@ from agent_rl.arbiter.service import (
     UnknownScenario,
 )
 from agent_rl.arbiter.text_checks import storable_keys_and_values, storable_text, visible_text
-from agent_rl.finetuning.serving import pinned_models
+from agent_rl.finetuning.serving import FineTunedModels
 from agent_rl.curation.live import check_feedback
 from agent_rl.json_walk import too_deep
 from agent_rl.pool import UnknownEpisodeError
@@ -386,7 +386,7 @@ def _lifespan(config: ArbiterConfig) -> Callable[[FastAPI], AbstractAsyncContext
         gc.freeze()
         gateway = Gateway(service, idle_s=config.gateway_idle_s, write_retry_s=config.gateway_write_retry_s,
                           rate_per_s=config.gateway_rate_per_s, rate_burst=config.gateway_rate_burst,
-                          max_live=config.gateway_max_live, pinned=pinned_models(config.jobs))
+                          max_live=config.gateway_max_live, fine_tuned=FineTunedModels(config.jobs))
         app.state.gateway = gateway
         await gateway.start()
         log.info("arbiter ready: pool %s, routing %s", service.pool.engine.url.render_as_string(hide_password=True),

@@ -2,8 +2,8 @@
 
 This module is the gateway's engine: for each call it finds or starts the live episode (gateway_sessions.py),
 calls the version routing picked, records the reply and writes ended episodes to the pool. The endpoints are
-in gateway_routes.py, the wire format in gateway_wire.py and gateway_stream.py, the conversion of messages
-for our policies in gateway_messages.py.
+in gateway_routes.py, the wire format in gateway_wire.py and gateway_stream.py, replies in gateway_messages.py;
+messages reach our policies in the chat template's shape (agent/messages.py).
 
 All calls of an episode go to the version routing picked for its first call (named sessions hash to the
 version, so they stay put across workers and restarts). Live episodes are kept in the pool (gateway_shared.py,
@@ -44,17 +44,12 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
+from agent_rl.agent.messages import template_messages, text_of
 from agent_rl.agent.policy import Policy
-from agent_rl.arbiter.gateway_messages import (
-    text_of,
-    to_policy_messages,
-    turn_to_message,
-    undeclared_tools,
-    upstream_message,
-)
+from agent_rl.arbiter.gateway_messages import turn_to_message, undeclared_tools, upstream_message
 from agent_rl.arbiter.gateway_sessions import (
     DEFAULT_CONTEXT,
     DEFAULT_ENVIRONMENT,
@@ -69,7 +64,7 @@ from agent_rl.arbiter.keys import ApiKey
 from agent_rl.arbiter.policies import PolicyLoadError
 from agent_rl.arbiter.routing import public_version
 from agent_rl.arbiter.upstreams import OpenAIUpstream, UpstreamError
-from agent_rl.finetuning.serving import FINE_TUNED_PREFIX
+from agent_rl.finetuning.serving import FINE_TUNED_PREFIX, FineTunedModels
 from agent_rl.records import Episode
 
 log = logging.getLogger("agent_rl.arbiter.gateway")
@@ -111,11 +106,11 @@ class Gateway:
 
     def __init__(self, service: Any, idle_s: float = 300.0, write_retry_s: float = 3.0,
                  rate_per_s: float = 20.0, rate_burst: int = 40, max_live: int = 10_000,
-                 pinned: Callable[[str, str], str | None] | None = None) -> None:  # fmt: skip
-        """`pinned(tenant, model)`: the policy spec a requested model names for that tenant (a fine-tuning job's
-        `fine_tuned_model`), served as asked instead of by the routing table; None: the router chooses."""
+                 fine_tuned: FineTunedModels | None = None) -> None:  # fmt: skip
+        """`fine_tuned`: the tenants' fine-tuned models, each served by its name (`model`) to its own tenant
+        instead of by the routing table."""
         self.service = service
-        self.pinned = pinned
+        self.fine_tuned = fine_tuned
         self.idle_s = idle_s
         self.write_retry_s = write_retry_s
         self.max_live = max_live
@@ -214,7 +209,7 @@ class Gateway:
 
     async def _new(self, key: ApiKey, session: str | None, request: ChatRequest, context: str) -> LiveEpisode:
         request_key = f"gateway\0{key.tenant}\0{session}" if session is not None else None
-        spec = self.pinned(key.tenant, request.model) if self.pinned is not None else None
+        spec = self.fine_tuned.pinned(key.tenant, request.model) if self.fine_tuned is not None else None
         if spec is not None:
             version = request.model  # a fine-tuned model asked for by name: that model, whatever the routing says
         elif request.model.startswith(FINE_TUNED_PREFIX):
@@ -538,7 +533,7 @@ class Gateway:
             self._check_tools(episode, message, body.get("tools"))
             return message, counts, seconds
         tools = [] if request.tool_choice == "none" else body.get("tools") or []
-        conversation = to_policy_messages(body["messages"])
+        conversation = template_messages(body["messages"])
         max_tokens = request.max_completion_tokens or request.max_tokens or DEFAULT_MAX_TOKENS
         try:
             turns = await asyncio.get_running_loop().run_in_executor(

@@ -73,10 +73,13 @@ def add_gateway_routes(app: FastAPI, require_key: Callable[[Request], ApiKey],
         return JSONResponse(response, headers=headers)
 
     async def models(request: Request) -> dict[str, Any]:
-        require_key(request)
-        split = gateway_of(request).service.router.current()
+        key = require_key(request)
+        gateway = gateway_of(request)
+        split = gateway.service.router.current()
         now = int(time.time())
         names = ["agent-rl", *(public_version(v) for v in split.versions)]
+        if gateway.fine_tuned is not None:  # the caller's own fine-tuned models, asked for by name
+            names += gateway.fine_tuned.names(key.tenant)
         return {"object": "list", "data": [{"id": name, "object": "model", "created": now, "owned_by": "agent-rl"}
                                            for name in names]}
 

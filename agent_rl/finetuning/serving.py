@@ -7,8 +7,6 @@ production sensor takes it for a challenger; the gateway serves it to its tenant
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-
 from agent_rl.finetuning.jobs import JobsConfig, JobStore
 
 FINE_TUNED_PREFIX = "ft:"
@@ -24,19 +22,29 @@ def served_spec(job_id: str) -> str:
     return f"mlflow:{registered_model(job_id)}/challenger"
 
 
-def pinned_models(config: JobsConfig) -> Callable[[str, str], str | None]:
-    """The gateway's `pinned`: (tenant, requested model) -> the spec of that tenant's fine-tuned model of that name,
-    else None. The job store opens on the first fine-tuned name asked for."""
-    store: list[JobStore] = []
-    lock = threading.Lock()
+class FineTunedModels:
+    """What the gateway asks of the jobs: the spec of a tenant's fine-tuned model by name (`pinned`), and the
+    names a tenant may ask for (`names`, for /v1/models). The job store opens on first use."""
 
-    def pinned(tenant: str, model: str) -> str | None:
+    def __init__(self, config: JobsConfig) -> None:
+        self._config = config
+        self._store: JobStore | None = None
+        self._lock = threading.Lock()
+
+    def _jobs(self) -> JobStore:
+        with self._lock:
+            if self._store is None:
+                self._store = JobStore.from_config(self._config)
+            return self._store
+
+    def pinned(self, tenant: str, model: str) -> str | None:
+        """The spec of `tenant`'s fine-tuned model named `model`; None for any other name."""
         if not model.startswith(FINE_TUNED_PREFIX):
             return None
-        with lock:
-            if not store:
-                store.append(JobStore.from_config(config))
-        job = store[0].find_model(tenant, model)
+        job = self._jobs().find_model(tenant, model)
         return served_spec(job.id) if job is not None else None
 
-    return pinned
+    def names(self, tenant: str, limit: int = 100) -> list[str]:
+        """`tenant`'s fine-tuned models, newest first (its latest `limit` jobs)."""
+        jobs, _ = self._jobs().list(tenant, limit=limit)
+        return [job.fine_tuned_model for job in jobs if job.fine_tuned_model]

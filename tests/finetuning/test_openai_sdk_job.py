@@ -52,8 +52,11 @@ def test_an_openai_reinforcement_job_runs_here_unchanged_and_its_model_answers(h
             assert job.status == "succeeded" and job.fine_tuned_model.startswith("ft:tiny:acme:")
             assert "Validation: mean reward" in out and "checkpoint at step" in out
             assert f"{job.fine_tuned_model} answers:" in out  # served through the gateway by its name
-            # Another tenant's key is told the model does not exist.
+            mine = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN)
+            assert job.fine_tuned_model in [m.id for m in mine.models.list()]
+            # Another tenant's key neither lists the model nor may use it: it does not exist for that tenant.
             other = openai.OpenAI(base_url=f"{url}/v1", api_key=OTHER, max_retries=0)
+            assert job.fine_tuned_model not in [m.id for m in other.models.list()]
             with pytest.raises(openai.NotFoundError):
                 other.chat.completions.create(model=job.fine_tuned_model, messages=[{"role": "user", "content": "hi"}])
     finally:
