@@ -10,6 +10,7 @@ from agent_rl.arbiter.cli import traffic_app
 from agent_rl.arbiter.episodes_cli import app as episodes_app
 from agent_rl.evaluate.cli import eval_command
 from agent_rl.environments.registry import environment_commands
+from agent_rl.stop_signals import run
 
 app = typer.Typer(help="Continuous RL for tool-using LLM agents.", no_args_is_help=True)
 app.add_typer(model_app, name="model", help="Prepare policy models (offline).")
@@ -21,5 +22,10 @@ app.add_typer(episodes_app, name="episodes", help="Read your own recorded episod
 app.command("eval")(eval_command)
 
 
+def main() -> None:
+    """The `agent-rl` entry point: SIGTERM and SIGINT stop any command within seconds (agent_rl/stop_signals.py)."""
+    run(app, "agent-rl")
+
+
 if __name__ == "__main__":
-    app()
+    main()

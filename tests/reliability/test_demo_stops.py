@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from agent_rl.pool.repository import PoolRepository
+from tests.reliability.processes import session_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -26,21 +27,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def session_processes(sid: int) -> list[int]:
-    """Live processes of session `sid` (the demo was started as its session leader)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text(errors="replace").rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and fields[0] != "Z":
-            found.append(int(entry))
-    return found
 
 
 def registry_state(home: Path) -> tuple:
