@@ -28,8 +28,15 @@ def test_arguments_that_are_not_an_object_say_what_they_are():
         decode_arguments('{"message_id": ')
     with pytest.raises(ValueError, match="list, not an object"):
         decode_arguments("[1]")
-    with pytest.raises(ValueError, match="NoneType, not an object"):
-        decode_arguments(None)
+    with pytest.raises(ValueError, match="str, not an object"):
+        decode_arguments('"text"')
+
+
+@pytest.mark.parametrize("raw", [None, "", "  \n"])
+def test_no_arguments_are_an_empty_object(raw):
+    """None and blank text are a call without arguments (OpenAI-style servers send "" for one), for the runner,
+    the validation suite and the hacking detectors alike."""
+    assert decode_arguments(raw) == {}
 
 
 def test_readers_agree_on_a_conversation():
@@ -44,7 +51,7 @@ def test_readers_agree_on_a_conversation():
                                                         ("return_final_answer",
                                                          {"answer": "Tuesday", "sources": ["m-1"]})]
     assert final_answer(messages) == "Tuesday"
-    # unreadable arguments: the detectors keep the text, the datasets an empty object
+    # unreadable arguments: the detectors keep the text, the final answer is empty
     bad = {"role": "assistant", "tool_calls": [{"name": "return_final_answer", "arguments": "{oops"}]}
     assert tool_calls([bad])[0].arguments == {"_raw": "{oops"}
     assert final_answer([bad]) == ""
