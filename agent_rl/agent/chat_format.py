@@ -9,54 +9,23 @@ import json
 import re
 from typing import Any
 
+from agent_rl.agent.messages import template_messages
 from agent_rl.agent.policy import PolicyTurn, ToolCall
+from agent_rl.agent.tool_calls import MalformedArguments, decode_arguments
 
 TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 # Generation may run past the turn (e.g. a sampled continuation); everything after the first of these is dropped.
 END_MARKERS = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
 
 
-def normalize_message(message: dict[str, Any]) -> dict[str, Any]:
-    """A message in the layout the chat template expects: string content, tool-call arguments as objects.
-
-    OpenAI-style messages carry arguments as JSON strings; rendered as they are, the template would
-    double-encode them and the prompt would differ from the training text.
-    """
-    out: dict[str, Any] = {"role": str(message.get("role") or "user"), "content": _text(message.get("content"))}
-    calls = []
-    for call in message.get("tool_calls") or []:
-        function = call.get("function", call) if isinstance(call, dict) else {}
-        arguments = function.get("arguments", {})
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except json.JSONDecodeError:
-                pass  # keep the raw string: the model's malformed call stays visible to it
-        calls.append({"type": "function", "function": {"name": str(function.get("name", "")), "arguments": arguments}})
-    if calls:
-        out["tool_calls"] = calls
-    for key in ("tool_call_id", "name"):
-        if key in message:
-            out[key] = message[key]
-    return out
-
-
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # OpenAI content parts
-        return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
-    return str(content)
-
-
 def render_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                   add_generation_prompt: bool = True) -> str:
     """The generation prompt: the conversation rendered by the chat template, ending with the assistant header
-    exactly as the template writes it in training (`<|im_start|>assistant\\n` for ChatML)."""
+    exactly as the template writes it in training (`<|im_start|>assistant\\n` for ChatML). Messages are put in the
+    template's shape first (agent/messages.py): OpenAI-style JSON-text arguments rendered as they are would be
+    encoded twice and the prompt would differ from the training text."""
     return tokenizer.apply_chat_template(
-        [normalize_message(m) for m in messages],
+        template_messages(messages),
         tools=tools or None,
         add_generation_prompt=add_generation_prompt,
         tokenize=False,
@@ -84,16 +53,15 @@ def parse_tool_call(block: str) -> ToolCall:
     name = payload.get("name")
     if not isinstance(name, str) or not name.strip():
         raise ValueError("tool call has no 'name' (a non-empty string is required)")
-    arguments = payload.get("arguments", {})
-    if isinstance(arguments, str):  # some models emit the OpenAI wire form, arguments as a JSON string
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            raise ValueError(f"tool call {name!r}: 'arguments' is a string that is not valid JSON") from None
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, dict):
-        raise ValueError(f"tool call {name!r}: 'arguments' must be a JSON object, got {type(arguments).__name__}")
+    # Some models emit the OpenAI wire form, arguments as JSON text; none, null or "" is a call without arguments.
+    raw = payload.get("arguments")
+    try:
+        arguments = decode_arguments(raw)
+    except MalformedArguments:
+        raise ValueError(f"tool call {name!r}: 'arguments' is a string that is not valid JSON: {raw[:80]!r}") from None
+    except ValueError:
+        got = json.loads(raw) if isinstance(raw, str) else raw
+        raise ValueError(f"tool call {name!r}: 'arguments' must be a JSON object, got {type(got).__name__}") from None
     return ToolCall(name=name.strip(), arguments=arguments)
 
 

@@ -13,6 +13,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 from agent_rl.agent.chat_format import parse_completion, parse_tool_call
+from agent_rl.agent.messages import wire_messages
 from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, ToolCall, ToolSchema
 
 # Worth another try: the server is busy, restarting or briefly unreachable.
@@ -81,7 +82,7 @@ class HttpPolicy(Policy):
     def request_body(self, messages: list[dict[str, Any]], tools: list[ToolSchema], max_new_tokens: int) -> dict:
         body: dict[str, Any] = {
             "model": self.config.model,
-            "messages": to_openai_messages(messages),
+            "messages": wire_messages(messages),
             "max_tokens": max_new_tokens,
             "temperature": self.config.temperature,
             "top_p": self.config.top_p,
@@ -148,41 +149,6 @@ def _error_text(response: httpx.Response) -> str:
     return response.text[:300]
 
 
-def to_openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Conversation messages in the OpenAI wire layout: tool-call arguments as JSON strings, every tool call
-    with an id and every tool result pointing at one (servers reject unmatched tool messages)."""
-    wire: list[dict[str, Any]] = []
-    unanswered: list[str] = []  # ids of the last assistant turn's calls not yet matched by a tool message
-    for turn_index, message in enumerate(messages):
-        role = str(message.get("role") or "user")
-        content = message.get("content")
-        if role == "assistant" and message.get("tool_calls"):
-            calls = []
-            for call_index, call in enumerate(message["tool_calls"]):
-                function = call.get("function", call) if isinstance(call, dict) else {}
-                arguments = function.get("arguments", {})
-                call_id = (call.get("id") if isinstance(call, dict) else None) or f"call_{turn_index}_{call_index}"
-                calls.append({"id": call_id, "type": "function", "function": {
-                    "name": str(function.get("name", "")),
-                    "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)}})
-            unanswered = [c["id"] for c in calls]
-            wire.append({"role": "assistant", "content": content or None, "tool_calls": calls})
-        elif role == "tool":
-            call_id = message.get("tool_call_id") or (unanswered[0] if unanswered else f"call_{turn_index}")
-            if call_id in unanswered:
-                unanswered.remove(call_id)
-            wire.append({"role": "tool", "tool_call_id": call_id, "content": _text(content)})
-        else:
-            wire.append({"role": role, "content": _text(content)})
-    return wire
-
-
-def _text(content: Any) -> Any:
-    if content is None:
-        return ""
-    return content if isinstance(content, (str, list)) else str(content)
-
-
 def parse_chat_completion(payload: dict[str, Any]) -> PolicyTurn:
     """The assistant turn of a chat-completions response. Native `tool_calls` are used when present; otherwise
     `<tool_call>` blocks in the text are parsed (servers started without a tool-call parser return them raw)."""
@@ -213,23 +179,8 @@ def _native_call(call: Any) -> ToolCall:
     function = call.get("function") if isinstance(call, dict) else None
     if not isinstance(function, dict):
         raise ValueError("tool call without a 'function' object")
-    try:
-        arguments = _decode_arguments(function.get("arguments"))
-    except ValueError as exc:
-        raise ValueError(f"tool call {function.get('name')!r}: {exc}") from None
-    # Reuse the text parser's checks (name present, arguments an object) on the same data.
-    return parse_tool_call(json.dumps({"name": function.get("name"), "arguments": arguments}))
-
-
-def _decode_arguments(arguments: Any) -> Any:
-    if isinstance(arguments, str):
-        if not arguments.strip():
-            return {}
-        try:
-            return json.loads(arguments)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"tool call arguments are not valid JSON ({exc.msg}): {arguments[:80]!r}") from None
-    return arguments
+    # The text parser's checks (name present, arguments an object or its JSON text) on the same data.
+    return parse_tool_call(json.dumps({"name": function.get("name"), "arguments": function.get("arguments")}))
 
 
 def _int(value: Any) -> int:

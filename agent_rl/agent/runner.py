@@ -25,8 +25,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
-from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, RowRoutedPolicy, ToolCall
-from agent_rl.agent.tool_calls import decode_arguments
+from agent_rl.agent.messages import policy_calls
+from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, RowRoutedPolicy
 from agent_rl.environments.core import Environment, FinalAnswer, Task, Trajectory
 from agent_rl.environments.sessions import call_session_tool, judge_episode
 from agent_rl.records import Episode, Outcome
@@ -170,7 +170,7 @@ def _apply_turn(environment: Environment, names: frozenset[str], episode: _Live,
     episode.turns += 1
     episode.prompt_tokens += _count(turn.prompt_tokens)
     episode.completion_tokens += _count(turn.completion_tokens)
-    calls = _normalized_calls(turn)
+    calls = policy_calls(turn)
     content = turn.content if isinstance(turn.content, str) else str(turn.content)
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:
@@ -209,25 +209,6 @@ def _apply_turn(environment: Environment, names: frozenset[str], episode: _Live,
 
 def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def _normalized_calls(turn: PolicyTurn) -> list[ToolCall] | None:
-    """The turn's tool calls with JSON-string arguments decoded; None if any call is malformed."""
-    if not isinstance(turn.tool_calls, list):
-        return None
-    calls = []
-    for call in turn.tool_calls:
-        if not isinstance(call, ToolCall) or not isinstance(call.name, str):
-            return None
-        arguments = call.arguments
-        if isinstance(arguments, str) and not arguments.strip():
-            arguments = {}  # a call without arguments, as some OpenAI-style servers send it
-        try:
-            arguments = decode_arguments(arguments)
-        except ValueError:
-            return None
-        calls.append(ToolCall(name=call.name, arguments=arguments, id=call.id if isinstance(call.id, str) else ""))
-    return calls
 
 
 def _check_budgets(episode: _Live, turn: PolicyTurn, config: RunnerConfig, started: float) -> None:

@@ -22,7 +22,8 @@ import aiohttp
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, ValidationError
 
-from agent_rl.agent.http_policy import RETRYABLE_STATUS, parse_chat_completion, to_openai_messages
+from agent_rl.agent.http_policy import RETRYABLE_STATUS, parse_chat_completion
+from agent_rl.agent.messages import wire_messages
 from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, ToolSchema
 
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
@@ -232,7 +233,7 @@ class OpenAIUpstream(Policy):
             self._sync = httpx.Client(base_url=self._base, headers=self._headers, timeout=self.config.timeout_s)
         turns = []
         for messages in conversations:
-            body: dict[str, Any] = {"model": self.config.model, "messages": to_openai_messages(messages),
+            body: dict[str, Any] = {"model": self.config.model, "messages": wire_messages(messages),
                                     "max_tokens": max_new_tokens}
             if tools:
                 body["tools"] = tools

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from agent_rl.agent.http_policy import HttpPolicy, PolicyRequestError, to_openai_messages
+from agent_rl.agent.http_policy import HttpPolicy, PolicyRequestError
+from agent_rl.agent.messages import wire_messages
 from tests.openai_stub import delay, fail, malformed, openai_stub, reply, tool_call  # noqa: F401 (fixture)
 
 TOOLS = [{"type": "function", "function": {"name": "read_email", "description": "Read one email",
@@ -141,7 +142,7 @@ def test_unreachable_endpoint_raises():
 
 
 def test_tool_messages_without_ids_are_matched_in_order():
-    wire = to_openai_messages([
+    wire = wire_messages([
         {"role": "assistant", "content": "", "tool_calls": [
             {"function": {"name": "a", "arguments": {}}}, {"function": {"name": "b", "arguments": "{}"}}]},
         {"role": "tool", "content": "A"}, {"role": "tool", "content": "B"},

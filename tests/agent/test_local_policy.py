@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from agent_rl.agent.chat_format import END_MARKERS, normalize_message, parse_completion, render_prompt
+from agent_rl.agent.chat_format import END_MARKERS, parse_completion, render_prompt
 from agent_rl.agent.local_policy import LocalPolicy
+from agent_rl.agent.messages import template_messages
 from agent_rl.agent.models import build_tiny_model
 from agent_rl.agent.policy import PolicyTurn
 
@@ -161,7 +162,7 @@ def test_openai_style_string_arguments_render_like_objects(tiny):
     a = render_prompt(tokenizer, QUESTIONS[0] + [as_object, tool], TOOLS)
     b = render_prompt(tokenizer, QUESTIONS[0] + [as_string, tool], TOOLS)
     assert a == b and '"arguments": {"message_id": "m-1"}' in a
-    assert normalize_message({"role": "user", "content": [{"type": "text", "text": "hi"}]})["content"] == "hi"
+    assert template_messages([{"role": "user", "content": [{"type": "text", "text": "hi"}]}])[0]["content"] == "hi"
 
 
 # --------------------------------------------------------------------------------------------------- policy
