@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
@@ -23,9 +24,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from agent_rl.agent.tool_calls import call_function, call_name, decode_arguments
+from agent_rl.agent.messages import call_arguments, is_malformed, malformed_calls, template_messages
+from agent_rl.agent.tool_calls import call_function, call_name
 from agent_rl.jsonl import read_jsonl
 from agent_rl.records import DEFAULT_ENVIRONMENT, Split
+
+log = logging.getLogger(__name__)
 
 
 def quality(episode: Mapping[str, Any]) -> float:
@@ -66,47 +70,36 @@ def _parameters(schemas: list[dict[str, Any]]) -> dict[str, list[str]]:
     return out
 
 
-def _arguments(raw: Any, allowed: list[str] | None) -> dict[str, Any]:
-    """Arguments as a dict in schema order, without null values (they would render as `null`); unreadable ones: {}."""
-    try:
-        raw = decode_arguments(raw)
-    except ValueError:
-        raw = {}
-    order = allowed if allowed is not None else sorted(raw)
-    return {key: raw[key] for key in order if key in raw and raw[key] is not None}
+def _in_schema_order(arguments: dict[str, Any], allowed: list[str] | None) -> dict[str, Any]:
+    """Arguments in schema order (sorted for a tool the schemas do not know), without null values (they would
+    render as `null`)."""
+    order = allowed if allowed is not None else sorted(arguments)
+    return {key: arguments[key] for key in order if key in arguments and arguments[key] is not None}
 
 
 def conversation(messages: list[dict[str, Any]], schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages in one consistent TRL layout: assistant tool_calls with dict arguments, named tool results."""
+    """Messages in one consistent TRL layout: the chat template's shape (agent/messages.py) without call ids, each
+    call's arguments in its schema's order. Malformed arguments keep their raw text, as serving showed them (a
+    replayed step); `sft_rows` leaves such a conversation out."""
     allowed = _parameters(schemas)
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        role = message.get("role")
-        content = message.get("content")
-        content = content if isinstance(content, str) else ""
-        if role == "assistant" and message.get("tool_calls"):
-            calls = []
-            for call in message["tool_calls"]:
-                function = call_function(call) or {}
-                name = function.get("name")
-                calls.append({"type": "function",
-                              "function": {"name": name, "arguments": _arguments(function.get("arguments"),
-                                                                                 allowed.get(name))}})
-            out.append({"role": "assistant", "content": content, "tool_calls": calls})
-        elif role == "tool":
-            out.append({"role": "tool", "name": str(message.get("name") or ""), "content": content})
-        else:
-            out.append({"role": str(role), "content": content})
+    out = template_messages(messages, ids=False)
+    for message in out:
+        for call in message.get("tool_calls") or []:
+            function = call["function"]
+            if not is_malformed(function["arguments"]):
+                function["arguments"] = _in_schema_order(function["arguments"], allowed.get(function["name"]))
     return out
 
 
 def final_answer(messages: list[dict[str, Any]]) -> str | None:
-    """The answer argument of the conversation's return_final_answer call, if any."""
+    """The answer argument of the conversation's return_final_answer call, if any ("" when its arguments are
+    malformed)."""
     for message in reversed(messages):
         for call in message.get("tool_calls") or []:
             if call_name(call) == "return_final_answer":
-                arguments = _arguments(call_function(call).get("arguments"), None)
-                return str(arguments.get("answer", ""))
+                arguments = call_arguments(call_function(call).get("arguments"))
+                answer = None if is_malformed(arguments) else arguments.get("answer")
+                return "" if answer is None else str(answer)
     return None
 
 
@@ -120,7 +113,9 @@ def sft_rows(
     tools: list[dict[str, Any]] | None = None,
     max_idk_share: float | None = DEFAULT_MAX_IDK_SHARE,
 ) -> list[dict[str, Any]]:
-    """Conversational TRL rows {"messages", "tools"} of correct episodes with quality >= min_quality.
+    """Conversational TRL rows {"messages", "tools"} of correct episodes with quality >= min_quality. An episode
+    with a tool call whose arguments are malformed is left out: training data holds neither the raw text nor a
+    repaired call (agent/messages.py).
 
     At most `max_idk_share` of the rows answer "I don't know" (None: no cap); the first IDK rows in input order
     are kept. Every other answer is a different string, so too many identical answers teach a small model to
@@ -135,6 +130,7 @@ def sft_rows(
         raise ValueError(f"max_idk_share must be in [0, 1), got {max_idk_share}")
     known: dict[str, list[dict[str, Any]]] = {}
     rows: list[tuple[bool, dict[str, Any]]] = []
+    malformed = 0
     for episode in episodes:
         if quality(episode) < min_quality:
             continue
@@ -146,8 +142,13 @@ def sft_rows(
         own = episode.get("tools")
         row_schemas = own if isinstance(own, list) and own else schemas
         row = {"messages": conversation(messages or [], row_schemas), "tools": row_schemas}
+        if malformed_calls(row["messages"]):  # not a demonstration: training never sees a malformed call
+            malformed += 1
+            continue
         answer = final_answer(row["messages"])
         rows.append((answer is not None and is_idk(answer), row))
+    if malformed:
+        log.warning("sft_rows left out %d episode(s) with a tool call whose arguments are malformed", malformed)
     if max_idk_share is None:
         return [row for _, row in rows]
     answered = sum(1 for idk, _ in rows if not idk)

@@ -19,8 +19,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent_rl.agent.messages import training_messages
 from agent_rl.jsonl import read_jsonl
-from agent_rl.train.chat_rows import normalize_messages, row_tools
+from agent_rl.train.chat_rows import row_tools
 from agent_rl.train.config import SFTSettings, common_trainer_args
 from agent_rl.train.static_prefix import StaticPrefix
 from agent_rl.train.tracking import MetricsCallback, Tracker, file_sha256
@@ -138,7 +139,7 @@ def tokenize_rows(tokenizer, rows: list[dict[str, Any]], max_length: int) -> Tok
     out = TokenizedRows()
     for index, row in enumerate(rows):
         where = f"SFT row {index}"
-        messages = normalize_messages(row.get("messages"), where)
+        messages = training_messages(row.get("messages"), where)
         tools = row_tools(row.get("tools"))
         messages = without_answer_ack(messages)
         input_ids, labels = tokenize_conversation(tokenizer, messages, tools or None)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_rl.train.chat_rows import normalize_messages, row_tools
+from agent_rl.agent.messages import training_messages
+from agent_rl.train.chat_rows import row_tools
 
 # Below this many tokens the separate forward pass saves less than it costs.
 MIN_PREFIX_TOKENS = 64
@@ -40,7 +41,7 @@ class StaticPrefix:
         from agent_rl.agent.chat_format import render_prompt
 
         for row in rows:
-            messages = normalize_messages(row.get("messages"), "SFT row")
+            messages = training_messages(row.get("messages"), "SFT row")
             if messages[0]["role"] != "system":
                 continue
             block = render_prompt(tokenizer, messages[:1], row_tools(row.get("tools")) or [],
