@@ -1,9 +1,12 @@
 """Sequential A/B statistics (always-valid mSPRT) and the gradual-rollout decision policy."""
 
-from agent_rl.ab.outcomes import arm_stats_from_episodes, feedback_verdict
+from agent_rl.ab.evidence import ArmEstimate, Disagreement, LabeledArm, disagreement, ppi_estimate, ppi_test
+from agent_rl.ab.outcomes import arm_stats_from_episodes, feedback_verdict, labeled_arms_from_episodes
 from agent_rl.ab.rollout import (
     Decision,
     Guardrails,
+    Labels,
+    LabelSettings,
     Margin,
     RolloutConfig,
     RolloutEvent,
@@ -21,10 +24,15 @@ from agent_rl.ab.stats import (
 )
 
 __all__ = [
+    "ArmEstimate",
     "ArmStats",
     "Decision",
+    "Disagreement",
     "GuardrailResult",
     "Guardrails",
+    "LabelSettings",
+    "LabeledArm",
+    "Labels",
     "Margin",
     "RolloutConfig",
     "RolloutEvent",
@@ -35,6 +43,10 @@ __all__ = [
     "apply_decision",
     "arm_stats_from_episodes",
     "decide",
+    "disagreement",
     "feedback_verdict",
     "fixed_horizon_z_test",
+    "labeled_arms_from_episodes",
+    "ppi_estimate",
+    "ppi_test",
 ]

@@ -10,15 +10,20 @@ Scoring rules, in order:
 - unjudged (live gateway traffic, nobody scored it): counts only with a verdict (success or failure,
   never a hallucination: whether it answered at all is unknown); without one it is no trial at all.
 Feedback text that is not a verdict (a free comment) is ignored.
+
+`labeled_arms_from_episodes` gives the label-aware test (evidence.py) the same episodes with a labeler's
+probability on every unjudged one, rated or not: the unjudged are the episodes users could rate; the others keep
+their outcome by the rules above.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from agent_rl.ab.evidence import LabeledArm
 from agent_rl.ab.stats import ArmStats
 from agent_rl.records import Episode
 from agent_rl.utc import as_utc
@@ -119,3 +124,50 @@ def arm_stats_from_episodes(
         )
         for version, t in tallies.items()
     }
+
+
+def labeled_arms_from_episodes(
+    episodes: Iterable[Mapping[str, Any] | Episode],
+    score: Callable[[list[Mapping[str, Any] | Episode]], Sequence[float]],
+    since: datetime | None = None,
+) -> dict[str, LabeledArm]:
+    """Per policy_version, the episodes created at or after `since` as the label-aware test reads them: every
+    unjudged episode with `score`'s probability of a good outcome (one call, all versions' unjudged episodes in
+    order) and its rating (the verdict, or None), every other one with its outcome by the module's rules (an error
+    is a failure, a verdict overrules the judgment)."""
+    since_utc = _created_at(since, -1) if since is not None else None
+    ratable: list[tuple[str, Mapping[str, Any] | Episode, int | None]] = []
+    judged: dict[str, list[int]] = {}
+    versions: dict[str, None] = {}
+    for index, item in enumerate(episodes):
+        row = item.model_dump() if isinstance(item, Episode) else item
+        for key in ("policy_version", "outcome", "created_at"):
+            if key not in row or row[key] is None:
+                raise ValueError(f"episode row {index}: missing {key!r}")
+        if since_utc is not None and _created_at(row["created_at"], index) < since_utc:
+            continue
+        outcome = str(getattr(row["outcome"], "value", row["outcome"]))
+        if outcome not in KNOWN_OUTCOMES:
+            raise ValueError(
+                f"episode row {index}: unknown outcome {outcome!r}; expected one of {sorted(KNOWN_OUTCOMES)}"
+            )
+        version = str(row["policy_version"])
+        versions[version] = None
+        verdict = feedback_verdict(row.get("feedback"))
+        if outcome == UNJUDGED:
+            ratable.append((version, item, None if verdict is None else int(verdict)))
+        elif outcome in ERROR_OUTCOMES:
+            judged.setdefault(version, []).append(0)
+        else:
+            judged.setdefault(version, []).append(int((outcome == "correct") if verdict is None else verdict))
+    probabilities = list(score([item for _, item, _ in ratable])) if ratable else []
+    if len(probabilities) != len(ratable):
+        raise ValueError(f"score gave {len(probabilities)} probabilities for {len(ratable)} unjudged episodes")
+    labels: dict[str, list[float]] = {}
+    ratings: dict[str, list[int | None]] = {}
+    for (version, _, rating), probability in zip(ratable, probabilities):
+        labels.setdefault(version, []).append(float(probability))
+        ratings.setdefault(version, []).append(rating)
+    return {version: LabeledArm(labels=tuple(labels.get(version, ())), ratings=tuple(ratings.get(version, ())),
+                                judged=tuple(judged.get(version, ())))
+            for version in versions}

@@ -11,6 +11,13 @@ and needs three separate significant results. What each step adds is a fresh min
 before leaving a step the challenger must have served `min_samples_per_step` episodes at that
 share with the evidence still significant, so guardrails get to see it under the larger load.
 
+Where users rate only a few episodes (the gateway), the test may read the week's labels beside the ratings
+(evidence.py: prediction-powered inference, with the labeler frozen before the test, only when it passed its check
+and `RolloutConfig.labels.use` is on): each arm's estimate is its labels corrected by its ratings, the same
+always-valid test runs on it, the minimum samples count episodes (rated or labeled) and each arm also needs
+`labels.min_rated_per_arm` rated ones. Where the ratings' lift and the labels' lift disagree in sign beyond their
+noise, the rollout holds and says why; a labeler that failed its check leaves the test on ratings alone.
+
 Rollback is on the first significant degradation of the success rate, on a significant guardrail
 breach (always-valid tests of "worse than the champion by more than the margin"), or when a step
 runs past `max_step_duration` without being won. Promotion, the irreversible step, additionally
@@ -28,11 +35,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agent_rl.ab.evidence import (
+    Disagreement,
+    LabeledArm,
+    disagreement,
+    evidence_line,
+    ppi_estimate,
+    ppi_test,
+)
 from agent_rl.ab.stats import (
     ArmStats,
     GuardrailResult,
@@ -54,6 +70,7 @@ Cause = Literal[
     "significantly_better",
     "significantly_worse",
     "guardrail_breach",
+    "labels_disagree_with_ratings",
     "timeout",
 ]
 SignificanceTest = Callable[[ArmStats, ArmStats, SequentialTestConfig], TestResult]
@@ -98,6 +115,25 @@ class Guardrails(BaseModel):
         return _check_alpha(value, "guardrails.alpha")
 
 
+class LabelSettings(BaseModel):
+    """Whether and how the test reads the week's labels beside the ratings (evidence.py). Labels count only when
+    the labeler frozen for the test passed its check; ratings stay the ground truth."""
+
+    model_config = ConfigDict(frozen=True)
+
+    use: bool = Field(True, description="Read the frozen labeler's labels beside the ratings (prediction-powered).")
+    min_rated_per_arm: int = Field(
+        10, ge=2, description="With labels: rated episodes each arm needs before its ratings may correct its labels.")
+    disagreement_alpha: float = Field(
+        0.05, description="Two-sided level, per look, at which the ratings' lift contradicting the labels' holds the "
+        "test.")
+
+    @field_validator("disagreement_alpha")
+    @classmethod
+    def _alpha(cls, value: float) -> float:
+        return _check_alpha(value, "labels.disagreement_alpha")
+
+
 class RolloutConfig(BaseModel):
     """Every knob of the A/B test and the gradual rollout."""
 
@@ -116,6 +152,7 @@ class RolloutConfig(BaseModel):
         timedelta(days=7), description="A step not won by then (no significant win, or too little traffic) rolls back."
     )
     guardrails: Guardrails = Guardrails()
+    labels: LabelSettings = LabelSettings()
 
     @field_validator("alpha")
     @classmethod
@@ -201,6 +238,13 @@ class RolloutState(BaseModel):
     model_name: str | None = Field(
         None, description="The registered model the challenger is a version of: agents sharing one pool number "
         "their versions alike (v1 of the email model is not v1 of the support model).")
+    step_start_episodes: dict[str, int] = Field(
+        default_factory=dict, description="Cumulative episodes per version (rated or not) when the current step "
+        "began: what a step's samples count when the test reads labels.")
+    labeler: str | None = Field(
+        None, description="Where the labeler frozen for this test lies, relative to AGENT_RL_HOME (saved when the "
+        "test started); None: none was, `labeler_note` says why.")
+    labeler_note: str = ""
 
     @model_validator(mode="after")
     def _distinct_versions(self) -> RolloutState:
@@ -223,9 +267,12 @@ class RolloutState(BaseModel):
         now: datetime | None = None,
         baseline_weights: dict[str, float] | None = None,
         model_name: str | None = None,
+        labeler: str | None = None,
+        labeler_note: str = "",
     ) -> RolloutState:
         """A new A/B test at the first step (10% by default). `baseline_weights` is the routing the challenger
-        arrives in (default: the champion alone)."""
+        arrives in (default: the champion alone); `labeler` the labeler frozen for it (relative to AGENT_RL_HOME),
+        or None with `labeler_note` saying why."""
         now = _utc_or_now(now)
         share = config.steps[0]
         baseline = _normalized(baseline_weights or {champion: 1.0})
@@ -236,8 +283,11 @@ class RolloutState(BaseModel):
             test_started_at=now,
             step_started_at=now,
             step_start_trials={champion: 0, challenger: 0},
+            step_start_episodes={champion: 0, challenger: 0},
             baseline_weights=baseline,
             model_name=model_name,
+            labeler=labeler,
+            labeler_note=labeler_note,
         )
         event = RolloutEvent(
             at=now, action="start", step_share=share, weights=state.weights(), reason="A/B test started"
@@ -284,6 +334,11 @@ class Decision(BaseModel):
     new_champion: str | None = None
     previous_champion: str | None = None
 
+    def message(self) -> str:
+        """The decision in one line for logs: action, cause, reason, and the evidence it read."""
+        summary = (self.stats.get("evidence") or {}).get("summary") if isinstance(self.stats, dict) else None
+        return f"{self.action} ({self.cause}): {self.reason}" + (f" | {summary}" if summary else "")
+
 
 def _normalized(weights: dict[str, float]) -> dict[str, float]:
     total = sum(weights.values())
@@ -311,6 +366,90 @@ def _guardrails(champion: ArmStats, challenger: ArmStats, config: RolloutConfig)
     ]
 
 
+@dataclass(frozen=True)
+class Labels:
+    """What the controller hands `decide` about labels: each arm's episodes as the label-aware test sees them
+    (evidence.py `LabeledArm`), the frozen labeler's record (week, passed, reason, AUC, ECE, fitted_through), and,
+    when there is nothing to read, why (`note`). `served`: every episode per version since the test began, rated
+    or not, for the record of what ratings alone leave unused."""
+
+    champion: LabeledArm | None = None
+    challenger: LabeledArm | None = None
+    labeler: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+    served: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """What one look reads: the test it decides on, what the minimum samples count per version (episodes with
+    labels, rated trials without), the rated episodes per version, the ratings-vs-labels check, and the record."""
+
+    used_labels: bool
+    test: TestResult
+    counts: dict[str, int]
+    rated: dict[str, int]
+    disagreement: Disagreement | None
+    record: dict[str, Any]
+
+
+def _ratings_alone_because(labels: Labels | None, config: RolloutConfig) -> str:
+    """Why this look reads ratings alone ("" when it reads labels too)."""
+    if not config.labels.use:
+        return "labels are off (use_labels false)"
+    if labels is None or labels.champion is None or labels.challenger is None:
+        return (labels.note if labels is not None and labels.note else "no labeler was frozen for this test")
+    if not labels.labeler.get("passed"):
+        return f"the labeler failed its check ({labels.labeler.get('reason') or 'no reason given'})"
+    if not labels.champion.labels and not labels.challenger.labels:
+        return "no episode awaits a rating: every one was judged"
+    return ""
+
+
+def _lift(champion: float | None, challenger: float | None) -> float | None:
+    return None if champion is None or challenger is None else challenger - champion
+
+
+def _evidence(state: RolloutState, champion_stats: ArmStats, challenger_stats: ArmStats, ratings_test: TestResult,
+              config: RolloutConfig, labels: Labels | None) -> _Evidence:
+    why = _ratings_alone_because(labels, config)
+    if why:
+        arms = {}
+        for role, version, stats in (("champion", state.champion, champion_stats),
+                                     ("challenger", state.challenger, challenger_stats)):
+            labeled = getattr(labels, role, None) if labels is not None else None
+            served = labels.served.get(version, 0) if labels is not None else 0
+            # Every episode served, where the controller counted them (the unrated ones too), else the rated ones.
+            episodes = max(stats.trials, served, labeled.episodes if labeled is not None else 0)
+            arms[role] = {"version": version, "episodes": episodes, "rated": stats.trials, "labeled": 0,
+                          "unrated": episodes - stats.trials, "judged": 0,
+                          "ratings_rate": stats.success_rate if stats.trials else None}
+        record = {"source": "ratings", "note": f"ratings alone: {why}", **arms,
+                  "ratings_lift": _lift(arms["champion"]["ratings_rate"], arms["challenger"]["ratings_rate"]),
+                  "labels_lift": None, "test": ratings_test.to_dict(),
+                  "labeler": dict(labels.labeler) if labels is not None else {}}
+        record["summary"] = evidence_line(record)
+        counts = {state.champion: champion_stats.trials, state.challenger: challenger_stats.trials}
+        return _Evidence(False, ratings_test, counts, dict(counts), None, record)
+    assert labels is not None and labels.champion is not None and labels.challenger is not None
+    champion, challenger = ppi_estimate(labels.champion), ppi_estimate(labels.challenger)
+    test = ppi_test(champion, challenger, config.test_config())
+    check = disagreement(labels.champion, labels.challenger, config.labels.disagreement_alpha)
+    record = {
+        "source": "ratings+labels", "note": "",
+        "champion": {"version": state.champion, **champion.to_dict()},
+        "challenger": {"version": state.challenger, **challenger.to_dict()},
+        "ratings_lift": _lift(champion.ratings_rate, challenger.ratings_rate),
+        "labels_lift": _lift(champion.labels_rate, challenger.labels_rate),
+        "test": test.to_dict(), "ratings_test": ratings_test.to_dict(),
+        "disagreement": check.to_dict() if check is not None else None,
+        "labeler": dict(labels.labeler),
+    }
+    record["summary"] = evidence_line(record)
+    return _Evidence(True, test, {state.champion: champion.episodes, state.challenger: challenger.episodes},
+                     {state.champion: champion.rated, state.challenger: challenger.rated}, check, record)
+
+
 def decide(
     state: RolloutState,
     champion_stats: ArmStats,
@@ -318,26 +457,36 @@ def decide(
     config: RolloutConfig,
     now: datetime | None = None,
     significance_test: SignificanceTest = always_valid_test,
+    labels: Labels | None = None,
 ) -> Decision:
-    """One look at the data. Stats must be cumulative since `state.test_started_at`.
+    """One look at the data. Stats must be cumulative since `state.test_started_at`, and so must `labels`.
 
-    `significance_test` exists so the simulator can swap in the naive z-test for contrast."""
+    `labels`: each arm's episodes with the frozen labeler's probabilities, when the controller has them; the look
+    reads them beside the ratings when the labeler passed its check and `config.labels.use` is on, else ratings
+    alone (`stats["evidence"]` says which, and why). `significance_test` (of the ratings) exists so the simulator
+    can swap in the naive z-test for contrast."""
     if state.finished:
         raise ValueError(f"rollout of {state.challenger!r} already finished ({state.status}); start a new one")
     now = _utc_or_now(now)
     step = config.step_index(state.step_share)
+    ratings_test = significance_test(champion_stats, challenger_stats, config.test_config())
+    evidence = _evidence(state, champion_stats, challenger_stats, ratings_test, config, labels)
+    test = evidence.test
+    unit = "episodes" if evidence.used_labels else "trials"
+    started = state.step_start_episodes if evidence.used_labels else state.step_start_trials
     step_trials = {}
-    for version, stats in ((state.champion, champion_stats), (state.challenger, challenger_stats)):
-        at_start = state.step_start_trials.get(version, 0)
-        if stats.trials < at_start:
+    for version, count in evidence.counts.items():
+        at_start = started.get(version, 0)
+        if count < at_start:
             raise ValueError(
-                f"stats for {version!r} have {stats.trials} trials, fewer than the {at_start} recorded when the step "
+                f"stats for {version!r} have {count} {unit}, fewer than the {at_start} recorded when the step "
                 "began: pass counts cumulative since state.test_started_at"
             )
-        step_trials[version] = stats.trials - at_start
+        step_trials[version] = count - at_start
 
-    test = significance_test(champion_stats, challenger_stats, config.test_config())
-    enough = min(champion_stats.trials, challenger_stats.trials) >= config.min_samples_per_arm
+    enough = min(evidence.counts.values()) >= config.min_samples_per_arm
+    if evidence.used_labels:
+        enough = enough and min(evidence.rated.values()) >= config.labels.min_rated_per_arm
     guardrails = _guardrails(champion_stats, challenger_stats, config) if enough else []
     elapsed = now - _utc_or_now(state.step_started_at)
     stats: dict[str, Any] = {
@@ -345,6 +494,7 @@ def decide(
         "guardrails": {g.name: g.to_dict() for g in guardrails},
         "champion": {"version": state.champion, **champion_stats.summary()},
         "challenger": {"version": state.challenger, **challenger_stats.summary()},
+        "evidence": evidence.record,
         "step_share": state.step_share,
         "step_trials": step_trials,
         "step_elapsed_s": elapsed.total_seconds(),
@@ -358,11 +508,13 @@ def decide(
 
     rollback_weights = state.baseline()
     if not enough:
+        need = (f"{config.min_samples_per_arm} episodes and {config.labels.min_rated_per_arm} rated per arm"
+                if evidence.used_labels else f"{config.min_samples_per_arm} episodes per arm")
+        have = "; ".join(f"{v}: {evidence.counts[v]} episodes, {evidence.rated[v]} rated" if evidence.used_labels
+                         else f"{v}: {evidence.counts[v]}" for v in (state.champion, state.challenger))
         if elapsed >= config.max_step_duration:
-            reason = f"fewer than {config.min_samples_per_arm} episodes per arm after {elapsed}"
-            return out("rollback", "timeout", rollback_weights, reason)
-        reason = f"collecting: need {config.min_samples_per_arm} episodes per arm first"
-        return out("hold", "collecting", state.weights(), reason)
+            return out("rollback", "timeout", rollback_weights, f"fewer than {need} after {elapsed} ({have})")
+        return out("hold", "collecting", state.weights(), f"collecting: need {need} first ({have})")
 
     breached = [g for g in guardrails if g.breached]
     if breached:
@@ -370,6 +522,15 @@ def decide(
             f"{g.name} {g.challenger_value:.4g} vs champion {g.champion_value:.4g} (limit {g.limit:.4g})" for g in breached
         )
         return out("rollback", "guardrail_breach", rollback_weights, f"guardrail breach: {detail}")
+    if evidence.disagreement is not None and evidence.disagreement.disagree:
+        # Ratings are the ground truth: labels they contradict move nothing, in either direction.
+        if elapsed >= config.max_step_duration:
+            return out("rollback", "timeout", rollback_weights,
+                       f"step at {state.step_share:.0%} not won within {config.max_step_duration}: "
+                       f"{evidence.disagreement.sentence()}")
+        return out("hold", "labels_disagree_with_ratings", state.weights(),
+                   f"holding: {evidence.disagreement.sentence()}; the ratings are the ground truth, so nothing moves "
+                   f"until they agree or the step runs out")
     if test.decision == "worse":
         reason = f"significantly worse: lift {test.lift:+.3f} (CI {test.ci_low:+.3f}..{test.ci_high:+.3f}), p={test.p_value:.4f}"
         return out("rollback", "significantly_worse", rollback_weights, reason)
@@ -412,7 +573,7 @@ def decide(
             "hold",
             "better_waiting_for_step_samples",
             state.weights(),
-            f"better (p={test.p_value:.4f}); {short}/{config.min_samples_per_step} episodes at this step",
+            f"better (p={test.p_value:.4f}); {short}/{config.min_samples_per_step} {unit} at this step",
         )
     if test.decision == "better":
         return out(
@@ -436,12 +597,16 @@ def apply_decision(state: RolloutState, decision: Decision) -> RolloutState:
         state.champion: int(decision.stats["champion"]["trials"]),
         state.challenger: int(decision.stats["challenger"]["trials"]),
     }
+    evidence = decision.stats.get("evidence") or {}
+    episodes = {version: int(evidence[role]["episodes"]) for role, version in
+                (("champion", state.champion), ("challenger", state.challenger)) if role in evidence}
     update: dict[str, Any] = {}
     if decision.action == "advance":
         update = {
             "step_share": decision.new_weights[state.challenger],
             "step_started_at": decision.decided_at,
             "step_start_trials": trials,
+            "step_start_episodes": episodes,
         }
     elif decision.action == "promote":
         update = {"step_share": 1.0, "status": "promoted", "step_started_at": decision.decided_at}

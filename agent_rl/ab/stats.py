@@ -271,6 +271,24 @@ def always_valid_test(
     return _result(champion, challenger, config, p_value, lift, radius, "msprt")
 
 
+def always_valid_test_of_estimate(lift: float | None, variance: float, n_champion: int, n_challenger: int,
+                                  champion_rate: float, config: SequentialTestConfig, method: str) -> TestResult:
+    """The same mSPRT on any estimate of the lift with its (plug-in) variance, for estimators other than two
+    proportions (evidence.py: ratings and labels). `lift` None (not estimable yet): p = 1, the interval all of
+    [-1, 1]; verdicts wait for `config.min_samples_per_arm` per arm, counted as the caller counts them."""
+    if lift is None or not math.isfinite(variance):
+        lift, p_value, half_width = 0.0, 1.0, None
+    else:
+        p_value = min(1.0, math.exp(-_scalar_log_lr(lift, variance, config.tau_squared)))
+        half_width = _scalar_radius(variance, config.tau_squared, config.alpha)
+    ci_low, ci_high = (-1.0, 1.0) if half_width is None else (max(-1.0, lift - half_width), min(1.0, lift + half_width))
+    enough = min(n_champion, n_challenger) >= config.min_samples_per_arm
+    return TestResult(p_value=p_value, lift=lift, ci_low=ci_low, ci_high=ci_high,
+                      decision=_verdict(p_value, lift, config.alpha, enough), n=n_champion + n_challenger,
+                      n_champion=n_champion, n_challenger=n_challenger,
+                      relative_lift=_relative(lift, champion_rate), method=method)
+
+
 def fixed_horizon_z_test(
     champion: ArmStats, challenger: ArmStats, config: SequentialTestConfig | None = None
 ) -> TestResult:
