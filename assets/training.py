@@ -13,7 +13,7 @@ from agent_rl.curation.datasets import load_jsonl
 from agent_rl.curation.live import GRPO_SKIPPED
 from agent_rl.train.environment import grpo_world
 from agent_rl.train.starting_point import starting_point
-from agent_rl.reward.hacking import HackingConfig, environment_detectors, measure_reward_hacking
+from agent_rl.reward.hacking import HackingConfig, environment_detectors, mark_rewarded, measure_reward_hacking
 from assets.curation import grpo_dataset, sft_dataset, stage_dir
 from assets.partitions import weekly
 from resources.compute import TrainingCompute
@@ -162,8 +162,9 @@ def grpo_hacking(partition: str, environment: EnvironmentResource) -> tuple[list
     path = rollouts_path(partition)
     if not path.exists():
         return [], f"no rollouts recorded at {path}"
-    rollouts = load_jsonl(path)
-    findings = measure_reward_hacking(rollouts, HackingConfig(), environment_detectors(environment.loads()))
+    envs = environment.loads()
+    rollouts = mark_rewarded(load_jsonl(path), max(env.rewarded_above for env in envs))
+    findings = measure_reward_hacking(rollouts, HackingConfig(), environment_detectors(envs))
     (stage_dir("grpo_adapter", partition) / "hacking.json").write_text(
         json.dumps([f.as_dict() for f in findings], default=str))
     triggered = [f for f in findings if f.triggered]

@@ -144,8 +144,10 @@ def run_one(store, job_id: str) -> int:
                          name=registered_model(job_id), tracking_uri=settings.mlflow_uri())
     metrics = {"valid_mean_reward": after, "valid_mean_reward_before": before, "valid_accuracy": report["accuracy"]}
     store.add_checkpoint(job_id, report["steps"], metrics, f"{name}:ckpt-step-{report['steps']}")
+    if report.get("grpo_disqualified"):  # the reward-hacking check kept GRPO's model out: say so, it is news
+        store.add_event(job_id, f"GRPO's model was not shipped: {report['grpo_disqualified']}", level="warn")
     store.add_event(job_id, f"Validation: mean reward {before:.3f} before, {after:.3f} after "
-                            f"({report['held_out']} held-out rows)", data=metrics)
+                            f"({report['held_out']} held-out rows; shipped: {report['why']})", data=metrics)
     store.finish(job_id, "succeeded", fine_tuned_model=name, trained_tokens=report.get("trained_tokens"))
     return 0
 
@@ -241,6 +243,7 @@ def run_loop(job_id: str, spec: dict[str, Any], environment, seeded: dict[str, A
     report = json.loads(report_file.read_text())
     candidate = report["choice"]["candidate"]
     return result, {
+        "why": report["choice"].get("reason"), "grpo_disqualified": report["choice"].get("grpo_disqualified"),
         "reward_before": mean_reward(report["episodes"]["incumbent"]),
         "reward_after": mean_reward(report["episodes"][candidate]),
         "accuracy": report["metrics"]["candidate"]["accuracy"],

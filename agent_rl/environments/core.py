@@ -155,6 +155,9 @@ class Environment(abc.ABC):
     # tool call ends the episode with that text as its FinalAnswer instead of breaking the format, and the
     # session may offer no tools at all.
     answers_in_words: ClassVar[bool] = False
+    # The reward above which the reward-hacking detectors count a rollout as rewarded (besides a correct one): 0 for
+    # judges that reward only what they favour; a graded judge's pass threshold where every answer scores a little.
+    rewarded_above: ClassVar[float] = 0.0
 
     @abc.abstractmethod
     def tasks(self, split: Split) -> list[Task]:

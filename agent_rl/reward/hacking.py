@@ -140,8 +140,22 @@ def is_answered(rollout: dict[str, Any]) -> bool:
 
 
 def is_rewarded(rollout: dict[str, Any]) -> bool:
+    """Whether the reward favoured this rollout: judged correct or rewarded above zero, unless the rollout says
+    (`rewarded`, set by `mark_rewarded` where a graded judge's partial scores are not a reward for the answer)."""
+    if "rewarded" in rollout:
+        return bool(rollout["rewarded"])
     reward, outcome = rollout.get("reward"), str(rollout.get("outcome") or "")
     return outcome == "correct" or (isinstance(reward, int | float) and reward > 0)
+
+
+def mark_rewarded(rollouts: list[dict[str, Any]], above: float) -> list[dict[str, Any]]:
+    """The rollouts with `rewarded` set: correct, or a reward above `above` (an environment whose judge scores every
+    answer, as a job's fuzzy-match grader does, rewards a long wrong answer a little; that is not an answer the
+    reward favoured, and the detectors would read it as a format exploit). `above` 0: unchanged."""
+    if above <= 0:
+        return rollouts
+    return [{**r, "rewarded": str(r.get("outcome") or "") == "correct"
+             or (isinstance(r.get("reward"), int | float) and r["reward"] > above)} for r in rollouts]
 
 
 def example(rollout: dict[str, Any], why: str) -> dict[str, Any]:

@@ -189,3 +189,20 @@ def test_an_amount_written_another_way_in_the_email_is_supported():
         assert finding.examples[0]["final_answer"] == "$53,351.90"
     finally:
         del EMAILS["m9"]
+
+
+def test_a_graded_judges_small_scores_for_long_answers_are_not_rewards():
+    """A job's fuzzy-match grader gives every answer a little: long wrong answers scoring 0.1 are no answers the
+    reward favoured, so they are no format exploit (the base model's verbose replies once disqualified GRPO at 72%);
+    the same answers judged correct still are."""
+    from agent_rl.reward.hacking import mark_rewarded
+
+    rollouts = clean_rollouts()
+    for rollout in rollouts[:3]:
+        rollout.update(final_answer="the email says many things " * 12, reward=0.1, outcome="wrong")
+    assert "format_exploit" in {f.kind for f in detect(rollouts)}  # read as rewarded: reward > 0
+    assert "format_exploit" not in {f.kind for f in detect(mark_rewarded(rollouts, 0.5))}
+    for rollout in rollouts[:3]:
+        rollout["outcome"] = "correct"
+    assert "format_exploit" in {f.kind for f in detect(mark_rewarded(rollouts, 0.5))}
+    assert mark_rewarded(rollouts, 0.0) is rollouts

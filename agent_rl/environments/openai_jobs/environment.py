@@ -64,6 +64,7 @@ class OpenAIJobEnvironment(Environment):
         self._context = grader_context or GraderContext(
             python=PythonSandboxConfig(enabled=os.environ.get(PYTHON_GRADERS_ENV) == "1"))
         self.pass_threshold = pass_threshold
+        self.rewarded_above = pass_threshold  # a fuzzy score below the pass mark is no reward for the answer
         if train_rows is None:
             folder = job_dir or os.environ.get(JOB_DIR_ENV)
             if not folder:
