@@ -24,7 +24,9 @@ from agent_rl.curation.live import (
 from agent_rl.curation.plugin_privacy import anonymize_plugin_partition, merged_privacy_reports
 from agent_rl.curation.tenant_agreement import check_week, summary
 from agent_rl.curation.tenants import cap_tenant_share, share_table
+from agent_rl.curation.week_labeler import freeze_week_labeler
 from agent_rl.environments import worlds
+from agent_rl.feedback.frozen import WEEK_STAGE
 from agent_rl.records import Split
 from agent_rl.train.plugin_rollouts import training_rows
 from agent_rl.curation.validate import config_for, gate_results, validate_episodes
@@ -66,7 +68,9 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
         rows, agreement = check_week(rows, curation.tenant_agreement(),
                                      distrust_flagged=curation.distrust_disagreeing_tenants)
         if labeler_config is not None:
+            unlabeled = rows
             rows, labeler = label_unrated(rows, labeler_config)
+            _keep_labeler_for_ab_test(context, unlabeled, labeler_config, labeler, partition)
         config, declared = live_validation_config(rows, max_episode_chars=curation.max_episode_chars), None
     else:
         config = config_for(environment.loads(), max_episode_chars=curation.max_episode_chars)
@@ -100,6 +104,19 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
 
 
 AGREEMENT_COLUMNS = ["tenant", "rated", "up", "up_elsewhere", "status", "effect", "p", "evidence", "reason"]
+
+
+def _keep_labeler_for_ab_test(context: dg.AssetExecutionContext, rows: list[dict], config, report,
+                              partition: str) -> None:
+    """The week's labeler, kept for the A/B test of the challenger this week trains (agent_rl/feedback/frozen.py);
+    curation's rows and report stay as label_unrated left them."""
+    frozen = freeze_week_labeler(rows, config, report, week=partition)
+    if frozen is None:
+        context.log.info("labeler not kept for the A/B test: a model judge's labeler is not frozen (ratings alone)")
+        return
+    folder = frozen.save(stage_dir(WEEK_STAGE, partition))
+    context.log.info(f"labeler kept for the A/B test in {folder} "
+                     f"({'passed its check' if frozen.passed else 'failed its check: ' + frozen.reason})")
 
 
 def _labeler_metadata(labeler, clean: list[dict]) -> dict:

@@ -231,7 +231,8 @@ def training_rows(run: demo_run.DemoRun) -> dict[str, int]:
 
 def ab_test(run: demo_run.DemoRun, outside: OutsideAgent, args: argparse.Namespace) -> tuple[str, list[dict]]:
     """The sensors start the A/B test and route the gateway's traffic; rounds of the same users' traffic until they
-    decide on its live feedback (only rated episodes count: nobody else said how it went)."""
+    decide on its live feedback: the ratings, and beside them the labels of the week's labeler when it passed its
+    check (agent_rl/ab/evidence.py); each round's decision line says which, per arm rated and labeled episodes."""
     import dagster as dg
 
     from pipelines.sensors import challenger_sensor, rollout_sensor
@@ -255,8 +256,8 @@ def ab_test(run: demo_run.DemoRun, outside: OutsideAgent, args: argparse.Namespa
         if decision.startswith(("promote", "rollback")):
             break
     else:
-        decision = (f"A/B test undecided after {args.ab_rounds} rounds of {args.ab_users} users: only rated "
-                    f"episodes count, {args.rated_share:.0%} of users rate ({decision})")
+        decision = (f"A/B test undecided after {args.ab_rounds} rounds of {args.ab_users} users, "
+                    f"{args.rated_share:.0%} of whom rate ({decision})")
     return decision, rounds
 
 

@@ -35,7 +35,7 @@ def rollout_sensor(context: dg.SensorEvaluationContext, pool: PoolResource, mlfl
     decision = _controller(context, pool, mlflow, rollout).evaluate()
     if decision is None:
         return dg.SkipReason("no A/B test running")
-    message = f"{decision.action} ({decision.cause}): {decision.reason}"
+    message = decision.message()  # with the evidence it read: per arm rated and labeled, both lifts, the statistic
     if decision.action != "hold":
         context.log.info(message)
     return dg.SkipReason(message)

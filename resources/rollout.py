@@ -6,7 +6,7 @@ from datetime import timedelta
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from agent_rl.ab.rollout import RolloutConfig
+from agent_rl.ab.rollout import LabelSettings, RolloutConfig
 
 
 class RolloutResource(ConfigurableResource):
@@ -17,6 +17,12 @@ class RolloutResource(ConfigurableResource):
     steps: list[float] = Field(default=[0.1, 0.5, 1.0])
     tau_squared: float = Field(default=0.01, gt=0, description="mSPRT mixture variance: the squared lift you expect")
     base_spec: str = Field(default="base", description="the model that serves as champion before one is registered")
+    use_labels: bool = Field(default=True, description="read the frozen week's labels beside the ratings "
+                             "(prediction-powered), when its labeler passed its check")
+    labels_min_rated_per_arm: int = Field(default=10, ge=2, description="with labels: rated episodes each arm "
+                                          "needs before its ratings may correct its labels")
+    labels_disagreement_alpha: float = Field(default=0.05, gt=0, lt=1, description="level at which ratings "
+                                             "contradicting the labels hold the test")
 
     def config(self) -> RolloutConfig:
         return RolloutConfig(
@@ -26,4 +32,6 @@ class RolloutResource(ConfigurableResource):
             min_samples_per_step=self.min_samples_per_step,
             max_step_duration=timedelta(hours=self.max_step_hours),
             tau_squared=self.tau_squared,
+            labels=LabelSettings(use=self.use_labels, min_rated_per_arm=self.labels_min_rated_per_arm,
+                                 disagreement_alpha=self.labels_disagreement_alpha),
         )

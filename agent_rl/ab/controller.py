@@ -3,21 +3,30 @@
 Its state (a RolloutState) is saved with every routing change in the pool's routing history,
 so the sensors that call it keep no state of their own and a restarted Dagster daemon, or a
 second deployment, resumes the same test. Every decision is recorded three times: the routing
-history (with its statistics), MLflow version tags, and the caller's log.
+history (with its statistics), MLflow version tags, and the caller's log; each shows the evidence it
+read (ratings alone or ratings and labels, per arm rated and labeled episodes, both lifts, the statistic).
+
+When a test starts, the newest labeler curation kept (agent_rl/feedback/frozen.py), fitted on ratings older than
+the test, is copied into the test's own folder and named in its state: every look of that test scores both arms'
+unjudged episodes with it, whatever later weeks' curation fits (agent_rl/ab/evidence.py: what the test assumes).
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
-from agent_rl import registry
-from agent_rl.ab.outcomes import arm_stats_from_episodes
-from agent_rl.ab.rollout import Decision, RolloutConfig, RolloutState, apply_decision, decide
+from agent_rl import registry, settings
+from agent_rl.ab.evidence import LabeledArm
+from agent_rl.ab.outcomes import arm_stats_from_episodes, labeled_arms_from_episodes
+from agent_rl.ab.rollout import Decision, Labels, RolloutConfig, RolloutState, apply_decision, decide
 from agent_rl.ab.stats import ArmStats
 from agent_rl.pool.repository import PoolRepository
+from agent_rl.utc import as_utc
 
 BASE_VERSION = "base"  # what an empty routing table serves: the prompted base model
 STATE_KEY = "rollout_state"
@@ -63,6 +72,7 @@ class RolloutController:
         model_name: str = registry.MODEL_NAME,
         log: Callable[[str], Any] = logging.getLogger(__name__).info,
         base_spec: str = "base",
+        home: Path | None = None,
     ) -> None:
         self.pool = pool
         self.config = config or RolloutConfig()
@@ -70,6 +80,10 @@ class RolloutController:
         self.model_name = model_name
         self.log = log
         self.base_spec = base_spec
+        self.home = home  # where curation's labelers and the tests' frozen copies lie; None: AGENT_RL_HOME
+
+    def _home(self) -> Path:
+        return self.home if self.home is not None else settings.home()
 
     # -- state ------------------------------------------------------------------------------
 
@@ -104,8 +118,10 @@ class RolloutController:
         if not baseline:
             baseline = {BASE_VERSION: 1.0}
         champion = incumbent_of(baseline)
-        new = RolloutState.start(champion, challenger, self.config, now=now, baseline_weights=baseline,
-                                 model_name=self.model_name)
+        started = as_utc(now) if now is not None else datetime.now(timezone.utc)
+        labeler, labeler_note = self._freeze_labeler(challenger, started)
+        new = RolloutState.start(champion, challenger, self.config, now=started, baseline_weights=baseline,
+                                 model_name=self.model_name, labeler=labeler, labeler_note=labeler_note)
         weights = new.weights()
         self.pool.set_routing(
             weights,
@@ -116,8 +132,34 @@ class RolloutController:
         )
         registry.tag_version(found.version, {"rollout": "testing", "rollout.step": f"{new.step_share:.2f}"},
                              name=self.model_name, tracking_uri=self.tracking_uri)
-        self.log(f"A/B test started: {weights}")
+        self.log(f"A/B test started: {weights}; {labeler_note}")
         return new
+
+    def _freeze_labeler(self, challenger: str, started: datetime) -> tuple[str | None, str]:
+        """The newest labeler curation kept, fitted on ratings before `started`, copied for this test (its path
+        relative to the home, and a note); (None, why) when there is none."""
+        from agent_rl.feedback.frozen import freeze_for_test
+
+        return freeze_for_test(self._home(), self.model_name, challenger, started)
+
+    def labels(self, state: RolloutState, episodes: list) -> Labels:
+        """Both arms' episodes scored by the labeler frozen for this test, or why there is nothing to score (with
+        the episodes served per arm either way). `episodes` are both arms' since the test began."""
+        served = dict(Counter(episode.policy_version for episode in episodes))
+        if state.labeler is None:
+            return Labels(note=state.labeler_note or "no labeler was frozen when this test started", served=served)
+        if not self.config.labels.use:
+            return Labels(note="labels are off (use_labels false)", served=served)
+        from agent_rl.feedback.frozen import FrozenLabeler
+
+        try:
+            frozen = FrozenLabeler.load(self._home() / state.labeler)
+        except (OSError, ValueError, KeyError, EOFError, AttributeError, ImportError) as exc:
+            return Labels(note=f"the labeler frozen for this test cannot be read ({state.labeler}: "
+                               f"{type(exc).__name__}: {exc})", served=served)
+        arms = labeled_arms_from_episodes(episodes, frozen.probabilities, since=state.test_started_at)
+        return Labels(champion=arms.get(state.champion, LabeledArm()),
+                      challenger=arms.get(state.challenger, LabeledArm()), labeler=frozen.summary(), served=served)
 
     def evaluate(self, now: datetime | None = None) -> Decision | None:
         """Decide on the running test from the pool's outcomes since it began; None when none runs."""
@@ -133,7 +175,7 @@ class RolloutController:
         stats = arm_stats_from_episodes(episodes, since=state.test_started_at)
         decision = decide(
             state, stats.get(state.champion, ArmStats(0, 0)), stats.get(state.challenger, ArmStats(0, 0)),
-            self.config, now=now,
+            self.config, now=now, labels=self.labels(state, episodes),
         )
         if decision.action == "hold":
             return decision
@@ -146,7 +188,7 @@ class RolloutController:
             stats={STATE_KEY: new_state.model_dump(mode="json"), "decision": decision.stats},
         )
         self._record_in_registry(state, decision)
-        self.log(f"rollout {decision.action} ({decision.cause}): {decision.reason}")
+        self.log(f"rollout {decision.message()}")
         return decision
 
     def _specs(self, weights: dict[str, float], known: dict[str, str]) -> dict[str, str]:
@@ -158,7 +200,8 @@ class RolloutController:
         tags = {"rollout": decision.action, "rollout.cause": str(decision.cause), "rollout.reason": decision.reason[:500]}
         test = decision.stats.get("test") if isinstance(decision.stats, dict) else None
         if isinstance(test, dict):
-            tags.update({f"rollout.{k}": test[k] for k in ("p_value", "lift", "n") if k in test})
+            tags.update({f"rollout.{k}": test[k] for k in ("p_value", "lift", "n", "method") if k in test})
+        tags.update(evidence_tags(decision.stats.get("evidence") if isinstance(decision.stats, dict) else None))
         if decision.action == "promote":
             tags["rollout"] = "promoted"
             if is_registered_version(state.champion):
@@ -172,3 +215,33 @@ class RolloutController:
         else:
             tags["rollout.step"] = f"{decision.new_weights.get(state.challenger, 0):.2f}"
         registry.tag_version(challenger, tags, name=self.model_name, tracking_uri=self.tracking_uri)
+
+
+def evidence_tags(evidence: dict[str, Any] | None) -> dict[str, Any]:
+    """MLflow tags of the evidence a decision read: its source, per arm rated and labeled episodes, the ratings'
+    and labels' lifts, the ratings-vs-labels check, the frozen labeler's week and check, and the summary line."""
+    if not evidence:
+        return {}
+    tags: dict[str, Any] = {"rollout.evidence": evidence.get("source"),
+                            "rollout.evidence.summary": str(evidence.get("summary", ""))[:500]}
+    for role in ("champion", "challenger"):
+        arm = evidence.get(role) or {}
+        for key in ("episodes", "rated", "labeled"):
+            if arm.get(key) is not None:
+                tags[f"rollout.{role}.{key}"] = arm[key]
+    for key in ("ratings_lift", "labels_lift"):
+        if evidence.get(key) is not None:
+            tags[f"rollout.{key}"] = f"{evidence[key]:.4f}"
+    check = evidence.get("disagreement") or {}
+    if check:
+        tags["rollout.labels_vs_ratings_z"] = f"{check['z']:.3f}"
+        tags["rollout.labels_disagree"] = check["disagree"]
+    labeler = evidence.get("labeler") or {}
+    if labeler:
+        tags["rollout.labeler"] = (f"week {labeler.get('week')}: "
+                                   + ("passed" if labeler.get("passed") else f"failed ({labeler.get('reason')})")
+                                   + (f", AUC {labeler['auc']:.3f}" if labeler.get("auc") is not None else "")
+                                   + (f", ECE {labeler['ece']:.3f}" if labeler.get("ece") is not None else ""))[:500]
+    if evidence.get("note"):
+        tags["rollout.evidence.note"] = str(evidence["note"])[:500]
+    return tags
