@@ -30,6 +30,8 @@ from typing import Any
 from agent_rl import settings
 from agent_rl.environments.openai_jobs.environment import PYTHON_GRADERS_ENV
 from agent_rl.finetuning.serving import registered_model
+from agent_rl.stop_signals import Stopped
+from agent_rl.stop_signals import install as install_stop_signals
 
 POLL_S = 2.0
 SUPERVISED, REINFORCEMENT = "supervised", "reinforcement"
@@ -48,7 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     store = open_store(args.jobs_root)
     if args.run:
         return run_one(store, args.run)
-    return work(store, once=args.once)
+    install_stop_signals()  # SIGTERM or Ctrl-C: the job in progress fails with the reason, its run is stopped
+    try:
+        return work(store, once=args.once)
+    except Stopped as stopped:
+        print(f"fine-tuning runner: stopped by {stopped.args[0]}", file=sys.stderr, flush=True)
+        return 128 + stopped.signum
 
 
 def open_store(root: Path | None):
@@ -86,21 +93,38 @@ def run_in_child(store, job) -> None:
     command = [sys.executable, "-m", "pipelines.fine_tuning", "--jobs-root", str(store.root), "--run", job.id]
     with open(folder / "run.log", "ab") as log:
         child = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        while child.poll() is None:
-            if store.is_cancelled(job.id):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.pid, signal.SIGTERM)
-                try:
-                    child.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(child.pid, signal.SIGKILL)
-                    child.wait()
-                store.add_event(job.id, "Fine-tuning job stopped: it was cancelled")
-                return
-            time.sleep(0.5)
+        try:
+            watch(store, job, child)
+        except Stopped:  # the runner itself was asked to stop: its job's run stops with it, and says why
+            stop_child(child)
+            store.finish(job.id, "failed", error={"code": "runner_stopped", "param": None,
+                                                   "message": "the fine-tuning runner was stopped during the job"})
+            raise
     if child.returncode != 0 and not store.is_cancelled(job.id):
         store.finish(job.id, "failed", error={"code": "job_failed", "param": None,
                                                "message": f"the job's run stopped with exit status {child.returncode}"})
+
+
+def stop_child(child: subprocess.Popen) -> None:
+    """SIGTERM to the job's process group, SIGKILL after 30 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGTERM)
+    try:
+        child.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+def watch(store, job, child: subprocess.Popen) -> None:
+    """Wait for the job's child; stop it when the job is cancelled."""
+    while child.poll() is None:
+        if store.is_cancelled(job.id):
+            stop_child(child)
+            store.add_event(job.id, "Fine-tuning job stopped: it was cancelled")
+            return
+        time.sleep(0.5)
 
 
 def profile_for(model: str | None) -> str:
