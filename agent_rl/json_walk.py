@@ -74,6 +74,8 @@ def holds_json(text: str) -> bool:
 def text_too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether JSON text opens more than `limit` objects and arrays inside one another; brackets inside strings
     do not count. Text that is not valid JSON is measured the same way: a parser tries it before it fails."""
+    if text.count("{") + text.count("[") <= limit:  # too few brackets to nest that deep (counted in C)
+        return False
     depth = 0
     for match in _JSON_TEXT_PART.finditer(text):
         char = text[match.start()]
@@ -90,6 +92,41 @@ def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
     """The path of the first part of `value` nested more than `limit` levels deep, or None. A string that holds
     JSON is measured from its own root, as the walkers that parse it do. The path shows only its first parts, so
     an error names the field without repeating the keys of what nests inside it."""
+    if _within_limit(value, limit):  # the common case, on every gateway call: no paths kept
+        return None
+    return _first_too_deep(value, limit)
+
+
+def _within_limit(value: Any, limit: int) -> bool:
+    """Whether nothing in `value` nests more than `limit` levels deep (too_deep's answer, without its path)."""
+    stack = [(value, 0)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, level = pop()
+        kind = type(node)
+        if kind is str:
+            if holds_json(node) and text_too_deep(node, limit):
+                return False
+            continue
+        if kind is dict or isinstance(node, Mapping):
+            children: Any = node.values()
+        elif kind is list or isinstance(node, (list, tuple)):
+            children = node
+        else:
+            continue
+        if level + 1 > limit:
+            return False
+        for item in children:
+            if type(item) in _LEAVES:
+                continue
+            push((item, level + 1))
+    return True
+
+
+_LEAVES = (int, float, bool, type(None))
+
+
+def _first_too_deep(value: Any, limit: int) -> str | None:
     stack: list[tuple[Any, int, tuple[Any, ...]]] = [(value, 0, ())]
     while stack:
         node, level, trail = stack.pop()
