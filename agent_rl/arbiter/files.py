@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from agent_rl import settings
 from agent_rl.arbiter.file_checks import BadTrainingFile, check_training_file
+from agent_rl.disk import fsync_path, older_than
 
 log = logging.getLogger(__name__)
 
@@ -286,7 +287,7 @@ class FileStore:
 
     def _publish(self, part: Path, target: Path) -> None:
         os.replace(part, target)
-        _fsync_dir(self.content_dir)  # the rename itself survives a crash
+        fsync_path(self.content_dir)  # the rename itself survives a crash
 
     def _insert(self, record: FileRecord) -> None:
         with self._db() as db:
@@ -375,26 +376,10 @@ class FileStore:
             for file_id in expired:
                 (self.content_dir / file_id).unlink(missing_ok=True)
             for path in self.content_dir.iterdir():
-                if path.name not in live and _older_than(path, now - ORPHAN_GRACE_S):
+                if path.name not in live and older_than(path, now - ORPHAN_GRACE_S):
                     path.unlink(missing_ok=True)
             for path in self.tmp_dir.glob("*.part"):
-                if _older_than(path, now - STALE_PART_S):
+                if older_than(path, now - STALE_PART_S):
                     path.unlink(missing_ok=True)
         except (OSError, sqlite3.Error) as exc:  # housekeeping only: the next sweep tries again
             log.warning("file store sweep failed: %s", exc)
-
-
-def _older_than(path: Path, cutoff: float) -> bool:
-    try:
-        return path.stat().st_mtime < cutoff
-    except FileNotFoundError:
-        return False
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-

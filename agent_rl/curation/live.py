@@ -40,6 +40,12 @@ def is_live(environment: str | None) -> bool:
     return (environment or "").strip() == LIVE_ENVIRONMENT
 
 
+def is_live_row(row: Mapping[str, Any]) -> bool:
+    """Whether an episode row is the gateway's live traffic (the marker it carries): what curation's passes over
+    users' ratings (labels, tenant agreement) keep, so the marker is read here only."""
+    return is_live(row.get("environment"))
+
+
 def check_feedback(verdict: str) -> str:
     """A feedback verdict the loop can use, else ValueError saying what it accepts: a verdict word ('up', 'down',
     'correct', ...), a JSON verdict, or a finite reward in REWARD_RANGE (bare or as {"reward": x}). Refused at the

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from agent_rl import settings
 from agent_rl.agent.chat_client import ChatEndpoint
+from agent_rl.disk import fsync_path, older_than
 from agent_rl.finetuning.checks import (
     BASE_HYPERPARAMETERS,
     JobRequestError,
@@ -449,10 +450,10 @@ class JobStore:
                     "hyperparameters": job.hyperparameters, "model": job.model, "seed": job.seed}
             (part / JOB_FILE).write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n", encoding="utf-8")
             for path in part.iterdir():
-                _fsync(path)
-            _fsync(part)
+                fsync_path(path)
+            fsync_path(part)
             os.rename(part, target)
-            _fsync(self.root)  # the rename itself survives a crash
+            fsync_path(self.root)  # the rename itself survives a crash
         except BaseException as exc:
             shutil.rmtree(part, ignore_errors=True)
             shutil.rmtree(target, ignore_errors=True)
@@ -668,10 +669,10 @@ class JobStore:
             with self._read() as db:
                 known = {r["id"] for r in db.execute("SELECT id FROM jobs")}
             for path in self.tmp_dir.iterdir():
-                if _older_than(path, now - STALE_TMP_S):
+                if older_than(path, now - STALE_TMP_S):
                     shutil.rmtree(path, ignore_errors=True)
             for path in self.root.iterdir():
-                if is_job_id(path.name) and path.name not in known and _older_than(path, now - ORPHAN_GRACE_S):
+                if is_job_id(path.name) and path.name not in known and older_than(path, now - ORPHAN_GRACE_S):
                     shutil.rmtree(path, ignore_errors=True)
         except (OSError, JobStoreUnavailable) as exc:  # housekeeping only: the next sweep tries again
             log.warning("job store sweep failed: %s", exc)
@@ -680,18 +681,3 @@ class JobStore:
 def _check_limit(limit: int) -> None:
     if not 1 <= limit <= MAX_PAGE:
         raise ValueError(f"limit must be from 1 to {MAX_PAGE}")
-
-
-def _older_than(path: Path, cutoff: float) -> bool:
-    try:
-        return path.stat().st_mtime < cutoff
-    except FileNotFoundError:
-        return False
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

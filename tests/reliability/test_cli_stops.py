@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.processes import session_processes
+from tests.reliability.slow_environment import OPENING
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -23,17 +24,17 @@ def test_a_signal_stops_a_long_cli_command(tmp_path, signum):
     env = {**os.environ, "AGENT_RL_HOME": str(tmp_path), "AGENT_RL_ENGINE": "torch", "PYTHONPATH": str(ROOT),
            "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-c", "from agent_rl.cli import main; main()", "eval", "--policy", "tiny",
-               "--env", "examples.timetable:TimetableEnvironment", "--n", "0", "--json"]
+               "--env", "tests.reliability.slow_environment:SlowEnvironment", "--n", "0", "--json"]
     process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                start_new_session=True)
     try:
         seen = b""
         deadline = time.monotonic() + 120
-        while b"Loading weights" not in seen:  # the model is loaded: the evaluation is under way
+        while OPENING.encode() not in seen:  # the model is loaded and the evaluation is under way
             chunk = process.stdout.read1(4096)
             assert chunk and time.monotonic() < deadline, seen.decode(errors="replace")[-2000:]
             seen += chunk
-        time.sleep(2.0)
+        time.sleep(1.0)
         process.send_signal(signum)
         signalled = time.monotonic()
         rest, _ = process.communicate(timeout=30)
