@@ -472,15 +472,8 @@ class JobStore:
         `after` is no job of `tenant`'s."""
         _check_limit(limit)
         with self._read() as db:
-            where, params = "tenant = ?", [tenant]
-            if after is not None:
-                mark = db.execute("SELECT seq FROM jobs WHERE id = ? AND tenant = ?", (after, tenant)).fetchone()
-                if mark is None:
-                    raise UnknownAfter(after)
-                where, params = where + " AND seq < ?", [tenant, mark["seq"]]
-            rows = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {where} ORDER BY seq DESC LIMIT ?",
-                              [*params, limit + 1]).fetchall()
-        return [_job(r) for r in rows[:limit]], len(rows) > limit
+            rows, more = _newest_after(db, "jobs", _JOB_COLUMNS, "tenant", tenant, after, limit)
+        return [_job(r) for r in rows], more
 
     def cancel(self, tenant: str, job_id: str) -> FineTuningJob:
         """Cancel `tenant`'s queued or running job (the runner sees `is_cancelled` and stops). JobNotFound for a
@@ -517,15 +510,8 @@ class JobStore:
         with self._read() as db:
             if self._fetch(db, job_id, tenant) is None:
                 raise JobNotFound(job_id)
-            where, params = "job_id = ?", [job_id]
-            if after is not None:
-                mark = db.execute(f"SELECT seq FROM {table} WHERE id = ? AND job_id = ?", (after, job_id)).fetchone()
-                if mark is None:
-                    raise UnknownAfter(after)
-                where, params = where + " AND seq < ?", [job_id, mark["seq"]]
-            rows = db.execute(f"SELECT * FROM {table} WHERE {where} ORDER BY seq DESC LIMIT ?",
-                              [*params, limit + 1]).fetchall()
-        return [make(r) for r in rows[:limit]], len(rows) > limit
+            rows, more = _newest_after(db, table, "*", "job_id", job_id, after, limit)
+        return [make(r) for r in rows], more
 
     # -- the runner side --------------------------------------------------------------------------
 
@@ -676,6 +662,21 @@ class JobStore:
                     shutil.rmtree(path, ignore_errors=True)
         except (OSError, JobStoreUnavailable) as exc:  # housekeeping only: the next sweep tries again
             log.warning("job store sweep failed: %s", exc)
+
+
+def _newest_after(db: sqlite3.Connection, table: str, columns: str, owner_column: str, owner: str,
+                  after: str | None, limit: int) -> tuple[list[sqlite3.Row], bool]:
+    """One page of `owner`'s rows of `table`, newest first, after the row whose id is `after` (OpenAI's `after`
+    cursor), and whether more follow. UnknownAfter when `after` is no row of that owner's."""
+    where, params = f"{owner_column} = ?", [owner]
+    if after is not None:
+        mark = db.execute(f"SELECT seq FROM {table} WHERE id = ? AND {owner_column} = ?", (after, owner)).fetchone()
+        if mark is None:
+            raise UnknownAfter(after)
+        where, params = where + " AND seq < ?", [owner, mark["seq"]]
+    rows = db.execute(f"SELECT {columns} FROM {table} WHERE {where} ORDER BY seq DESC LIMIT ?",
+                      [*params, limit + 1]).fetchall()
+    return rows[:limit], len(rows) > limit
 
 
 def _check_limit(limit: int) -> None:
