@@ -85,9 +85,8 @@ def run_in_child(store, job) -> None:
     models = home / "models"
     if not models.exists():  # base models and merged versions are the installation's, not copied per job
         models.symlink_to(settings.models_dir(), target_is_directory=True)
-    spec = json.loads((folder / "job.json").read_text())
     env = {**os.environ, "AGENT_RL_HOME": str(home), "MLFLOW_TRACKING_URI": settings.mlflow_uri(),
-           "AGENT_RL_JOB_DIR": str(folder), "AGENT_RL_PROFILE": profile_for(spec.get("model"))}
+           "AGENT_RL_JOB_DIR": str(folder), "AGENT_RL_PROFILE": profile_for(job.model)}
     env.pop("AGENT_RL_POOL_URL", None)
     env.pop("AGENT_RL_INBOX_URL", None)
     command = [sys.executable, "-m", "pipelines.fine_tuning", "--jobs-root", str(store.root), "--run", job.id]
@@ -100,7 +99,7 @@ def run_in_child(store, job) -> None:
             store.finish(job.id, "failed", error={"code": "runner_stopped", "param": None,
                                                    "message": "the fine-tuning runner was stopped during the job"})
             raise
-    if child.returncode != 0 and not store.is_cancelled(job.id):
+    if child.returncode != 0 and not store.job(job.id).status.finished:  # cancelled, or ended by the child itself
         store.finish(job.id, "failed", error={"code": "job_failed", "param": None,
                                                "message": f"the job's run stopped with exit status {child.returncode}"})
 
