@@ -86,7 +86,7 @@ class Margin(BaseModel):
     """How much a guardrail metric may degrade: an absolute amount (rate points, or ms for
     latency) or a fraction of the champion's value (0.2 = 20% worse)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: Literal["absolute", "relative"]
     value: float = Field(ge=0.0)
@@ -103,7 +103,7 @@ class Guardrails(BaseModel):
     error) or no answer in time. Separate guardrails would hold a challenger back on a rate the incumbent only
     keeps low by failing another way: an agent that never answers never answers wrong (docs/architecture.md)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     failure_rate: Margin = Margin(kind="absolute", value=0.02)
     latency_p95: Margin = Margin(kind="relative", value=0.20)
@@ -119,7 +119,7 @@ class LabelSettings(BaseModel):
     """Whether and how the test reads the week's labels beside the ratings (evidence.py). Labels count only when
     the labeler frozen for the test passed its check; ratings stay the ground truth."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     use: bool = Field(True, description="Read the frozen labeler's labels beside the ratings (prediction-powered).")
     min_rated_per_arm: int = Field(
@@ -135,9 +135,10 @@ class LabelSettings(BaseModel):
 
 
 class RolloutConfig(BaseModel):
-    """Every knob of the A/B test and the gradual rollout."""
+    """Every knob of the A/B test and the gradual rollout. A deployment sets each one in its profile's [rollout]
+    table (resources/rollout.py wraps this model: its defaults are these)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     steps: tuple[float, ...] = Field(
         (0.10, 0.50, 1.00), description="Challenger traffic shares, increasing, ending at 1.0 (= promotion)."
@@ -149,7 +150,9 @@ class RolloutConfig(BaseModel):
         200, ge=1, description="Episodes each arm must serve in a step before leaving it."
     )
     max_step_duration: timedelta = Field(
-        timedelta(days=7), description="A step not won by then (no significant win, or too little traffic) rolls back."
+        timedelta(hours=72), description="A step not won by then (no significant win, or too little traffic) rolls "
+        "back. 72 hours: the two steps a test runs (10% and 50%; the last share is the promotion) end within six "
+        "days, before the weekly retraining registers the next challenger, which waits while a test runs."
     )
     guardrails: Guardrails = Guardrails()
     labels: LabelSettings = LabelSettings()
