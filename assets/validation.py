@@ -25,6 +25,7 @@ from assets.training import (
     sft_started_from,
     trained_adapters,
 )
+from resources.curation import CurationResource
 from resources.environment import EnvironmentResource
 from resources.evaluation import EvaluationResource
 from resources.registry import MlflowResource
@@ -41,13 +42,14 @@ def report_path(partition: str):
                       "trained model is the candidate; forgetting probe against the base model.")
 def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationResource,
                       training: TrainingResource, mlflow: MlflowResource, pool: PoolResource,
-                      environment: EnvironmentResource):
+                      environment: EnvironmentResource, curation: CurationResource):
     partition = context.partition_key
     env_dir, out = stage_dir("anonymized_environment", partition), stage_dir("evaluation_report", partition)
     config, base_model = evaluation.eval_config(), training.base_model
     # The anonymized worlds as GRPO saw them, or the held-out episodes users rated good: the run's capabilities say.
     held_out = held_out_measure(environment.capabilities, config, rated_good=lambda: held_out_live(partition),
-                                worlds=lambda: worlds.reopen(environment.loads(), env_dir))
+                                worlds=lambda: worlds.reopen(environment.loads(), env_dir),
+                                answer_judge=evaluation.answer_judging(curation.labeler_judge))
     incumbent_version, incumbent_spec = pool.incumbent(base_model)
     _, hacked = grpo_hacking(partition, environment)
     skipped = grpo_skipped(partition)
@@ -86,6 +88,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
         "measure": held_out.measure,
         "gate": result.improvement.message,
         "gate_passed": result.improvement.passed,
+        **({"answers": result.answers.summary} if result.answers is not None else {}),
         "candidate_accuracy": candidate.accuracy,
         "incumbent_accuracy": results["incumbent"].accuracy,
         "candidate_hallucination_rate": candidate.hallucination_rate,

@@ -1,7 +1,7 @@
 """Validation settings: the held-out sample and the gates a candidate must pass to be registered."""
 
 from dagster import ConfigurableResource
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from agent_rl.evaluate.harness import EvalConfig
 from agent_rl.evaluate.gates import GateKind, GateSettings
@@ -26,6 +26,38 @@ class EvaluationResource(ConfigurableResource):
                            "the same one unless grpo_overrides sets max_turns apart")
     batch_size: int = Field(default=16, ge=1, description="episodes decoded together; larger is faster when the "
                             "evaluation has the machine to itself (bf16 greedy outputs depend slightly on it)")
+
+    answer_judge: str | None = Field(
+        default="labeler", description="replay validation (a gateway week) compares the candidate's answers in words "
+        "with the approved episodes' through this model judge (agent_rl/evaluate/replay.py: AnswerJudging): JSON of "
+        "agent_rl.feedback.judge.JudgeConfig ({\"endpoint\": {\"base_url\": ..., \"model\": ..., \"api_key_env\": "
+        "...}}); \"labeler\" (default): the week's labeler judge (curation's labeler_judge) when one is set; None "
+        "or \"\": no judge, answer quality is left to the A/B test")
+    min_answer_share: float = Field(
+        default=0.5, ge=0, le=1, description="the answer check fails the improvement gate when the share of answers "
+        "judged at least as good as the approved ones is below this beyond chance (exact test at alpha, over "
+        "episodes); 0: report only")
+
+    @field_validator("answer_judge")
+    @classmethod
+    def _judge_config(cls, value: str | None) -> str | None:
+        from agent_rl.feedback.judge import JudgeConfig
+
+        if value and value.strip() != "labeler":
+            JudgeConfig.model_validate_json(value)  # a misspelt field fails when the profile loads
+        return value
+
+    def answer_judging(self, labeler_judge: str | None = None):
+        """The answer check's judge and bar (`AnswerJudging`), or None when no judge is set: `answer_judge`, or the
+        week's labeler judge (`labeler_judge`, JSON of JudgeConfig) when `answer_judge` is "labeler"."""
+        from agent_rl.evaluate.replay import AnswerJudging
+        from agent_rl.feedback.judge import JudgeConfig
+
+        chosen = labeler_judge if (self.answer_judge or "").strip() == "labeler" else self.answer_judge
+        if not chosen:
+            return None
+        return AnswerJudging(judge=JudgeConfig.model_validate_json(chosen), min_share=self.min_answer_share,
+                             seed=self.seed)
 
     def eval_config(self) -> EvalConfig:
         return EvalConfig(max_scenarios=self.max_scenarios, seed=self.seed, max_turns=self.max_turns,

@@ -5,8 +5,15 @@ conversation exactly as it stood before a recorded assistant turn (the user's wo
 tool results the client returned) and must take the same kind of action the approved episode took there, a
 call to the same tool(s) or a reply in words. The share of steps it matches is the primary metric (reported as
 `accuracy`, next to the usual columns), so SFT, the base model and production's incumbent are measured the same
-way on the same held-out steps. It says whether a model acts like the agent users liked; whether its answers
-are better than production's is for the A/B test and its feedback to decide.
+way on the same held-out steps. It says whether a model acts like the agent users liked, not whether its answers
+are good.
+
+Where a model judge is configured (`AnswerJudging`: any OpenAI-compatible endpoint, the `JudgeConfig` labeling
+uses), the candidate's answers are also compared with the approved ones (`judge_answers`): at every held-out step
+where the approved episode replied in words and the candidate did too, the judge is shown both conversations, the
+same recorded conversation ending in each answer, in a seeded random order and unnamed, and scores them against
+each other (the relative judgement of feedback/judge.py). Without a judge, answer quality is left to the A/B test
+and its feedback, and the check says so.
 
 Cost per 1,000 requests is priced as the runner prices a played episode: each replayed step sends the recorded
 conversation before it, as serving the episode would, so an episode costs the tokens of all its steps at the
@@ -17,18 +24,25 @@ non-inferiority-at-cost gate compares these, so they are measured, never left at
 from __future__ import annotations
 
 import json
+import math
 import random
+import re
 import time
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from agent_rl.agent.policy import Policy, PolicyTurn
 from agent_rl.agent.tool_calls import call_name
 from agent_rl.curation.datasets import conversation
 from agent_rl.evaluate.harness import EvalConfig
 from agent_rl.evaluate.metrics import EvalMetrics, _percentile, _share
+from agent_rl.feedback.judge import JudgeConfig, ModelJudge, ModelJudgeError
+
+LEFT_TO_AB = "answer quality is left to the A/B test"
 
 
 @dataclass
@@ -40,6 +54,7 @@ class Step:
     prefix: list[dict[str, Any]]
     tools: list[dict[str, Any]]
     expected: tuple[str, ...]  # tool names called, in order; () for a reply in words
+    answer: str | None = None  # the approved reply in words (None where it called tools)
 
 
 def _action(message: Mapping[str, Any]) -> tuple[str, ...]:
@@ -57,8 +72,9 @@ def replay_steps(episodes: list[Mapping[str, Any]]) -> list[Step]:
         messages = conversation(messages, tools)
         for k, message in enumerate(messages):
             if message.get("role") == "assistant" and k > 0:
+                action = _action(message)
                 steps.append(Step(str(episode.get("episode_id")), str(episode.get("task_category") or "-"),
-                                  messages[:k], tools, _action(message)))
+                                  messages[:k], tools, action, None if action else str(message.get("content") or "")))
     return steps
 
 
@@ -69,6 +85,21 @@ def _taken(turn: PolicyTurn) -> tuple[str, ...]:
 def evaluate_replay(policy: Policy, episodes: list[Mapping[str, Any]], config: EvalConfig | None = None,
                     max_new_tokens: int = 256) -> EvalMetrics:
     """How often `policy` takes the approved action at each step of a seeded sample of `episodes`."""
+    return replay(policy, episodes, config, max_new_tokens).metrics
+
+
+@dataclass
+class Replayed:
+    """A model's replay: its metrics, and each step with the turn it took there (what `judge_answers` reads)."""
+
+    metrics: EvalMetrics
+    steps: list[Step]
+    turns: list[PolicyTurn]
+
+
+def replay(policy: Policy, episodes: list[Mapping[str, Any]], config: EvalConfig | None = None,
+           max_new_tokens: int = 256) -> Replayed:
+    """`evaluate_replay`, keeping the steps and the turns `policy` took at them."""
     config = config or EvalConfig()
     pool = sorted(episodes, key=lambda e: str(e.get("episode_id")))
     if config.max_scenarios is not None and len(pool) > config.max_scenarios:
@@ -91,7 +122,7 @@ def evaluate_replay(policy: Policy, episodes: list[Mapping[str, Any]], config: E
             for i, turn in zip(batch, produced):
                 turns[i] = turn
     done = [t or PolicyTurn(parse_error="no turn") for t in turns]
-    return _metrics(steps, done, latencies, len(pool), _cost_per_1k(policy, steps, done, config))
+    return Replayed(_metrics(steps, done, latencies, len(pool), _cost_per_1k(policy, steps, done, config)), steps, done)
 
 
 def _cost_per_1k(policy: Policy, steps: list[Step], turns: list[PolicyTurn], config: EvalConfig) -> float:
@@ -128,3 +159,148 @@ def _metrics(steps: list[Step], turns: list[PolicyTurn], latencies: list[float],
         # One episode's steps share its user and its conversation: the gates draw and test them together.
         outcome_groups={f"{step.episode_id}:{i}": step.episode_id for i, step in enumerate(steps)},
     )
+
+
+# -- the candidate's answers against the approved ones -----------------------------------------------------------
+
+
+class AnswerJudging(BaseModel):
+    """Replay validation's answer check: which judge, and the bar the candidate's answers must not fall below.
+
+    `judge`: the `JudgeConfig` labeling uses (an OpenAI-compatible endpoint naming the variable of its key); its
+    `mode` does not matter here, since a pair of answers is always judged relatively, in one call.
+    `min_share`: the share of its answers a candidate is judged at least as good as the approved agent in. A tie
+    counts for the candidate, so one exactly as good as the approved agent is judged at least as good at least half
+    the time whatever the judge's noise: hence 0.5 by default. 0: report only, never a gate.
+
+    Why it gates at all: without it, the A/B test is the only check of answer quality, and it serves the candidate
+    to real users for hours before it can say anything. A candidate that a judge, shown the same conversation, finds
+    worse than the answers users approved should not reach them. Why the bar is a test and not the share itself:
+    the judge is a model, not the users; its verdicts are noisy and it may prefer a position (the pair's order is
+    shuffled, seeded). The check fails only when a one-sided exact binomial test over episodes (an episode's
+    answers share its user: it counts once, for the candidate when at least half of them were judged at least as
+    good) puts the candidate's share below `min_share` at the gates' level `alpha`, so a candidate as good as the
+    approved agent fails it at most `alpha` of the time, and a handful of answers can never fail it. A judge that
+    cannot be reached or keeps replying with unusable JSON does not fail the week: the check is recorded as "judge
+    unavailable" and answer quality is left to the A/B test, as with no judge, so an outside endpoint's outage
+    never blocks a week the other gates passed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    judge: JudgeConfig
+    min_share: float = Field(0.5, ge=0, le=1)
+    seed: int = 0
+
+
+AnswerStatus = Literal["judged", "no judge", "nothing to judge", "judge unavailable"]
+
+
+@dataclass
+class AnswerCheck:
+    """What the answer check found (`status`), in one line for people (`summary`) and in figures for the report
+    and MLflow. `passed` is False only when a gating check found the answers worse beyond chance. `verdicts`: per
+    judged step (the key of `EvalMetrics.outcomes`), whether the candidate's answer was judged at least as good;
+    no text of either answer is kept."""
+
+    status: AnswerStatus
+    summary: str
+    passed: bool = True
+    gating: bool = False
+    judge_model: str | None = None
+    answers_judged: int = 0
+    answers_at_least_as_good: int = 0
+    answers_not_judged: int = 0  # the approved episode answered in words, the candidate did not
+    episodes_judged: int = 0
+    episodes_at_least_as_good: int = 0
+    min_share: float | None = None
+    alpha: float | None = None
+    p_value: float | None = None
+    verdicts: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def share(self) -> float | None:
+        """The share of judged answers at least as good as the approved ones (None: none judged)."""
+        return round(self.answers_at_least_as_good / self.answers_judged, 4) if self.answers_judged else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "share": self.share}
+
+
+_FAILURE = re.compile(r"HTTP \d{3}|timed out after [\d.]+ ?s|unusable reply|\b[A-Z][A-Za-z]*(?:Error|Timeout)\b")
+
+
+def failure_kind(error: Exception) -> str:
+    """What went wrong with the judge in words that carry no reply text, no request and no credential: the HTTP
+    statuses, timeouts, unusable replies and connection errors of its attempts (the error itself quotes bodies)."""
+    text = str(error)
+    kinds = ", ".join(dict.fromkeys(_FAILURE.findall(text))) or type(error).__name__
+    attempts = re.search(r"failed after (\d+) attempt", text)
+    return f"{kinds} after {attempts.group(1)} attempt(s)" if attempts else kinds
+
+
+def _binomial_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p): the one-sided exact test's p-value of k successes against share p."""
+    return min(1.0, sum(math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(k + 1)))
+
+
+def _ending_in(step: Step, key: str, text: str) -> dict[str, Any]:
+    """The recorded conversation before `step`, ending in the answer `text`, as the judge reads an episode."""
+    return {"episode_id": key, "environment": "gateway",
+            "messages": [*step.prefix, {"role": "assistant", "content": text}]}
+
+
+def judge_answers(judging: AnswerJudging | None, steps: list[Step], turns: list[PolicyTurn], *, alpha: float = 0.05,
+                  gating: bool = True) -> AnswerCheck:
+    """The candidate's answers (`turns`, taken at `steps`) against the approved ones, where both answered in words.
+
+    One judge call per such step, the two conversations shown together (order shuffled, seeded) and scored
+    against each other; the candidate's answer counts as at least as good when its score is not below the
+    approved one's. `gating`: whether a result below the bar fails (False: the profile sets no quality bar). See
+    `AnswerJudging` for the bar and why; a judge that fails is recorded, never raised."""
+    if judging is None:
+        return AnswerCheck("no judge", f"{LEFT_TO_AB}: no answer judge is configured")
+    model = judging.judge.endpoint.model
+    gating = gating and judging.min_share > 0
+    both = [(i, step, turn.content) for i, (step, turn) in enumerate(zip(steps, turns))
+            if step.answer and step.answer.strip() and turn.parse_error is None and not turn.tool_calls
+            and turn.content.strip()]
+    not_judged = sum(1 for step in steps if step.answer and step.answer.strip()) - len(both)
+    base = dict(judge_model=model, answers_not_judged=not_judged, min_share=judging.min_share, alpha=alpha,
+                gating=gating)
+    if not both:
+        return AnswerCheck("nothing to judge", f"no held-out step where the approved episode and the candidate both "
+                           f"answered in words ({not_judged} approved answers met a tool call or no reply): "
+                           f"{LEFT_TO_AB}", **base)
+    rng = random.Random(judging.seed)
+    verdicts: dict[str, bool] = {}
+    episode_of: dict[str, str] = {}
+    with ModelJudge(judging.judge) as judge:
+        for i, step, answer in both:
+            key = f"{step.episode_id}:{i}"
+            approved, candidate = _ending_in(step, f"{key}/a", step.answer or ""), _ending_in(step, f"{key}/b", answer)
+            swapped = rng.random() < 0.5
+            try:
+                scores = judge.score_group([candidate, approved] if swapped else [approved, candidate])
+            except ModelJudgeError as error:
+                return AnswerCheck(
+                    "judge unavailable", f"the answer judge (model {model!r}) was unavailable ({failure_kind(error)}) "
+                    f"after judging {len(verdicts)} of {len(both)} answers: {LEFT_TO_AB}", **{**base, "gating": False})
+            ours, theirs = (scores[0], scores[1]) if swapped else (scores[1], scores[0])
+            verdicts[key], episode_of[key] = ours >= theirs, step.episode_id
+    by_episode: dict[str, list[bool]] = defaultdict(list)
+    for key, ok in verdicts.items():
+        by_episode[episode_of[key]].append(ok)
+    good = sum(verdicts.values())
+    episodes_good = sum(1 for oks in by_episode.values() if 2 * sum(oks) >= len(oks))
+    p_value = _binomial_cdf(episodes_good, len(by_episode), judging.min_share)
+    passed = not (gating and p_value < alpha)
+    share = good / len(verdicts)
+    bar = (f"below the bar of {judging.min_share:.0%} beyond chance (p = {p_value:.3g} < {alpha})" if not passed
+           else f"not below the bar of {judging.min_share:.0%} beyond chance (p = {p_value:.3g})" if gating
+           else "reported only, no bar")
+    summary = (f"answers judged by {model!r} against the approved ones: {good} of {len(verdicts)} at least as good "
+               f"({share:.0%}; episodes {episodes_good} of {len(by_episode)}), {bar}"
+               + (f"; {not_judged} approved answers met a tool call or no reply, not judged" if not_judged else ""))
+    return AnswerCheck("judged", summary, passed=passed, answers_judged=len(verdicts), answers_at_least_as_good=good,
+                       episodes_judged=len(by_episode), episodes_at_least_as_good=episodes_good, p_value=p_value,
+                       verdicts=verdicts, **base)

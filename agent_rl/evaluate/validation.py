@@ -3,14 +3,17 @@ measured on the same held-out set, the better trained model chosen, and the gate
 
 What the held-out set is follows from what the run's episodes allow (`Capabilities`), never from the environment's
 name: tasks played to the end in the anonymized worlds curation left, or, with no world of ours (live traffic
-judged by its users), a step-by-step replay of the held-out episodes users rated good. The asset resolves the
-partition's paths and resources, calls `held_out_measure` and `validate`, and writes what they return.
+judged by its users), a step-by-step replay of the held-out episodes users rated good. A replay checks the kind of
+action at each step; where an answer judge is configured it also compares the candidate's answers in words with
+the approved ones (replay.py: `AnswerJudging`), and that check joins the improvement gate; without one the report
+says that answer quality is left to the A/B test. The asset resolves the partition's paths and resources, calls
+`held_out_measure` and `validate`, and writes what they return.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,7 @@ from agent_rl.evaluate.cache import EvaluationCache
 from agent_rl.evaluate.gates import GateOutcome, GateSettings, forgetting_gate, promotion_gate
 from agent_rl.evaluate.harness import EvalConfig, evaluate_environments, forgetting_probe, torch_threads
 from agent_rl.evaluate.metrics import EvalMetrics
-from agent_rl.evaluate.replay import evaluate_replay
+from agent_rl.evaluate.replay import AnswerCheck, AnswerJudging, Replayed, judge_answers, replay
 from agent_rl.evaluate.report import CandidateChoice, choose_candidate
 
 PLAYED = "held-out tasks played to the end and judged"
@@ -36,6 +39,11 @@ class HeldOut:
     probe_items: list[ProbeItem] | None = None  # the environments' forgetting probe (None: the loop's own)
     per_environment: dict[str, dict] = field(default_factory=dict)  # model -> environment -> metrics (several)
     environments: list = field(default_factory=list)  # opened to play in: closed by `close`
+    # A replay's check of a model's answers (by name) against the approved ones; None: tasks played and judged.
+    check_answers: Callable[[str, GateSettings], AnswerCheck] | None = None
+    # Models whose answers the check needs from this run: never reused from the evaluation cache, which keeps metrics
+    # only (else a rerun of a week whose candidate failed the answer check would pass it unjudged).
+    answers_needed: frozenset[str] = frozenset()
 
     def close(self) -> None:
         for environment in self.environments:
@@ -43,15 +51,30 @@ class HeldOut:
 
 
 def held_out_measure(capabilities: Capabilities, config: EvalConfig, *, worlds: Callable[[], list[AnonymizedWorld]],
-                     rated_good: Callable[[], list[dict]]) -> HeldOut:
+                     rated_good: Callable[[], list[dict]], answer_judge: AnswerJudging | None = None) -> HeldOut:
     """The held-out set the run's episodes allow: the anonymized worlds' held-out tasks (`worlds`, as GRPO saw
     them) when there is a world of ours, else a replay of the held-out episodes users rated good (`rated_good`:
-    the tools ran in the client, so the steps users approved are all there is to measure against)."""
+    the tools ran in the client, so the steps users approved are all there is to measure against), whose
+    candidate's answers `answer_judge` compares with the approved ones (None: left to the A/B test)."""
     if not capabilities.world:
         episodes = rated_good()
+        played: dict[str, Replayed] = {}
+
+        def play_replay(policy: Any, name: str) -> tuple[EvalMetrics, list]:
+            played[name] = replay(policy, episodes, config)
+            return played[name].metrics, []
+
+        def check_answers(name: str, gates: GateSettings) -> AnswerCheck:
+            done = played.get(name) if answer_judge is not None else None
+            if answer_judge is not None and done is None:
+                raise RuntimeError(f"{name} was not replayed in this run: its answers cannot be judged")
+            return judge_answers(answer_judge, done.steps if done else [], done.turns if done else [],
+                                 alpha=gates.alpha, gating=gates.kind != "open")
+
         return HeldOut(f"replay of {len(episodes)} held-out gateway episodes users rated good: accuracy is the share "
-                       "of their steps where the model takes the approved action",
-                       lambda policy, name: (evaluate_replay(policy, episodes, config), []))
+                       "of their steps where the model takes the approved action", play_replay,
+                       check_answers=check_answers,
+                       answers_needed=frozenset({"sft", "grpo"}) if answer_judge is not None else frozenset())
     pairs = [(world.environment, world.tasks) for world in worlds()]
     per_environment: dict[str, dict] = {}
 
@@ -85,6 +108,7 @@ class Validation:
     choice: CandidateChoice
     improvement: GateOutcome
     forgetting: GateOutcome
+    answers: AnswerCheck | None = None  # a replay's check of the candidate's answers (None: tasks judged)
 
     @property
     def candidate(self) -> EvalMetrics:
@@ -105,6 +129,7 @@ class Validation:
             "forgetting_probe": self.probes,
             "episodes": self.episode_files,
             "gates": {"improvement": self.improvement.as_dict(), "forgetting": self.forgetting.as_dict()},
+            **({"answers": self.answers.as_dict()} if self.answers is not None else {}),
         }
 
 
@@ -114,7 +139,10 @@ def validate(models: dict[str, Model], held_out: HeldOut, *, base: Callable[[], 
     """Measure `models` ("sft", "grpo", "incumbent") on `held_out`, each model's held-out episodes written under
     `out_dir`, and weigh the better trained one against the incumbent. SFT + GRPO is not measured when its rollouts
     hacked the reward or it never ran. A model measured before on the same held-out world (same weights, same
-    `inputs`) is not played again. The forgetting probe compares the candidate with the `base` model."""
+    `inputs`) is not played again, unless a replay's answer check needs its answers. The forgetting probe compares
+    the candidate with the `base` model. A replay's answer check (`HeldOut.check_answers`) joins the improvement
+    gate: its line is added to the gate's message, its figures to the gate's details, and answers judged worse
+    than the approved ones beyond chance fail the gate (replay.py: `AnswerJudging` says why)."""
     models = dict(models)
     if hacked:  # disqualified: evaluating it would decide nothing
         log.warning(f"SFT + GRPO disqualified, not evaluated: {hacked}")
@@ -128,7 +156,7 @@ def validate(models: dict[str, Model], held_out: HeldOut, *, base: Callable[[], 
     files: dict[str, str] = {}
     simulation = None
     for name, model in models.items():
-        hit = cache.get(weights[name], inputs) if weights[name] else None
+        hit = cache.get(weights[name], inputs) if weights[name] and name not in held_out.answers_needed else None
         if hit is not None:
             results[name], episodes, probes[name] = hit
             for episode in episodes:
@@ -160,8 +188,23 @@ def validate(models: dict[str, Model], held_out: HeldOut, *, base: Callable[[], 
     log.info(choice.reason)
     improvement = promotion_gate(results[choice.name], results["incumbent"], gates,
                                  incumbent_name=f"production's {incumbent_version}")
+    answers = held_out.check_answers(choice.name, gates) if held_out.check_answers is not None else None
+    if answers is not None:
+        (log.info if answers.passed and answers.status != "judge unavailable" else log.warning)(answers.summary)
+        improvement = with_answers(improvement, answers)
     forgetting = forgetting_gate(probes[choice.name] or 0.0, probes["base"] or 0.0, gates)
-    return Validation(results, probes, files, simulation, choice, improvement, forgetting)
+    return Validation(results, probes, files, simulation, choice, improvement, forgetting, answers)
+
+
+def with_answers(improvement: GateOutcome, answers: AnswerCheck) -> GateOutcome:
+    """The improvement gate with the answer check beside it: its line in the message, its figures in the details
+    (MLflow logs them as `gate.improvement.answers_*`), failed when the answer check failed."""
+    figures = {"answers_status": answers.status, "answers_judged": answers.answers_judged,
+               "answers_at_least_as_good": answers.answers_at_least_as_good,
+               **({"answers_share": answers.share} if answers.share is not None else {}),
+               **({"answers_p_value": answers.p_value} if answers.p_value is not None else {})}
+    return replace(improvement, passed=improvement.passed and answers.passed,
+                   message=f"{improvement.message}; {answers.summary}", details={**improvement.details, **figures})
 
 
 def simulation_label(policy: Any) -> dict | None:
