@@ -25,8 +25,8 @@ def test_a_week_of_an_outside_agent_end_to_end(tmp_path):
     (tmp_path / "dagster").mkdir()
     # Fewer users than the demo's 3000, a larger rating share so that the labeler is fitted and measured.
     done = subprocess.run([sys.executable, "-m", "pipelines.demo", "--fast", "--env", "gateway", "--port",
-                           str(free_port()), "--users", "500", "--rated-share", "0.3", "--ab-users", "100",
-                           "--ab-rounds", "1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+                           str(free_port()), "--users", "500", "--rated-share", "0.3", "--ab-max-users", "100"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     out = done.stdout
     assert done.returncode == 0, f"exit {done.returncode}\n{out[-4000:]}\n{done.stderr[-3000:]}"
     summary = out.split("================ summary (gateway: an outside agent's week) ================")[1]
@@ -40,7 +40,12 @@ def test_a_week_of_an_outside_agent_end_to_end(tmp_path):
     assert re.search(r"labeler vs the hidden truth on \d+ unrated episodes: AUC 0\.\d{3}, ECE 0\.\d{3}", summary)
     assert "validation: replay of" in summary and re.search(r"incumbent +accuracy", summary)
     assert "A/B test started: v1 at 10% against teacher" in out  # the fast gate is open: registered, then routed
-    assert re.search(r"A/B round 1: teacher: \d+ users", summary)
+    # The A/B traffic in chunks, a look after each, until the test decides or its bound of 100 users stops it.
+    assert re.search(r"A/B look 1: \+25 users \(25 in all, [\d.]+ min\): teacher: \d+ users", summary)
+    traffic = re.search(r"A/B traffic: (the decision needed|undecided, stopped after) (\d+) users in [\d.]+ min "
+                        r"\((\d+) looks\)", summary)
+    assert traffic and int(traffic.group(2)) <= 100, summary
+    assert traffic.group(1) == "the decision needed" or "the bound of 100 A/B users was reached" in summary
     assert "skipped: GRPO" in summary
     # The hidden truth never leaves the simulation's file: no question text in the console.
     assert "questions.jsonl" not in out
