@@ -1,12 +1,13 @@
 """The serving engines side by side on the same held-out episodes: our own decoder (`LocalPolicy`, torch) against
 vLLM for CPU (`agent/engine.py`), one trained SmolLM2-135M version, the demo's inbox and test questions.
 
-    .venv/bin/python bench/engines.py --home HOME [--adapter DIR] [--eval-n 94] [--engines torch,vllm]
+    .venv/bin/python bench/engines.py --home HOME [--adapter DIR] [--eval-n 94] [--engines torch,vllm-waves,vllm]
 
 HOME is a `bench/quality.py --home HOME` directory (its inbox.db and SFT adapter HOME/sft/adapter). Each engine
 plays the same seeded held-out sample, alone on the machine (one after the other, the previous one freed), with
-every core: torch as the evaluation runs it (the adapter merged, waves of 16, fp32), vLLM with the adapter on the
-base as the arbiter serves it (bf16, 32 conversations in flight, prefix caching). Reported per engine: start-up
+every core: torch as the evaluation runs it (the adapter merged, waves of 16, fp32), vLLM as the evaluation and the
+arbiter serve with it (bf16, prefix caching) with 32 episodes in flight (`vllm`: each asks for its next turn as soon
+as its tools answered) or in waves of 32 (`vllm-waves`: every turn waits for the wave's slowest). Reported per engine: start-up
 (loading the model, or starting the engine process), held-out episodes/s, accuracy, format errors, and per question
 whether both engines agree on the outcome (paired: same questions). Target: >= 1.5 held-out episodes/s per model.
 
@@ -36,6 +37,7 @@ from heldout import machine  # noqa: E402  (this folder is on sys.path when a be
 
 
 def load(engine: str, model: str, adapter: str, threads: int, engine_batch: int = 32):
+    """The policy of `engine` (torch, or vllm / vllm-waves: the same engine, episodes in flight or in waves)."""
     if engine == "torch":
         import torch
 
@@ -57,13 +59,14 @@ def play(engine: str, model: str, adapter: str, environment, tasks, eval_n: int,
     started = time.perf_counter()
     policy, batch = load(engine, model, adapter, threads, engine_batch)
     startup = time.perf_counter() - started
-    config = EvalConfig(split=Split.TEST, max_scenarios=eval_n, seed=0, batch_size=batch)
+    config = EvalConfig(split=Split.TEST, max_scenarios=eval_n, seed=0, batch_size=batch,
+                        in_flight=engine != "vllm-waves")
     started = time.perf_counter()
     result = evaluate_tasks(policy, environment, tasks, config)
     wall = time.perf_counter() - started
     episodes = result.episodes
     outcomes = {e.scenario_id or str(i): e.outcome == "correct" for i, e in enumerate(episodes)}
-    if engine == "vllm":
+    if engine.startswith("vllm"):
         from agent_rl.agent.engine import stop_engines
 
         stop_engines()
@@ -82,7 +85,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default=str(ROOT / ".data" / "models" / "smollm2-135m-instruct"))
     parser.add_argument("--adapter", default=None, help="adapter directory (default: HOME/sft/adapter)")
     parser.add_argument("--eval-n", type=int, default=94, help="held-out questions (the demo evaluates 94)")
-    parser.add_argument("--engines", default="torch,vllm", help="comma-separated; the first is the baseline")
+    parser.add_argument("--engines", default="torch,vllm-waves,vllm",
+                        help="comma-separated; the first is the baseline")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--engine-batch", type=int, default=32, help="episodes the engine plays at once")
     args = parser.parse_args(argv)

@@ -396,6 +396,8 @@ class EnginePolicySettings(BaseModel):
 class EnginePolicy(Policy):
     """One version of a base model served by the engine: the base itself (`adapter` None) or its adapter on it."""
 
+    concurrent_turns = True  # every call is HTTP requests the engine batches with whatever else is in flight
+
     def __init__(self, engine: EngineServer, tokenizer: Any, adapter: str | None = None, version: str = "base",
                  settings: EnginePolicySettings | None = None, owns: Literal["adapter", "engine"] | None = None
                  ) -> None:
@@ -496,6 +498,8 @@ class EnginePolicy(Policy):
 class MixedEnginePolicy(RowRoutedPolicy):
     """Several versions on one engine as one policy: each row decoded with its routed version's adapter, in one
     engine batch (vLLM applies each request's own LoRA: no row sees another version's weights)."""
+
+    concurrent_turns = True
 
     def __init__(self, policies: dict[str, EnginePolicy]) -> None:
         engines = {id(p.engine) for p in policies.values()}

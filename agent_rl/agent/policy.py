@@ -48,6 +48,9 @@ class Policy(abc.ABC):
     """Something that answers a conversation with the next assistant turn."""
 
     version: str = "unknown"
+    # True for a policy whose act() may be called from several threads at once and that batches those calls itself
+    # (an engine server with continuous batching): the runner then keeps episodes in flight (agent/runner.py).
+    concurrent_turns: bool = False
 
     @abc.abstractmethod
     def act(self, conversations: list[Conversation], tools: list[ToolSchema],

@@ -3,7 +3,9 @@
 Each turn the runner gathers the conversations still running and asks the policy for all of
 their next turns in one `act` call, executes the tool calls on each episode's own tool session, and
 stops a conversation when its session records a final answer, it breaks the format, or it runs out of
-budget. The environment judges the result (agent_rl/environments); the email assistant, for example:
+budget. A policy that batches concurrent calls itself (`Policy.concurrent_turns`: an engine server) is instead
+played with `batch_size` episodes in flight: each asks for its next turn as soon as its tools have answered, and a
+finished episode's place goes to the next task at once, so no episode waits for the slowest turn of a wave. The environment judges the result (agent_rl/environments); the email assistant, for example:
 - correct / wrong / idk: the answer as judged against the scenario's golden answer
   ("I don't know" on an unanswerable question is correct);
 - format_error: an unparsable tool call, an unknown tool, a turn of plain text with no tool
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,9 +56,13 @@ class RunnerConfig(BaseModel):
     )
     max_new_tokens: PositiveInt = Field(DEFAULT_TURN_TOKENS, description="generation limit per assistant turn, passed to "
                                         "the policy (as in evaluation and GRPO: agent_rl/turn_budget.py)")
-    timeout_s: float | None = Field(300.0, gt=0, description="wall clock per batch of episodes, checked between "
-                                    "turns (serving's bound on a stuck batch); None: none (held-out evaluation)")
-    batch_size: PositiveInt = Field(32, description="episodes played together; each turn is one policy.act call")
+    timeout_s: float | None = Field(300.0, gt=0, description="wall clock per batch of episodes (per episode when "
+                                    "they are in flight), checked between turns (serving's bound on a stuck batch); "
+                                    "None: none (held-out evaluation)")
+    batch_size: PositiveInt = Field(32, description="episodes played together; each turn is one policy.act call "
+                                    "(in flight: episodes whose turns are asked for at once)")
+    in_flight: bool = Field(True, description="play a policy that declares concurrent_turns with batch_size episodes "
+                            "in flight (False: in waves, as every other policy)")
     prompt_price_per_m: float = Field(0.0, ge=0, description="USD per million prompt tokens")
     completion_price_per_m: float = Field(0.0, ge=0, description="USD per million completion tokens")
 
@@ -96,6 +103,8 @@ def play_episodes(policy: Policy, environment: Environment, plays: list[Play],
     """Play every task in `environment` with `policy`, in batches of `config.batch_size`; one Episode per
     task, in order."""
     config = config or RunnerConfig()
+    if config.in_flight and getattr(policy, "concurrent_turns", False) is True and len(plays) > 1:
+        return _play_in_flight(policy, environment, plays, config)
     episodes: list[Episode] = []
     for start in range(0, len(plays), config.batch_size):
         episodes.extend(_run_batch(policy, environment, plays[start : start + config.batch_size], config))
@@ -119,6 +128,53 @@ def _run_batch(policy: Policy, environment: Environment, plays: list[Play], conf
             if episode.done:
                 episode.ended = time.perf_counter()
 
+    return [_to_episode(environment, episode, policy, config) for episode in live]
+
+
+def _play_in_flight(policy: Policy, environment: Environment, plays: list[Play],
+                    config: RunnerConfig) -> list[Episode]:
+    """Up to `batch_size` episodes in flight, each turn one `act` call from a worker thread. Tools, budgets and
+    judging stay on this thread (sessions need not be thread-safe); a policy thread only reads its episode's
+    messages while this thread leaves that episode alone. Measured with vLLM for CPU: docs/benchmarks.md."""
+    schemas = environment.tool_schemas()
+    names = frozenset(environment.tool_names())
+    live: list[_Live | None] = [None] * len(plays)
+    waiting = iter(range(len(plays)))
+    pending: dict[Future, int] = {}
+    pool = ThreadPoolExecutor(max_workers=min(config.batch_size, len(plays)), thread_name_prefix="runner")
+
+    def ask(index: int) -> None:
+        episode = live[index]
+        pending[pool.submit(_act, policy, [episode.messages], schemas, config.max_new_tokens,
+                            [episode.play.policy_version])] = index
+
+    def start_next() -> None:
+        index = next(waiting, None)
+        if index is not None:
+            play = plays[index]
+            live[index] = _Live(play=play, session=environment.open(play.task),
+                                messages=environment.opening_messages(play.task), started=time.perf_counter())
+            ask(index)
+
+    try:
+        for _ in range(min(config.batch_size, len(plays))):
+            start_next()
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                index = pending.pop(future)
+                episode, turn = live[index], future.result()[0]  # _act never raises: a failure is a None turn
+                _apply_turn(environment, names, episode, turn)
+                if not episode.done:
+                    _check_budgets(episode, turn, config, episode.started)
+                if episode.done:
+                    episode.ended = time.perf_counter()
+                    start_next()
+                else:
+                    ask(index)
+    finally:
+        # Interrupted (a stop signal): turns not yet asked for are dropped instead of waited on.
+        pool.shutdown(wait=not pending, cancel_futures=True)
     return [_to_episode(environment, episode, policy, config) for episode in live]
 
 

@@ -39,6 +39,8 @@ class EvalConfig(BaseModel):
     # (docs/experiments.md, 2026-11-28 noon), so a gate compared how loaded the machine was, not the models. The turn,
     # token and repeated-call budgets still bound every episode.
     timeout_s: PositiveFloat | None = Field(None, description="wall clock per batch of episodes (None: none)")
+    in_flight: bool = Field(True, description="an engine-served policy plays batch_size episodes in flight instead "
+                            "of in waves (agent/runner.py)")
 
 
 @dataclass
@@ -79,6 +81,7 @@ def evaluate_tasks(policy: Policy, environment: Environment, tasks: list[Task], 
     if not chosen:
         raise ValueError(f"environment {environment.name!r} has no tasks in split {config.split.value!r} to evaluate on")
     runner = RunnerConfig(max_turns=config.max_turns, batch_size=config.batch_size, timeout_s=config.timeout_s,
+                          in_flight=config.in_flight,
                           prompt_price_per_m=config.prompt_price_per_m,
                           completion_price_per_m=config.completion_price_per_m)
     version = version or str(getattr(policy, "version", "unknown"))

@@ -252,3 +252,77 @@ def test_cost_and_latency_are_accounted(store):
     assert (episode.prompt_tokens, episode.completion_tokens) == (3000, 150)
     assert episode.cost_usd == pytest.approx((3000 * 2.0 + 150 * 10.0) / 1e6)
     assert episode.latency_ms > 0
+
+
+class ConcurrentScript(ScriptedPolicy):
+    """A policy that batches concurrent calls itself (an engine server): the turns of conversation "slow" wait until
+    every other conversation has been answered its final turn, or 20 s."""
+
+    concurrent_turns = True
+
+    def __init__(self, script: list[Any], others: int) -> None:
+        super().__init__(script)
+        import threading
+
+        self.lock, self.others_done, self.others = threading.Lock(), threading.Event(), others
+        self.finished = 0
+        self.slow_waited_for_others: list[bool] = []
+
+    def act(self, conversations, tools, max_new_tokens=256):
+        question = next(m["content"] for m in conversations[0] if m["role"] == "user")
+        if "invoice" in question:  # the slow episode
+            self.slow_waited_for_others.append(self.others_done.wait(timeout=20))
+        turns = super().act(conversations, tools, max_new_tokens)
+        with self.lock:
+            if "invoice" not in question and any(c.name == "return_final_answer" for c in turns[0].tool_calls):
+                self.finished += 1
+                if self.finished == self.others:
+                    self.others_done.set()
+        return turns
+
+
+def test_a_concurrent_policy_keeps_episodes_in_flight_so_none_waits_for_the_slowest(store):
+    fast = [EpisodeTask.from_scenario(scenario(sid=f"fast{i}")) for i in range(5)]
+    slow = EpisodeTask.from_scenario(scenario(question="How much was the Acme invoice?", answer="$4,500",
+                                              category=Category.AMOUNT, sid="slow"))
+    tasks = [fast[0], slow, *fast[1:]]
+    policy = ConcurrentScript([SEARCH, READ, answer("May 10, 2001")], others=5)
+    episodes = run_episodes(policy, tasks, store, RunnerConfig(batch_size=2))
+    # Two in flight: while "slow" waits, the other place plays all five fast episodes one after another, each
+    # turn asked for as soon as its tools answered; in waves the five could not finish before "slow" answered.
+    assert policy.slow_waited_for_others[0] is True
+    assert [e.scenario_id for e in episodes] == ["fast0", "slow", "fast1", "fast2", "fast3", "fast4"]
+    assert [e.outcome for e in episodes] == [Outcome.CORRECT, Outcome.WRONG, *[Outcome.CORRECT] * 4]
+    assert [e.turns for e in episodes] == [3] * 6
+    # The same plays in waves give the same episodes, turn for turn.
+    waves = run_episodes(ScriptedPolicy([SEARCH, READ, answer("May 10, 2001")]), tasks, store,
+                         RunnerConfig(batch_size=2))
+    assert [(e.scenario_id, e.outcome, e.messages) for e in waves] == \
+        [(e.scenario_id, e.outcome, e.messages) for e in episodes]
+
+
+def test_in_flight_can_be_turned_off_and_a_failing_turn_ends_only_its_episode(store):
+    tasks = [EpisodeTask.from_scenario(scenario(sid=f"s{i}")) for i in range(3)]
+    policy = ScriptedPolicy([SEARCH, READ, answer("May 10, 2001")])
+    policy.concurrent_turns = True  # type: ignore[attr-defined]
+    waves = run_episodes(policy, tasks, store, RunnerConfig(batch_size=3, in_flight=False))
+    assert policy.batch_sizes == [3, 3, 3]  # waves: every turn one call over the running conversations
+    flight = ScriptedPolicy([SEARCH, READ, answer("May 10, 2001")])
+    flight.concurrent_turns = True  # type: ignore[attr-defined]
+    assert [e.outcome for e in run_episodes(flight, tasks, store, RunnerConfig(batch_size=3))] == \
+        [e.outcome for e in waves] == [Outcome.CORRECT] * 3
+    assert flight.batch_sizes == [1] * 9  # in flight: one call per episode and turn
+
+    class FailsOnInvoices(ScriptedPolicy):
+        concurrent_turns = True
+
+        def act(self, conversations, tools, max_new_tokens=256):
+            if "invoice" in conversations[0][-1]["content"]:
+                raise RuntimeError("engine went away")
+            return super().act(conversations, tools, max_new_tokens)
+
+    mixed = [tasks[0], EpisodeTask.from_scenario(scenario(question="How much was the invoice?", sid="bad")), tasks[1]]
+    episodes = run_episodes(FailsOnInvoices([SEARCH, READ, answer("May 10, 2001")]), mixed, store,
+                            RunnerConfig(batch_size=2))
+    assert [e.outcome for e in episodes] == [Outcome.CORRECT, Outcome.FORMAT_ERROR, Outcome.CORRECT]
+    assert "format_error.policy_error" in episodes[1].reward_components

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -135,12 +136,15 @@ def test_the_arbiter_serves_an_ab_split_through_one_engine(served, start_arbiter
     base, adapters, engine = served
     monkeypatch.setenv("AGENT_RL_ENGINE", "vllm")
     monkeypatch.setenv("AGENT_RL_ADMIN_TOKEN", ADMIN_TOKEN)
-    batches: list[list[str]] = []
+    calls: list[tuple[set[str], float, float]] = []  # versions asked for, when the call started and ended
     act_rows = MixedEnginePolicy.act_rows
 
     def recorded(self, rows, *args, **kwargs):
-        batches.append(list(rows))
-        return act_rows(self, rows, *args, **kwargs)
+        started = time.perf_counter()
+        try:
+            return act_rows(self, rows, *args, **kwargs)
+        finally:
+            calls.append((set(rows), started, time.perf_counter()))
 
     monkeypatch.setattr(MixedEnginePolicy, "act_rows", recorded)
     specs = {name: lora_spec(base, stack, name) for name, stack in adapters.items()}
@@ -160,7 +164,11 @@ def test_the_arbiter_serves_an_ab_split_through_one_engine(served, start_arbiter
         for thread in threads:
             thread.join()
         assert {a["policy_version"] for a in answers.values()} == {"one", "stack"}
-        assert any(len(set(rows)) == 2 for rows in batches), "both versions should share an engine batch"
+        # The runner keeps the episodes in flight (one call per episode and turn): both versions' requests must be
+        # on the engine at the same time, for it to batch them together.
+        assert any(len(a | b) == 2 and a_start < b_end and b_start < a_end
+                   for a, a_start, a_end in calls for b, b_start, b_end in calls), \
+            "both versions should be in flight on the engine together"
 
         # Each recorded episode is what its version plays alone (here: on the engine, one version at a time).
         store = open_inbox_store(demo_world.inbox_url)
