@@ -19,7 +19,7 @@ their outcome by the rules above.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -74,16 +74,11 @@ def _created_at(value: Any, row_index: int) -> datetime:
     return as_utc(value)
 
 
-def arm_stats_from_episodes(
-    episodes: Iterable[Mapping[str, Any] | Episode], since: datetime | None = None
-) -> dict[str, ArmStats]:
-    """Counts per policy_version over pool rows created at or after `since` (naive = UTC).
-
-    Rows are dicts (or mappings, e.g. SQLAlchemy row mappings) with policy_version, outcome,
-    latency_ms, created_at and feedback, or `Episode` records as the pool's export returns
-    them; other keys are ignored."""
+def _checked_rows(episodes: Iterable[Mapping[str, Any] | Episode], since: datetime | None
+                  ) -> Iterator[tuple[Mapping[str, Any] | Episode, Mapping[str, Any], str]]:
+    """Each episode created at or after `since` as (the item, its row as a mapping, its outcome's name); a
+    ValueError naming the row for one without policy_version, outcome or created_at, or with an unknown outcome."""
     since_utc = _created_at(since, -1) if since is not None else None
-    tallies: dict[str, dict[str, Any]] = {}
     for index, item in enumerate(episodes):
         row = item.model_dump() if isinstance(item, Episode) else item
         for key in ("policy_version", "outcome", "created_at"):
@@ -96,6 +91,19 @@ def arm_stats_from_episodes(
             raise ValueError(
                 f"episode row {index}: unknown outcome {outcome!r}; expected one of {sorted(KNOWN_OUTCOMES)}"
             )
+        yield item, row, outcome
+
+
+def arm_stats_from_episodes(
+    episodes: Iterable[Mapping[str, Any] | Episode], since: datetime | None = None
+) -> dict[str, ArmStats]:
+    """Counts per policy_version over pool rows created at or after `since` (naive = UTC).
+
+    Rows are dicts (or mappings, e.g. SQLAlchemy row mappings) with policy_version, outcome,
+    latency_ms, created_at and feedback, or `Episode` records as the pool's export returns
+    them; other keys are ignored."""
+    tallies: dict[str, dict[str, Any]] = {}
+    for _, row, outcome in _checked_rows(episodes, since):
         verdict = feedback_verdict(row.get("feedback"))
         if outcome == UNJUDGED and verdict is None:
             continue  # no evidence either way
@@ -135,22 +143,10 @@ def labeled_arms_from_episodes(
     unjudged episode with `score`'s probability of a good outcome (one call, all versions' unjudged episodes in
     order) and its rating (the verdict, or None), every other one with its outcome by the module's rules (an error
     is a failure, a verdict overrules the judgment)."""
-    since_utc = _created_at(since, -1) if since is not None else None
     ratable: list[tuple[str, Mapping[str, Any] | Episode, int | None]] = []
     judged: dict[str, list[int]] = {}
     versions: dict[str, None] = {}
-    for index, item in enumerate(episodes):
-        row = item.model_dump() if isinstance(item, Episode) else item
-        for key in ("policy_version", "outcome", "created_at"):
-            if key not in row or row[key] is None:
-                raise ValueError(f"episode row {index}: missing {key!r}")
-        if since_utc is not None and _created_at(row["created_at"], index) < since_utc:
-            continue
-        outcome = str(getattr(row["outcome"], "value", row["outcome"]))
-        if outcome not in KNOWN_OUTCOMES:
-            raise ValueError(
-                f"episode row {index}: unknown outcome {outcome!r}; expected one of {sorted(KNOWN_OUTCOMES)}"
-            )
+    for item, row, outcome in _checked_rows(episodes, since):
         version = str(row["policy_version"])
         versions[version] = None
         verdict = feedback_verdict(row.get("feedback"))

@@ -39,7 +39,7 @@ from agent_rl.arbiter.files import (
     StoreUnavailable,
     is_file_id,
 )
-from agent_rl.arbiter.gateway_wire import GatewayError
+from agent_rl.arbiter.gateway_wire import GatewayError, object_not_found, store_unavailable
 from agent_rl.arbiter.keys import ApiKey
 
 log = logging.getLogger("agent_rl.arbiter")
@@ -63,15 +63,11 @@ def upload_body_limit(config: FilesConfig) -> int:
 
 
 def _unavailable(exc: StoreUnavailable) -> GatewayError:
-    return GatewayError(503, "the file store is unavailable; try again later", code="storage_unavailable",
-                        headers={"Retry-After": "5"}, log_detail=str(exc))
+    return store_unavailable("file store", exc)
 
 
 def _not_found(file_id: str) -> GatewayError:
-    # The same answer for a missing id and another tenant's: the id is the caller's own text, never more.
-    shown = f": {file_id}" if is_file_id(file_id) else ""
-    return GatewayError(404, f"No such File object{shown}", param="id", code="file_not_found",
-                        log_detail="a file that is missing or another tenant's")
+    return object_not_found("File object", file_id, is_file_id(file_id), param="id", code="file_not_found")
 
 
 class _MultipartUpload:

@@ -54,6 +54,20 @@ class GatewayError(Exception):
         self.log_detail = message if log_detail is None else log_detail
 
 
+def store_unavailable(store: str, exc: Exception) -> GatewayError:
+    """503 for a store that cannot be read or written now: the caller may retry; the cause goes to the log only."""
+    return GatewayError(503, f"the {store} is unavailable; try again later", code="storage_unavailable",
+                        headers={"Retry-After": "5"}, log_detail=str(exc))
+
+
+def object_not_found(kind: str, given: str, well_formed: bool, param: str, code: str) -> GatewayError:
+    """404 for an object id that is missing or another tenant's: one answer for both, and the id echoed only when
+    it has the shape of one of ours (`well_formed`), so the message never carries more than the caller's own id."""
+    shown = f": {given}" if well_formed else ""
+    return GatewayError(404, f"No such {kind}{shown}", param=param, code=code,
+                        log_detail=f"a {kind} that is missing or another tenant's")
+
+
 # -- the request ---------------------------------------------------------------------------------
 
 

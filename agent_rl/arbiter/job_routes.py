@@ -28,7 +28,7 @@ from fastapi import FastAPI, Request
 
 from agent_rl.arbiter.file_routes import file_store_of
 from agent_rl.arbiter.files import FileRecord, FilesConfig, FileStore, StoreUnavailable, is_file_id
-from agent_rl.arbiter.gateway_wire import GatewayError, too_deep_message
+from agent_rl.arbiter.gateway_wire import GatewayError, object_not_found, store_unavailable, too_deep_message
 from agent_rl.arbiter.keys import ApiKey
 from agent_rl.environments.openai_jobs.rows import JobRow, Method
 from agent_rl.finetuning.checks import (
@@ -70,15 +70,12 @@ def served_models() -> tuple[str, ...]:
 
 
 def _unavailable(exc: Exception) -> GatewayError:
-    return GatewayError(503, "the job store is unavailable; try again later", code="storage_unavailable",
-                        headers={"Retry-After": "5"}, log_detail=str(exc))
+    return store_unavailable("job store", exc)
 
 
 def _not_found(job_id: str) -> GatewayError:
-    # The same answer for a missing id and another tenant's: the id is the caller's own text, never more.
-    shown = f": {job_id}" if is_job_id(job_id) else ""
-    return GatewayError(404, f"No such fine-tuning job{shown}", param="fine_tuning_job_id", code="job_not_found",
-                        log_detail="a fine-tuning job that is missing or another tenant's")
+    return object_not_found("fine-tuning job", job_id, is_job_id(job_id), param="fine_tuning_job_id",
+                            code="job_not_found")
 
 
 def _refused(exc: JobRequestError) -> GatewayError:
