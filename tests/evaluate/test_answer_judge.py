@@ -20,7 +20,8 @@ from agent_rl.evaluate.harness import EvalConfig
 from agent_rl.evaluate.replay import AnswerJudging, failure_kind, judge_answers, replay
 from agent_rl.evaluate.validation import Model, held_out_measure, validate
 from agent_rl.feedback.judge import JudgeConfig, ModelJudgeError
-from tests.openai_stub import OpenAIStub, fail, malformed
+from tests.evaluate.test_validation_run import Log
+from tests.openai_stub import OpenAIStub, fail, malformed, openai_stub  # noqa: F401 (fixture)
 
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Look a thing up.", "parameters": {
     "type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}}}]
@@ -28,15 +29,6 @@ EPISODES = 8
 CONFIG = EvalConfig(max_scenarios=None, seed=0)
 BETTER = "as the lookup returned"  # what the scripted judge likes best
 BAD = "no idea"
-
-
-@pytest.fixture
-def openai_stub():
-    stub = OpenAIStub().start()
-    try:
-        yield stub
-    finally:
-        stub.stop()
 
 
 def approved_episode(i: int) -> dict:
@@ -100,16 +92,6 @@ def judge(request: dict) -> str:
 def judging(stub: OpenAIStub, **endpoint) -> AnswerJudging:
     return AnswerJudging(judge=JudgeConfig(endpoint=ChatEndpoint(
         base_url=stub.url, model="judge-model", retry_backoff_s=0, **{"api_key_env": None, **endpoint}), retries=1))
-
-
-class Log:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def info(self, message: str) -> None:
-        self.lines.append(message)
-
-    warning = info
 
 
 def run(candidate, tmp_path, answer_judge=None, gate="superiority"):

@@ -24,19 +24,9 @@ from agent_rl.feedback.judge import (
 from agent_rl.feedback.judge_agreement import JudgeAndSignalsLabeler, JudgeLabeler, judge_agreement
 from agent_rl.feedback.labeler import LabelerConfig, label_episodes
 from agent_rl.records import Episode, Outcome
-from tests.openai_stub import OpenAIStub
+from tests.openai_stub import OpenAIStub, openai_stub  # noqa: F401 (fixture)
 
 BAD_MARK = "couldn't find"
-
-
-@pytest.fixture
-def openai_stub():
-    """tests/openai_stub.py's server, started on a free loopback port (a fixture here keeps pyflakes quiet)."""
-    stub = OpenAIStub().start()
-    try:
-        yield stub
-    finally:
-        stub.stop()
 
 
 def endpoint(stub, **overrides) -> ChatEndpoint:
