@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from agent_rl import settings
 from agent_rl.arbiter.file_checks import BadTrainingFile, check_training_file
-from agent_rl.disk import fsync_path, older_than
+from agent_rl.disk import fsync_path, older_than, open_wal_database
 
 log = logging.getLogger(__name__)
 
@@ -208,14 +208,8 @@ class FileStore:
         self.content_dir, self.tmp_dir = self.root / "content", self.root / "tmp"
         self.max_upload_bytes, self.max_line_bytes = max_upload_bytes, max_line_bytes
         self.clock = clock
-        try:
-            self.content_dir.mkdir(parents=True, exist_ok=True)
-            self.tmp_dir.mkdir(parents=True, exist_ok=True)
-            with self._db() as db:
-                db.execute("PRAGMA journal_mode=WAL")
-                db.executescript(_SCHEMA)
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreUnavailable(f"the file store at {self.root} cannot be opened: {exc}") from exc
+        open_wal_database(self.root / "index.db", _SCHEMA, 10, (self.content_dir, self.tmp_dir), "file store",
+                          StoreUnavailable)
         self._swept = 0.0
         self.sweep()
 

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from agent_rl import settings
 from agent_rl.agent.chat_client import ChatEndpoint
-from agent_rl.disk import fsync_path, older_than
+from agent_rl.disk import fsync_path, older_than, open_wal_database
 from agent_rl.finetuning.checks import (
     BASE_HYPERPARAMETERS,
     JobRequestError,
@@ -333,13 +333,8 @@ class JobStore:
         self.tmp_dir = self.root / "tmp"
         self.clock = clock
         self.busy_timeout_s = busy_timeout_s
-        try:
-            self.tmp_dir.mkdir(parents=True, exist_ok=True)
-            with closing(sqlite3.connect(self.root / "jobs.db", timeout=busy_timeout_s)) as db:
-                db.execute("PRAGMA journal_mode=WAL")
-                db.executescript(_SCHEMA)
-        except (OSError, sqlite3.Error) as exc:
-            raise JobStoreUnavailable(f"the job store at {self.root} cannot be opened: {exc}") from exc
+        open_wal_database(self.root / "jobs.db", _SCHEMA, busy_timeout_s, (self.tmp_dir,), "job store",
+                          JobStoreUnavailable)
         self._swept = 0.0
         self.sweep()
 
