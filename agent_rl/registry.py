@@ -14,9 +14,10 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from agent_rl import settings
 
@@ -70,16 +71,20 @@ def _client(tracking_uri: str | None = None):
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
+class RegistrationOptions(TypedDict, total=False):
+    """The keywords every `register_*` takes, whatever the version holds (adapters or a policy spec): both are
+    registered the same way by `_register`, which holds their defaults (in brackets)."""
+
+    metrics: dict[str, float] | None  # logged on the run and tagged `metric.<key>` on the version [none]
+    tags: dict[str, str] | None  # the run's and the version's tags [none]
+    alias: str | None  # set to the new version; None sets none ["challenger"]
+    name: str  # the registered model [MODEL_NAME]
+    experiment: str  # the MLflow experiment of the registering run ["agent-rl"]
+    tracking_uri: str | None  # [settings.mlflow_uri()]
+
+
 def register_candidate(
-    adapters: list[str | Path],
-    base_model: str,
-    *,
-    metrics: dict[str, float] | None = None,
-    tags: dict[str, str] | None = None,
-    alias: str | None = "challenger",
-    name: str = MODEL_NAME,
-    experiment: str = "agent-rl",
-    tracking_uri: str | None = None,
+    adapters: list[str | Path], base_model: str, **options: Unpack[RegistrationOptions]
 ) -> RegisteredVersion:
     """Log the adapter stack as a run's artifacts, create a registry version from it, tag it and set `alias`."""
     dirs = [Path(a) for a in adapters]
@@ -97,23 +102,14 @@ def register_candidate(
                             ignore=shutil.ignore_patterns("checkpoint-*", "optimizer.pt"))
         return {"base_model": base_model, "adapters": names}
 
-    return _register(stage, metrics, tags, alias, name, experiment, tracking_uri)
+    return _register(stage, **options)
 
 
-def register_policy_spec(
-    spec: str,
-    *,
-    metrics: dict[str, float] | None = None,
-    tags: dict[str, str] | None = None,
-    alias: str | None = "challenger",
-    name: str = MODEL_NAME,
-    experiment: str = "agent-rl",
-    tracking_uri: str | None = None,
-) -> RegisteredVersion:
+def register_policy_spec(spec: str, **options: Unpack[RegistrationOptions]) -> RegisteredVersion:
     """Register a policy that is configuration, not weights (a prompted API model, a rule-based policy)."""
     if not spec or not isinstance(spec, str):
         raise ValueError("policy spec must be a non-empty string, e.g. 'heuristic' or 'http:{...}'")
-    return _register(lambda staged: {"policy_spec": spec}, metrics, tags, alias, name, experiment, tracking_uri)
+    return _register(lambda staged: {"policy_spec": spec}, **options)
 
 
 def experiment_id(client, name: str, tracking_uri: str | None = None) -> str:
@@ -130,7 +126,16 @@ def experiment_id(client, name: str, tracking_uri: str | None = None) -> str:
         return found.experiment_id
 
 
-def _register(stage, metrics, tags, alias, name, experiment, tracking_uri) -> RegisteredVersion:
+def _register(
+    stage: Callable[[Path], dict[str, Any]],
+    *,
+    metrics: dict[str, float] | None = None,
+    tags: dict[str, str] | None = None,
+    alias: str | None = "challenger",
+    name: str = MODEL_NAME,
+    experiment: str = "agent-rl",
+    tracking_uri: str | None = None,
+) -> RegisteredVersion:
     client = _client(tracking_uri)
     tags = {k: str(v) for k, v in (tags or {}).items()}
     with tempfile.TemporaryDirectory() as tmp:
