@@ -12,17 +12,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from agent_rl.graders import similarity
-from agent_rl.graders.config import (
-    AnyGrader,
-    GraderConfigError,
-    InputText,
-    MultiGrader,
-    PythonGrader,
-    ScoreModelGrader,
-    StringCheckGrader,
-    TextSimilarityGrader,
-    parse_grader,
-)
+from agent_rl.graders.config import (AnyGrader, GraderConfigError, InputText, MultiGrader, PythonGrader,
+                                     ScoreModelGrader, StringCheckGrader, TextSimilarityGrader, parse_grader)
 from agent_rl.graders.context import GraderContext
 from agent_rl.graders.formula import FormulaError, evaluate_formula, parse_formula
 from agent_rl.graders.result import GradeResult

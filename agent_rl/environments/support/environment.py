@@ -14,17 +14,9 @@ from collections.abc import Callable, Iterable
 from datetime import date
 from typing import Any, ClassVar
 
-from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, ToolCall, ToolSchema
-from agent_rl.environments.core import (
-    Environment,
-    EnvironmentError,
-    FinalAnswer,
-    Judgement,
-    PrivacySpec,
-    ProbeItem,
-    Task,
-    Trajectory,
-)
+from agent_rl.environments.core import (Environment, EnvironmentError, FinalAnswer, Judgement, PrivacySpec, ProbeItem,
+                                        Task, Trajectory)
+from agent_rl.environments.policy import Conversation, Policy, PolicyTurn, ToolCall, ToolSchema
 from agent_rl.environments.support.policy import POLICY_TEXT, can_cancel, can_change_address, can_return
 from agent_rl.environments.support.session import ORDER_ID, SupportSession
 from agent_rl.environments.support.store import (
