@@ -29,20 +29,22 @@ def _immutable(order: Order) -> str | None:
     return f"order {order.id} is cancelled and cannot be changed" if order.status == "cancelled" else None
 
 
-def can_cancel(order: Order) -> str | None:
+def _pending_only(order: Order, action: str) -> str | None:
+    """The policy's one rule for cancelling and changing the address, `action` naming which in the reason: only a
+    pending order (a cancelled one is never changed)."""
     if reason := _immutable(order):
         return reason
     if order.status != "pending":
-        return f"order {order.id} is {order.status}; only pending orders can be cancelled"
+        return f"order {order.id} is {order.status}; only pending orders can {action}"
     return None
+
+
+def can_cancel(order: Order) -> str | None:
+    return _pending_only(order, "be cancelled")
 
 
 def can_change_address(order: Order) -> str | None:
-    if reason := _immutable(order):
-        return reason
-    if order.status != "pending":
-        return f"order {order.id} is {order.status}; only pending orders can have their address changed"
-    return None
+    return _pending_only(order, "have their address changed")
 
 
 def can_return(order: Order, item_ids: Iterable[str], today: date) -> str | None:
