@@ -50,11 +50,14 @@ from agent_rl.ab.evidence import (
     ppi_test,
 )
 from agent_rl.ab.stats import (
+    Alpha,
     ArmStats,
     GuardrailResult,
     SequentialTestConfig,
+    TauSquared,
     TestResult,
     always_valid_test,
+    check_alpha,
     latency_guardrail,
     rate_guardrail,
 )
@@ -74,12 +77,6 @@ Cause = Literal[
     "timeout",
 ]
 SignificanceTest = Callable[[ArmStats, ArmStats, SequentialTestConfig], TestResult]
-
-
-def _check_alpha(value: float, name: str) -> float:
-    if not 0.0 < value < 1.0:
-        raise ValueError(f"{name} must be strictly between 0 and 1, got {value}")
-    return value
 
 
 class Margin(BaseModel):
@@ -112,7 +109,7 @@ class Guardrails(BaseModel):
     @field_validator("alpha")
     @classmethod
     def _alpha(cls, value: float) -> float:
-        return _check_alpha(value, "guardrails.alpha")
+        return check_alpha(value, "guardrails.alpha")
 
 
 class LabelSettings(BaseModel):
@@ -131,7 +128,7 @@ class LabelSettings(BaseModel):
     @field_validator("disagreement_alpha")
     @classmethod
     def _alpha(cls, value: float) -> float:
-        return _check_alpha(value, "labels.disagreement_alpha")
+        return check_alpha(value, "labels.disagreement_alpha")
 
 
 class RolloutConfig(BaseModel):
@@ -143,8 +140,8 @@ class RolloutConfig(BaseModel):
     steps: tuple[float, ...] = Field(
         (0.10, 0.50, 1.00), description="Challenger traffic shares, increasing, ending at 1.0 (= promotion)."
     )
-    alpha: float = Field(0.05, description="Bound on the false-promotion (and false-rollback) probability.")
-    tau_squared: float = Field(0.01, description="mSPRT mixture variance over the lift; tau ~ expected lift.")
+    alpha: Alpha = Field(0.05, description="Bound on the false-promotion (and false-rollback) probability.")
+    tau_squared: TauSquared = Field(0.01, description="mSPRT mixture variance over the lift; tau ~ expected lift.")
     min_samples_per_arm: int = Field(100, ge=1, description="No decision at all before both arms have this many.")
     min_samples_per_step: int = Field(
         200, ge=1, description="Episodes each arm must serve in a step before leaving it."
@@ -156,18 +153,6 @@ class RolloutConfig(BaseModel):
     )
     guardrails: Guardrails = Guardrails()
     labels: LabelSettings = LabelSettings()
-
-    @field_validator("alpha")
-    @classmethod
-    def _alpha(cls, value: float) -> float:
-        return _check_alpha(value, "alpha")
-
-    @field_validator("tau_squared")
-    @classmethod
-    def _tau(cls, value: float) -> float:
-        if not (value > 0 and math.isfinite(value)):
-            raise ValueError(f"tau_squared must be a positive number, got {value}")
-        return value
 
     @field_validator("steps")
     @classmethod

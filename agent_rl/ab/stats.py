@@ -20,11 +20,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from statistics import NormalDist
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 Verdict = Literal["better", "worse", "continue"]
 
@@ -98,32 +99,40 @@ class ArmStats:
         }
 
 
+def check_alpha(value: float, name: str) -> float:
+    """`value` if it is a usable significance level (strictly between 0 and 1), else a ValueError naming the
+    setting `name`: every config holding an alpha (this test's, the rollout's guardrails and labels) checks here."""
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"{name} must be strictly between 0 and 1, got {value}")
+    return value
+
+
+def check_tau_squared(value: float) -> float:
+    """`value` if it is a usable mSPRT mixture variance (positive and finite), else a ValueError: the test's
+    config and the rollout's, which passes its own on to the test, check it the same way."""
+    if not (value > 0.0 and math.isfinite(value)):
+        raise ValueError(f"tau_squared must be a positive number, got {value}")
+    return value
+
+
+# The field types of a config's `alpha` and `tau_squared`, checked as above (this test's and the rollout's).
+Alpha = Annotated[float, AfterValidator(partial(check_alpha, name="alpha"))]
+TauSquared = Annotated[float, AfterValidator(check_tau_squared)]
+
+
 class SequentialTestConfig(BaseModel):
     """Knobs of the always-valid test."""
 
     model_config = ConfigDict(frozen=True)
 
-    alpha: float = Field(0.05, description="Type-I error over the whole (continuously monitored) test.")
-    tau_squared: float = Field(
+    alpha: Alpha = Field(0.05, description="Type-I error over the whole (continuously monitored) test.")
+    tau_squared: TauSquared = Field(
         0.01,
         description="Variance of the normal mixture over the difference of success rates; "
         "tau ~ the lift you expect (0.1 = ten points) gives the most power there.",
     )
     min_samples_per_arm: int = Field(100, ge=1, description="No verdict before both arms have this many trials.")
 
-    @field_validator("alpha")
-    @classmethod
-    def _alpha_in_unit_interval(cls, value: float) -> float:
-        if not 0.0 < value < 1.0:
-            raise ValueError(f"alpha must be strictly between 0 and 1, got {value}")
-        return value
-
-    @field_validator("tau_squared")
-    @classmethod
-    def _tau_positive(cls, value: float) -> float:
-        if not (value > 0.0 and math.isfinite(value)):
-            raise ValueError(f"tau_squared must be a positive number, got {value}")
-        return value
 
 
 @dataclass(frozen=True)
