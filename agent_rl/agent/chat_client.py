@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat
@@ -51,7 +51,21 @@ class ChatReply(BaseModel):
     completion_tokens: int = 0
 
 
-class ChatClient:
+class ClosesOnExit:
+    """`with holder:` calls `holder.close()` on leaving: the classes that hold an HTTP connection pool (ChatClient,
+    HttpPolicy, the model judge) share this, so each says only what its `close` releases."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ChatClient(ClosesOnExit):
     """Calls one endpoint; `complete` retries until `parse` accepts the reply or attempts run out."""
 
     def __init__(self, endpoint: ChatEndpoint, *, transport: httpx.BaseTransport | None = None) -> None:
@@ -67,12 +81,6 @@ class ChatClient:
 
     def close(self) -> None:
         self._http.close()
-
-    def __enter__(self) -> ChatClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _post(self, messages: list[dict[str, Any]], json_response: bool) -> ChatReply:
         payload: dict[str, Any] = {

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
+from agent_rl.agent.chat_client import ClosesOnExit
 from agent_rl.agent.chat_format import parse_completion, parse_tool_call
 from agent_rl.agent.messages import wire_messages
 from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, ToolCall, ToolSchema
@@ -46,7 +47,7 @@ class HttpPolicyConfig(BaseModel):
     version: str | None = Field(None, description="recorded on episodes; defaults to 'http:<model>'")
 
 
-class HttpPolicy(Policy):
+class HttpPolicy(Policy, ClosesOnExit):
     """Sends each conversation of a batch as its own chat-completions request, concurrently."""
 
     def __init__(self, config: HttpPolicyConfig | None = None, **options: Any) -> None:
@@ -63,12 +64,6 @@ class HttpPolicy(Policy):
 
     def close(self) -> None:
         self._client.close()
-
-    def __enter__(self) -> HttpPolicy:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def act(self, conversations: list[Conversation], tools: list[ToolSchema],
             max_new_tokens: int = 256) -> list[PolicyTurn]:

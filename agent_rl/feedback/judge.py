@@ -28,7 +28,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator
 
-from agent_rl.agent.chat_client import ChatClient, ChatEndpoint, ChatEndpointError, ChatReply, extract_json
+from agent_rl.agent.chat_client import (ChatClient, ChatEndpoint, ChatEndpointError, ChatReply, ClosesOnExit,
+                                        extract_json)
 from agent_rl.records import Episode
 
 LIVE_ENVIRONMENT = "gateway"  # the gateway's environment name (curation/live.py), repeated to stay import-light
@@ -260,7 +261,7 @@ def _chunks(items: list[int], size: int) -> list[list[int]]:
     return out
 
 
-class ModelJudge:
+class ModelJudge(ClosesOnExit):
     """Scores episodes through an OpenAI-compatible endpoint (see the module docstring)."""
 
     def __init__(self, config: JudgeConfig, *, prompt: JudgePrompt | None = None,
@@ -275,12 +276,6 @@ class ModelJudge:
 
     def close(self) -> None:
         self._client.close()
-
-    def __enter__(self) -> ModelJudge:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def transcript(self, episode: Episode | Mapping[str, Any]) -> str:
         return compact_transcript(episode, max_message_chars=self.config.max_message_chars,
