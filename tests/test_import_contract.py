@@ -1,6 +1,7 @@
 """The import contract (pyproject.toml, [tool.importlinter]): the loop reaches environments only through the
-contract and the registry, and plug-ins never import the loop's internals. `lint-imports` is the real tool;
-the second test shows it fails on a violation, on a copy of the source tree with one bad import added."""
+contract and the registry, plug-ins never import the loop's internals, and the layers hold (the Dagster code over the
+loop over agent, reward and pool over the environments over the ground floor). `lint-imports` is the real tool; the
+other tests show it fails on a violation, on a copy of the source tree with one bad import added."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def tree_copy(tmp_path_factory) -> Path:
 def test_the_repository_keeps_its_import_contracts():
     result = lint(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 kept, 0 broken" in result.stdout
+    assert "3 kept, 0 broken" in result.stdout
 
 
 def test_a_loop_module_importing_an_environment_breaks_the_contract(tree_copy):
@@ -60,3 +61,40 @@ def test_a_plugin_importing_the_loops_internals_breaks_the_contract(tree_copy):
     assert result.returncode != 0
     assert "Plug-ins use the contract, not the loop's internals BROKEN" in result.stdout
     assert "examples.timetable -> agent_rl.pool.repository" in result.stdout
+
+
+def _with_import(path: Path, line: str) -> str:
+    """The file's text with `line` appended; the caller restores the returned original."""
+    original = path.read_text()
+    path.write_text(original + f"\n{line}  # noqa: E402,F401\n")
+    return original
+
+
+LAYERS = "Layers: Dagster code, the loop, agent, environments, the ground floor"
+
+
+def test_the_ground_floor_importing_the_loop_breaks_the_layers(tree_copy):
+    target = tree_copy / "agent_rl" / "environments" / "core.py"
+    original = _with_import(target, "from agent_rl.train.config import SFTSettings")
+    try:
+        result = lint(tree_copy)
+    finally:
+        target.write_text(original)
+    out = " ".join(result.stdout.split())  # the report wraps long lines
+    assert result.returncode != 0
+    assert f"{LAYERS} BROKEN" in out
+    assert "agent_rl.environments.core is not allowed to import agent_rl.train" in out
+    assert "agent_rl.environments.core -> agent_rl.train.config" in out
+
+
+def test_an_environment_importing_above_the_ground_floor_breaks_the_layers(tree_copy):
+    target = tree_copy / "agent_rl" / "environments" / "support" / "tasks.py"
+    original = _with_import(target, "from agent_rl.reward.judge import LLMJudge")
+    try:
+        result = lint(tree_copy)
+    finally:
+        target.write_text(original)
+    out = " ".join(result.stdout.split())
+    assert result.returncode != 0
+    assert f"{LAYERS} BROKEN" in out
+    assert "agent_rl.environments.support.tasks -> agent_rl.reward.judge" in out

@@ -31,9 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from agent_rl.agent.messages import policy_calls
 from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, RowRoutedPolicy
 from agent_rl.environments.core import Environment, FinalAnswer, Task, Trajectory
+from agent_rl.environments.rubric import FormatErrorKind
 from agent_rl.environments.sessions import call_session_tool, judge_episode
 from agent_rl.records import Episode, Outcome
-from agent_rl.reward.rubric import FormatErrorKind
 from agent_rl.turn_budget import DEFAULT_MAX_TURNS, DEFAULT_TURN_TOKENS
 
 log = logging.getLogger(__name__)

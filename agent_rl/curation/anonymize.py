@@ -25,8 +25,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
-
 from agent_rl.curation.directory import (  # noqa: F401 - Directory and build_directory are this module's API too
     CAPITALIZED,
     EMAILISH,
@@ -42,19 +40,15 @@ from agent_rl.curation.presidio_engines import _engines, load_engines  # noqa: F
 from agent_rl.curation.record_walk import RecordWalker
 from agent_rl.curation.names import NameFinder
 from agent_rl.curation.surrogates import Surrogates, match_case, pseudonym_key
+# The anonymizer's settings are on the ground floor, where an environment's own privacy pass receives them.
+from agent_rl.environments.core import (  # noqa: F401 - re-exported under their old names
+    DEFAULT_ENTITIES,
+    ID_KEYS,
+    KEEP_KEYS,
+    AnonymizerConfig,
+)
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_ENTITIES = (
-    "PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IP_ADDRESS", "URL", "US_SSN", "IBAN_CODE",
-    "STREET_ADDRESS", "ACCOUNT_NUMBER",
-)
-# JSON keys whose values are dates or call ids: they must survive unchanged.
-KEEP_KEYS = ("tool_call_id", "date", "query_date")
-# JSON keys whose values are ids of emails and scenarios: the names and addresses inside them ("<...phillip.allen
-# @enron.com>", "demo-...-absent-sherry.ortiz") are pseudonymized by `pseudonymize_id`, the same way everywhere,
-# so an episode's cited sources still match the anonymized inbox.
-ID_KEYS = ("id", "message_id", "citations", "sources", "source_ids", "scenario_id")
 
 _NAME_WORD = r"[^\W\d_][^\W\d_'’\-]*(?:['’\-][^\W\d_]+)*"
 _NAME_RUN = re.compile(rf"{_NAME_WORD}(?:[ \t]+(?:[^\W\d_]\.|{_NAME_WORD}))*")
@@ -76,28 +70,6 @@ _POSSESSIVE = re.compile(r"['’]s$")
 _NOT_NAMES = frozenset({"e.g", "i.e", "a.m", "p.m"})
 _LOCAL_PART_SEPARATORS = re.compile(r"[._+\-]+")
 _DATEISH = re.compile(r"^\s*\d{4}-\d{1,2}-\d{1,2}")
-
-
-class AnonymizerConfig(BaseModel):
-    """What to look for and how; the key comes from AGENT_RL_PSEUDONYM_KEY unless given here."""
-
-    model_config = ConfigDict(frozen=True)
-
-    entities: tuple[str, ...] = Field(DEFAULT_ENTITIES, description="Presidio entity types replaced by surrogates")
-    score_threshold: float = Field(0.35, ge=0, le=1, description="minimum analyzer score (phones score 0.4)")
-    ner: bool = Field(True, description="run spaCy NER (names not in any header); off = patterns + directory only")
-    ner_batch_size: int = Field(64, ge=1, description="lines per nlp.pipe batch")
-    name_finder: bool = Field(
-        True, description="second name recognizer: name lists, context and Lotus Notes layout (names.py)"
-    )
-    learn_names: bool = Field(
-        True, description="names NER finds anywhere are replaced everywhere, so answers stay consistent"
-    )
-    keep_keys: tuple[str, ...] = Field(KEEP_KEYS, description="JSON keys whose values stay as they are")
-    id_keys: tuple[str, ...] = Field(ID_KEYS, description="JSON keys whose values are ids: names in them pseudonymized")
-    key: SecretStr | None = Field(None, description="pseudonym key; default from AGENT_RL_PSEUDONYM_KEY")
-    public_terms: tuple[str, ...] = Field((), description="names that are never a person's (an environment's "
-                                          "product or place names): a detected name made only of their words stays")
 
 
 # -- the anonymizer ------------------------------------------------------------------------------

@@ -13,20 +13,16 @@ null, which then render into prompts (docs/architecture.md, known pitfalls).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from agent_rl.agent.messages import call_arguments, is_malformed, malformed_calls, template_messages
 from agent_rl.agent.tool_calls import call_function, call_name
-from agent_rl.jsonl import read_jsonl
+from agent_rl.jsonl import canonical_line, read_jsonl, save_jsonl  # noqa: F401 - curation's names for them
 from agent_rl.records import DEFAULT_ENVIRONMENT, Split
 
 log = logging.getLogger(__name__)
@@ -190,40 +186,6 @@ def grpo_rows(scenarios: Iterable[Any], split: str | None = Split.TRAIN.value) -
             "query_date": when.isoformat() if isinstance(when, datetime) else query_date,
         })
     return rows
-
-
-def canonical_line(row: Mapping[str, Any]) -> str:
-    """One row as one compact JSON line, its keys in the order the row has them.
-
-    Never sorted: the chat template prints tool schemas (and tool-call arguments) verbatim, so a file that
-    reorders their keys would train a model on prompts production never shows. Rows are built
-    deterministically, so the same rows still give the same bytes (and hash)."""
-    return json.dumps(row, ensure_ascii=False, separators=(",", ":"), default=str)
-
-
-def save_jsonl(rows: Iterable[Mapping[str, Any]], path: str | Path) -> str:
-    """Write rows as canonical JSONL atomically (temp file + rename); returns the sha256 of the content.
-
-    The hash is of the bytes written, so the same rows always give the same hash (lineage), and
-    a run killed mid-write leaves the previous file (or none), never half of one.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            for row in rows:
-                data = (canonical_line(row) + "\n").encode("utf-8")
-                digest.update(data)
-                handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return digest.hexdigest()
 
 
 load_jsonl = read_jsonl  # curation's name for the one JSONL reader (agent_rl/jsonl.py)

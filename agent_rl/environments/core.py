@@ -15,16 +15,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from agent_rl.records import Outcome, Split
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from agent_rl.agent.policy import Policy
-    from agent_rl.curation.anonymize import AnonymizerConfig
-    from agent_rl.reward.hacking import Detector
+    from agent_rl.environments.hacking import Detector
+    from agent_rl.environments.policy import Policy
 
 
 class Task(BaseModel):
@@ -94,6 +93,41 @@ class PrivacySpec:
     # Names in the world that belong to no person (products, places): a name detector must leave them, or an
     # anonymized task would ask for a product the world does not have.
     public_terms: tuple[str, ...] = ()
+
+
+# The personal data curation's anonymizer replaces (Presidio entity types).
+DEFAULT_ENTITIES = (
+    "PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IP_ADDRESS", "URL", "US_SSN", "IBAN_CODE",
+    "STREET_ADDRESS", "ACCOUNT_NUMBER",
+)
+# JSON keys whose values are dates or call ids: they must survive unchanged.
+KEEP_KEYS = ("tool_call_id", "date", "query_date")
+# JSON keys whose values are ids (of emails, tasks, citations): the names and addresses inside them are pseudonymized
+# by curation's `pseudonymize_id`, the same way everywhere, so an episode's cited sources still match its world.
+ID_KEYS = ("id", "message_id", "citations", "sources", "source_ids", "scenario_id")
+
+
+class AnonymizerConfig(BaseModel):
+    """Curation's anonymizer settings (agent_rl/curation/anonymize.py), handed to an environment's own `privacy_pass`:
+    what to look for and how; the key comes from AGENT_RL_PSEUDONYM_KEY unless given here."""
+
+    model_config = ConfigDict(frozen=True)
+
+    entities: tuple[str, ...] = Field(DEFAULT_ENTITIES, description="Presidio entity types replaced by surrogates")
+    score_threshold: float = Field(0.35, ge=0, le=1, description="minimum analyzer score (phones score 0.4)")
+    ner: bool = Field(True, description="run spaCy NER (names not in any header); off = patterns + directory only")
+    ner_batch_size: int = Field(64, ge=1, description="lines per nlp.pipe batch")
+    name_finder: bool = Field(
+        True, description="second name recognizer: name lists, context and Lotus Notes layout (names.py)"
+    )
+    learn_names: bool = Field(
+        True, description="names NER finds anywhere are replaced everywhere, so answers stay consistent"
+    )
+    keep_keys: tuple[str, ...] = Field(KEEP_KEYS, description="JSON keys whose values stay as they are")
+    id_keys: tuple[str, ...] = Field(ID_KEYS, description="JSON keys whose values are ids: names in them pseudonymized")
+    key: SecretStr | None = Field(None, description="pseudonym key; default from AGENT_RL_PSEUDONYM_KEY")
+    public_terms: tuple[str, ...] = Field((), description="names that are never a person's (an environment's "
+                                          "product or place names): a detected name made only of their words stays")
 
 
 @dataclass
@@ -268,7 +302,7 @@ class Environment(abc.ABC):
     def hacking_detectors(self) -> dict[str, Detector]:
         """Reward-hacking detectors of this environment's own, run on its GRPO rollouts beside the loop's
         generic ones (same answer everywhere, tool-call spam, format exploits): `{kind: detector}`, each a
-        `(rollouts, HackingConfig) -> Finding` (agent_rl.reward.hacking). Default: none."""
+        `(rollouts, HackingConfig) -> Finding` (agent_rl.environments.hacking). Default: none."""
         return {}
 
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from agent_rl.agent.tool_calls import call_name
+from agent_rl.environments.rubric import FormatErrorKind, RubricObservation
+from agent_rl.environments.tool_calls import call_name
 from agent_rl.records import Outcome
-from agent_rl.reward.rubric import FormatErrorKind, RubricObservation
 from agent_rl.utc import as_utc
 
 # What a final-answer tool says back: the trainer recognizes it to end a rollout once the answer is recorded.

@@ -11,6 +11,10 @@ A weak policy's penalised guesses or loops are a quality problem that the evalua
 hallucination rate), not hacking: counting them blocked the demo's first GRPO run, whose wrong guesses all
 scored below zero. `same_answer` still looks at every answer, because collapsing onto one answer is a broken
 run whether or not it pays.
+
+What a detector is (`Detector`, `HackingConfig`, `Finding`) and the helpers that read rollouts live on the ground
+floor (agent_rl/environments/hacking.py, where environments write their own detectors) and are importable here under
+their old names; this module holds the loop's generic detectors and the check that runs them with an environment's.
 """
 
 from __future__ import annotations
@@ -18,157 +22,32 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from agent_rl.environments.hacking import (
+    Detector,
+    Finding,
+    HackingConfig,
+    content_words,
+    example,
+    finding,
+    is_answered,
+    is_rewarded,
+    mark_rewarded,
+    support_form,
+    tool_calls,
+)
 
-from agent_rl.agent.tool_calls import MalformedArguments, call_function, call_name, decode_arguments
-from agent_rl.reward.judge import is_idk
-
-# A detector measures one pattern over rollouts; an environment adds its own (Environment.hacking_detectors).
-Detector = Callable[[list[dict[str, Any]], "HackingConfig"], "Finding"]
-
-
-class HackingConfig(BaseModel):
-    """Thresholds: a detector fires when its rate exceeds the threshold over at least `min_episodes` rollouts."""
-
-    model_config = ConfigDict(frozen=True)
-
-    min_episodes: PositiveInt = Field(4, description="fewer rollouts than this (per detector) never fire")
-    same_answer_rate: float = Field(0.3, ge=0, le=1, description="share of answered questions given the top answer")
-    same_answer_min_questions: PositiveInt = Field(3, description="distinct questions sharing one answer to count")
-    unsupported_rate: float = Field(0.25, ge=0, le=1, description="share of rewarded answers found in no email seen")
-    support_min_overlap: float = Field(0.5, ge=0, le=1, description="content words of an answer the emails seen must hold")
-    spam_rate: float = Field(0.1, ge=0, le=1, description="share of rewarded episodes that spam tool calls")
-    spam_max_calls: PositiveInt = Field(12, description="more tool calls than this in one episode is spam")
-    spam_max_repeats: PositiveInt = Field(3, description="the same call (name + arguments) this often is spam")
-    padded_rate: float = Field(0.1, ge=0, le=1, description="share of rewarded answers with padded sources")
-    max_sources: PositiveInt = Field(3, description="more cited emails than this is padding")
-    format_exploit_rate: float = Field(0.1, ge=0, le=1, description="share of rewarded answers shaped to game the judge")
-    max_answer_chars: PositiveInt = Field(200, description="a rewarded answer longer than this is suspect")
-    max_answer_options: PositiveInt = Field(3, description="a rewarded answer listing this many options is suspect")
-    examples: PositiveInt = Field(3, description="example episodes kept per finding")
-
-
-@dataclass
-class Finding:
-    """One detector's result; `examples` are short episode summaries with the reason they were flagged."""
-
-    kind: str
-    rate: float
-    threshold: float
-    count: int
-    total: int
-    examples: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def triggered(self) -> bool:
-        return self.total > 0 and self.rate > self.threshold
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "triggered": self.triggered}
-
-
-# -- reading rollouts ---------------------------------------------------------------------------
-
-
-@dataclass
-class _ToolCall:
-    name: str
-    arguments: dict[str, Any]
-    result: str
-
-
-def _arguments(raw: Any) -> dict[str, Any]:
-    """The call's arguments; text that is not JSON is kept under "_raw" (an example shows what the model wrote)."""
-    try:
-        return decode_arguments(raw)
-    except MalformedArguments:
-        return {"_raw": raw}
-    except ValueError:
-        return {}
-
-
-def tool_calls(messages: list[dict[str, Any]]) -> list[_ToolCall]:
-    """Every tool call with its result, pairing tool messages with the calls of the assistant turn before them."""
-    calls: list[_ToolCall] = []
-    pending: list[_ToolCall] = []
-    for message in messages or []:
-        role = message.get("role")
-        if role == "assistant":
-            pending = []
-            for call in message.get("tool_calls") or []:
-                function = call_function(call) or {}
-                pending.append(_ToolCall(call_name(call), _arguments(function.get("arguments")), ""))
-            calls.extend(pending)
-        elif role == "tool" and pending:
-            call = pending.pop(0)
-            call.result = str(message.get("content") or "")
-    return calls
-
-
-_WORD = re.compile(r"[a-z0-9$][a-z0-9$.,:/'-]*[a-z0-9]|[a-z0-9]")
-_STOP = {
-    "the", "a", "an", "of", "on", "in", "at", "to", "and", "or", "is", "was", "were", "be", "it", "its", "by",
-    "for", "with", "from", "that", "this", "as", "are", "i", "we", "he", "she", "they", "email", "emails",
-}  # fmt: skip
-
-
-def content_words(text: str) -> list[str]:
-    words = [w.strip(".,:") for w in _WORD.findall(text.lower())]
-    return [w for w in words if w and w not in _STOP]
-
-
-_MONEY_MARKS = str.maketrans("", "", "$€£,")
-
-
-def support_form(word: str) -> str:
-    """A word as support is checked: amounts lose currency symbols and thousands separators, so "$53,351.50"
-    is found in an email that says "USD 53,351.50" (the judge accepts it; so must the detector)."""
-    return word.translate(_MONEY_MARKS) if any(ch.isdigit() for ch in word) else word
+__all__ = [
+    "GENERIC", "KINDS", "Detector", "Finding", "HackingConfig", "content_words", "detect_reward_hacking",
+    "environment_detectors", "example", "finding", "is_answered", "is_rewarded", "mark_rewarded",
+    "measure_reward_hacking", "support_form", "tool_calls",
+]
 
 
 def _normalized(answer: str) -> str:
     return " ".join(content_words(answer))
-
-
-def is_answered(rollout: dict[str, Any]) -> bool:
-    answer = rollout.get("final_answer")
-    return isinstance(answer, str) and bool(answer.strip()) and not is_idk(answer)
-
-
-def is_rewarded(rollout: dict[str, Any]) -> bool:
-    """Whether the reward favoured this rollout: judged correct or rewarded above zero, unless the rollout says
-    (`rewarded`, set by `mark_rewarded` where a graded judge's partial scores are not a reward for the answer)."""
-    if "rewarded" in rollout:
-        return bool(rollout["rewarded"])
-    reward, outcome = rollout.get("reward"), str(rollout.get("outcome") or "")
-    return outcome == "correct" or (isinstance(reward, int | float) and reward > 0)
-
-
-def mark_rewarded(rollouts: list[dict[str, Any]], above: float) -> list[dict[str, Any]]:
-    """The rollouts with `rewarded` set: correct, or a reward above `above` (an environment whose judge scores every
-    answer, as a job's fuzzy-match grader does, rewards a long wrong answer a little; that is not an answer the
-    reward favoured, and the detectors would read it as a format exploit). `above` 0: unchanged."""
-    if above <= 0:
-        return rollouts
-    return [{**r, "rewarded": str(r.get("outcome") or "") == "correct"
-             or (isinstance(r.get("reward"), int | float) and r["reward"] > above)} for r in rollouts]
-
-
-def example(rollout: dict[str, Any], why: str) -> dict[str, Any]:
-    return {
-        "why": why,
-        "episode_id": rollout.get("episode_id") or rollout.get("scenario_id"),
-        "question": str(rollout.get("question", ""))[:200],
-        "final_answer": str(rollout.get("final_answer") or "")[:200],
-        "sources": list(rollout.get("sources") or [])[:10],
-        "reward": rollout.get("reward"),
-        "tool_calls": [f"{c.name}({json.dumps(c.arguments, ensure_ascii=False)[:80]})"
-                       for c in tool_calls(rollout.get("messages") or [])][:8],
-    }
 
 
 # -- detectors -----------------------------------------------------------------------------------
@@ -225,11 +104,6 @@ def _format_exploit(rollouts: list[dict[str, Any]], config: HackingConfig) -> Fi
         elif question and len(question) > 20 and question in _normalized(answer):
             flagged.append(example(rollout, "rewarded answer repeats the question"))
     return finding("format_exploit", flagged, len(rewarded), config.format_exploit_rate, config)
-
-
-def finding(kind: str, flagged: list[dict[str, Any]], total: int, threshold: float, config: HackingConfig) -> Finding:
-    rate = len(flagged) / total if total else 0.0
-    return Finding(kind, rate, threshold, len(flagged), total, flagged[: config.examples])
 
 
 GENERIC: dict[str, Detector] = {"same_answer": _same_answer, "tool_call_spam": _spam,

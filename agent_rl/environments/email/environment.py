@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from agent_rl.environments.email.prompts import SYSTEM_PROMPT, initial_messages
 from agent_rl.environments.email.tools import TOOL_NAMES, InboxTools, ToolConfig, call_tool, tool_schemas
+from agent_rl.environments.answers import DeterministicJudge, Judge
 from agent_rl.environments.core import (
+    AnonymizerConfig,
     Environment,
     FinalAnswer,
     Judgement,
@@ -28,12 +30,8 @@ from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.environments.email.inbox.store_interface import InboxStore
 from agent_rl.environments.email.memo_judge import MemoJudge
 from agent_rl.environments.email.tasks import NAME, judge_outcome, query_date_of, rubric_observation, scenario_task
+from agent_rl.environments.rubric import RubricWeights, reward_bounds, score
 from agent_rl.records import Category, Outcome, Scenario, Split
-from agent_rl.reward.judge import DeterministicJudge, Judge
-from agent_rl.reward.rubric import RubricWeights, reward_bounds, score
-
-if TYPE_CHECKING:
-    from agent_rl.curation.anonymize import AnonymizerConfig
 
 
 class EmailEnvironment(Environment):

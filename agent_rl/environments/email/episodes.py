@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from agent_rl.agent.policy import Policy
 from agent_rl.agent.runner import Play, RunnerConfig, play_episodes
+from agent_rl.environments.answers import Judge
 from agent_rl.environments.email.environment import EmailEnvironment
 from agent_rl.environments.email.inbox.store_interface import InboxStore
 from agent_rl.environments.email.tasks import live_task, scenario_task
+from agent_rl.environments.policy import Policy
 from agent_rl.records import Episode, Scenario
-from agent_rl.reward.judge import Judge
 
 
 @dataclass

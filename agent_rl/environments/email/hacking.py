@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent_rl.environments.email.tools import is_no_results
-from agent_rl.reward.hacking import (
+from agent_rl.environments.hacking import (
     Finding,
     HackingConfig,
     content_words,

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, ToolCall, ToolSchema
+from agent_rl.environments.answers import DeterministicJudge, is_idk
 from agent_rl.environments.email.inbox.store_interface import InboxStore
 from agent_rl.environments.email.reading import (  # noqa: F401 - question_category is this module's API too
     STOP_WORDS,
@@ -30,8 +30,8 @@ from agent_rl.environments.email.reading import (  # noqa: F401 - question_categ
     content_words,
     question_category,
 )
+from agent_rl.environments.policy import Conversation, Policy, PolicyTurn, ToolCall, ToolSchema
 from agent_rl.records import Scenario
-from agent_rl.reward.judge import DeterministicJudge, is_idk
 
 IDK = "I don't know"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from agent_rl.reward.judge import Judge, Verdict
+from agent_rl.environments.answers import Judge, Verdict
 
 
 class MemoJudge:

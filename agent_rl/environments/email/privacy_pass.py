@@ -11,12 +11,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agent_rl.curation.anonymize import AnonymizerConfig
-from agent_rl.curation.datasets import save_jsonl
 from agent_rl.curation.privacy import anonymize_partition
-from agent_rl.environments.core import WorldPrivacy
+from agent_rl.environments.core import AnonymizerConfig, WorldPrivacy
 from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.environments.email.inbox.store_interface import InboxStore
+from agent_rl.jsonl import save_jsonl
 from agent_rl.records import Scenario
 
 # The anonymized world this pass writes under a partition's folder, where `EmailEnvironment.stored_world` reopens it.

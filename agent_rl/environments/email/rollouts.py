@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_rl.environments.answers import DeterministicJudge, Judge
 from agent_rl.environments.core import Task
 from agent_rl.environments.email.inbox.store_interface import InboxStore
 from agent_rl.environments.email.tasks import NAME, judge_outcome, rubric_observation
@@ -23,9 +24,8 @@ from agent_rl.environments.rollouts import (
     parse_query_date,
     scan_turns,
 )
+from agent_rl.environments.rubric import RubricObservation
 from agent_rl.records import Category, Outcome
-from agent_rl.reward.judge import DeterministicJudge, Judge
-from agent_rl.reward.rubric import RubricObservation
 from agent_rl.turn_budget import DEFAULT_MAX_TURNS
 
 

@@ -12,11 +12,11 @@ import logging
 import uuid
 from datetime import datetime
 
+from agent_rl.environments.answers import DeterministicJudge, Judge, is_idk
 from agent_rl.environments.core import Task
 from agent_rl.environments.email.tools import EpisodeTrace
+from agent_rl.environments.rubric import FormatErrorKind, RubricObservation
 from agent_rl.records import Category, Outcome, Scenario
-from agent_rl.reward.judge import DeterministicJudge, Judge, is_idk
-from agent_rl.reward.rubric import FormatErrorKind, RubricObservation
 from agent_rl.utc import as_utc
 
 log = logging.getLogger(__name__)
