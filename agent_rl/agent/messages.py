@@ -77,15 +77,16 @@ def template_role(role: Any) -> str:
     return "system" if role == "developer" else role
 
 
-def text_of(content: Any) -> str:
-    """The text of a message's content: a string, or the text of a list of content parts."""
+def text_of(content: Any, sep: str = "") -> str:
+    """The text of a message's content: a string, or the text of a list of content parts joined with `sep` (""
+    toward a template; readers that match words across parts, such as the feedback signals and the judge, use " ")."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(part if isinstance(part, str) else str(part.get("text", "")) for part in content
-                       if isinstance(part, str) or (isinstance(part, Mapping) and part.get("type") == "text"))
+        return sep.join(part if isinstance(part, str) else str(part.get("text", "")) for part in content
+                        if isinstance(part, str) or (isinstance(part, Mapping) and part.get("type") == "text"))
     return str(content)
 
 

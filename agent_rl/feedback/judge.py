@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validat
 
 from agent_rl.agent.chat_client import (ChatClient, ChatEndpoint, ChatEndpointError, ChatReply, ClosesOnExit,
                                         extract_json)
+from agent_rl.agent.messages import text_of
 from agent_rl.records import Episode
 
 LIVE_ENVIRONMENT = "gateway"  # the gateway's environment name (curation/live.py), repeated to stay import-light
@@ -126,14 +127,6 @@ class JudgeScore:
 # -- what the judge reads --------------------------------------------------------------------------------------
 
 
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, list):
-        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") == "text")
-    return str(content)
-
-
 def _cut(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else f"{text[:limit]}... [{len(text) - limit} chars cut]"
@@ -162,7 +155,7 @@ def compact_transcript(episode: Episode | Mapping[str, Any], *, max_message_char
         if not isinstance(message, Mapping):
             continue
         role = str(message.get("role") or "?")
-        text = _cut(_text(message.get("content")), max_message_chars)
+        text = _cut(text_of(message.get("content"), " "), max_message_chars)
         if role == "tool":
             name = names.get(str(message.get("tool_call_id")), message.get("name") or "tool")
             lines.append(f"TOOL {name} returned: {text}")
@@ -203,7 +196,7 @@ def task_key(episode: Episode | Mapping[str, Any]) -> tuple[str, str]:
     if str(_field(episode, "environment") or "").strip() == LIVE_ENVIRONMENT or not _field(episode, "question"):
         first = next((m for m in _field(episode, "messages") or []
                       if isinstance(m, Mapping) and m.get("role") == "user"), {})
-        return context, " ".join(_text(first.get("content")).lower().split())
+        return context, " ".join(text_of(first.get("content"), " ").lower().split())
     return context, str(_field(episode, "scenario_id") or _field(episode, "question"))
 
 

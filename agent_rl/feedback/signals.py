@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from agent_rl.agent.messages import text_of
 from agent_rl.agent.tool_calls import call_name
 from agent_rl.feedback.ratings import feedback_reward
 from agent_rl.records import Episode
@@ -131,17 +132,6 @@ class Signals:
         return asdict(self)
 
 
-def _text(content: Any) -> str:
-    """A message's text: a string, or the text parts of a list of content parts (OpenAI's two layouts)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") == "text")
-    return str(content)
-
-
 def _stem(word: str) -> str:
     """A crude suffix strip, enough for "orders"/"order" and "shipping"/"shipped" to meet."""
     for suffix, repl in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
@@ -165,7 +155,7 @@ def similarity(a: frozenset[str], b: frozenset[str]) -> float:
 def is_tool_error(content: Any) -> bool:
     """Whether a tool result reports an error: a JSON object with a truthy `error` (or `is_error`, or a failed
     `status`), or text that starts with "Error"/"Exception"/"Traceback", names an HTTP 4xx/5xx or a timeout."""
-    text = _text(content).strip()
+    text = text_of(content, " ").strip()
     if text.startswith("{"):
         try:
             value = json.loads(text)
@@ -185,7 +175,7 @@ def _answered(last: Mapping[str, Any], final_answer: str | None, final_tools: Se
         return False
     calls = last.get("tool_calls") or []
     if not calls:
-        return bool(_text(last.get("content")).strip())
+        return bool(text_of(last.get("content"), " ").strip())
     for call in calls:
         if call_name(call) in final_tools:
             return True
@@ -233,8 +223,8 @@ def signals_from_messages(messages: Sequence[Mapping[str, Any]], *, episode_id: 
     users = [m for m in turns if m.get("role") == "user"]
     assistants = [m for m in turns if m.get("role") == "assistant"]
     first_reply = next((i for i, m in enumerate(turns) if m.get("role") == "assistant"), len(turns))
-    later = [_text(m.get("content")).lower() for m in turns[first_reply:] if m.get("role") == "user"]
-    overlaps = _overlaps([_text(m.get("content")).lower() for m in users], config)
+    later = [text_of(m.get("content"), " ").lower() for m in turns[first_reply:] if m.get("role") == "user"]
+    overlaps = _overlaps([text_of(m.get("content"), " ").lower() for m in users], config)
     # Users' turns before the first reply are the opening request (in several messages): not follow-ups.
     answered_overlaps = overlaps[len(users) - len(later):]
     return Signals(
@@ -248,7 +238,7 @@ def signals_from_messages(messages: Sequence[Mapping[str, Any]], *, episode_id: 
         corrections=sum(bool(_CORRECTION.search(t)) for t in later),
         complaints=sum(bool(_COMPLAINT.search(t)) for t in later),
         thanks=sum(bool(_THANKS.search(t)) for t in later),
-        agent_gave_up=sum(bool(_GAVE_UP.search(_text(m.get("content")).lower())) for m in assistants),
+        agent_gave_up=sum(bool(_GAVE_UP.search(text_of(m.get("content"), " ").lower())) for m in assistants),
         abandoned=not turns or not _answered(turns[-1], final_answer, config.final_tools),
         follow_ups=sum(_is_follow_up(t, o, config) for t, o in zip(later, answered_overlaps)),
         rating=rating_of(feedback),
