@@ -174,6 +174,17 @@ def rebuild(value: Any, visit: Callable[[Any, Any], tuple[bool, Any]],
             stack.append(_Rebuilt(child))
 
 
+def rewrite_strings(value: Any, fn: Callable[[str], str]) -> Any:
+    """`value` with `fn` applied to every string value in it, keys kept (a mapping comes back a dict, a list or
+    tuple keeps its type): how a pseudonymizer's text function reaches every string of a row or a record."""
+    def visit(node: Any, key: Any) -> tuple[bool, Any]:
+        if isinstance(node, str):
+            return True, fn(node)
+        return not isinstance(node, (Mapping, list, tuple)), node
+
+    return rebuild(value, visit)
+
+
 class _Rebuilt:
     """One container being rebuilt by `rebuild`: its parts so far and the (renamed) key of the part in hand."""
 

@@ -27,6 +27,7 @@ from agent_rl.graders import (
     parse_grader,
     validate,
 )
+from agent_rl.json_walk import rewrite_strings
 from agent_rl.records import Outcome, Split
 
 NAME = "openai_job"
@@ -155,9 +156,9 @@ class OpenAIJobEnvironment(Environment):
         """A copy whose rows went through curation's pseudonymizer: the same one rewrites the episodes, so a graded
         reply still matches its anonymized reference."""
         def rows(values: list[JobRow]) -> list[JobRow]:
-            return [dataclasses.replace(r, prompt=_strings(r.prompt, transform),
+            return [dataclasses.replace(r, prompt=rewrite_strings(r.prompt, transform),
                                         reference=transform(r.reference) if r.reference is not None else None,
-                                        item=_strings(r.item, transform)) for r in values]
+                                        item=rewrite_strings(r.item, transform)) for r in values]
 
         return OpenAIJobEnvironment(method=self.method.value, train_rows=rows(self.train_rows),
                                     validation_rows=rows(self.validation_rows), grader=self.grader_json,
@@ -196,13 +197,3 @@ def load_job(folder: Path) -> tuple[dict[str, Any], list[JobRow], list[JobRow]]:
 def _category(row: JobRow) -> str:
     value = row.item.get("category")
     return value if isinstance(value, str) and value.strip() else DEFAULT_CATEGORY
-
-
-def _strings(value: Any, transform: Callable[[str], str]) -> Any:
-    if isinstance(value, str):
-        return transform(value)
-    if isinstance(value, Mapping):
-        return {k: _strings(v, transform) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_strings(v, transform) for v in value)
-    return value
