@@ -11,8 +11,8 @@ import json
 import random
 import re
 
-from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
 from agent_rl.environments import Environment, FinalAnswer, Judgement, Task, Trajectory
+from agent_rl.environments.policy import Policy, PolicyTurn, ToolCall
 from agent_rl.records import Outcome, Split
 
 STATIONS = ("Aston", "Bramley", "Carlow", "Dunmore", "Elgin")
