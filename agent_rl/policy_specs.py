@@ -147,9 +147,10 @@ def load_served(spec: str, vllm: VllmServing | None = None) -> Policy:
     return load_policy(spec, served=True, vllm=vllm)
 
 
-def _shared_base(name: str) -> Policy:
-    """A base model as the arbiter serves it: its shared base with no adapter (on the engine where it runs)."""
-    model = _SHARED_BASE_SPECS[name]
+def _shared_base(name: str, rest: str = "") -> Policy:
+    """A base model as the arbiter serves it: its shared base with no adapter (on the engine where it runs).
+    `rest` qualifies it (`tiny:ENV`, the tiny model fitted to an environment, models.build_world_tiny_model)."""
+    model = _base_spec(name, rest)
     if _on_engine(model):
         from agent_rl.agent.engine import engine_policy
 
@@ -164,9 +165,13 @@ def _served_stack(rest: str) -> Policy:
     return load_adapter_version(stack.base, list(stack.adapters), version=stack.version)
 
 
+def _base_spec(name: str, rest: str) -> str:
+    return f"{_SHARED_BASE_SPECS[name]}:{rest.strip()}" if rest.strip() else _SHARED_BASE_SPECS[name]
+
+
 for _name in _SHARED_BASE_SPECS:
-    register_policy_loader(_name, lambda rest, _n=_name: _local(_n, version=_n),
-                           served=lambda rest, vllm, _n=_name: _shared_base(_n))
+    register_policy_loader(_name, lambda rest, _n=_name: _local(_base_spec(_n, rest), version=_n),
+                           served=lambda rest, vllm, _n=_name: _shared_base(_n, rest))
 register_policy_loader("mlflow", load_registered,
                        served=lambda rest, vllm: load_registered(rest, shared=True, vllm=vllm))
 register_policy_loader("lora", lambda rest: _merged_stack(_adapter_stack(rest)),

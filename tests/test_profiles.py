@@ -29,6 +29,20 @@ EXPECTED = {
         "rollout": {"min_samples_per_arm": 10, "min_samples_per_step": 10, "base_spec": "tiny",
                     "max_step_hours": 0.05},
     },
+    "learn": {
+        "environment": {"name": "examples.helpdesk:HelpdeskEnvironment"},
+        "curation": {"min_points": 300},
+        "training": {"base_model": "tiny:examples.helpdesk:HelpdeskEnvironment",
+                     "sft_overrides": {"max_steps": 400, "save_steps": 200, "learning_rate": 3e-3,
+                                       "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
+                                       "retain_fraction": 0.0},
+                     "grpo_overrides": {"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 4,
+                                        "gradient_accumulation_steps": 1, "max_completion_length": 128,
+                                        "prompt_filter": {"mode": "none"}}},
+        "evaluation": {"max_scenarios": 70, "max_forgetting_drop": 1.0},
+        "rollout": {"min_samples_per_arm": 10, "min_samples_per_step": 10,
+                    "base_spec": "tiny:examples.helpdesk:HelpdeskEnvironment", "max_step_hours": 0.05},
+    },
 }
 
 
@@ -76,7 +90,7 @@ def test_a_bad_profile_fails_naming_the_file_and_the_key(tmp_path, text, expecte
 
 
 def test_an_unknown_profile_names_the_choices(tmp_path):
-    with pytest.raises(ValueError, match="expected one of default, demo, fast or the path"):
+    with pytest.raises(ValueError, match="expected one of default, demo, fast, learn or the path"):
         profile_path("gpu")
     with pytest.raises(ValueError, match="no such profile file"):
         profile_path(str(tmp_path / "missing.toml"))

@@ -106,8 +106,9 @@ _QWEN2_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|
                 r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
 
 
-def _tiny_tokenizer():
-    """A byte-level BPE tokenizer trained here (no download), wrapped with ChatML special tokens."""
+def _tiny_tokenizer(extra_text: list[str] | None = None):
+    """A byte-level BPE tokenizer trained here (no download), wrapped with ChatML special tokens; `extra_text`
+    (a world's own text) joins the corpus it learns its merges from."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -125,7 +126,7 @@ def _tiny_tokenizer():
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(_TINY_CORPUS * 4, trainer=trainer)
+    tokenizer.train_from_iterator((_TINY_CORPUS + list(extra_text or ())) * 4, trainer=trainer)
     # Tool-call tags are ordinary (non-special) added tokens as in Qwen2.5: one id each, but kept when decoding
     # with skip_special_tokens=True, so parsers always see them.
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in
@@ -148,10 +149,53 @@ def build_tiny_model(out_dir: Path | None = None) -> Path:
     out_dir = Path(out_dir) if out_dir is not None else tiny_model_path()
     if is_complete(out_dir):
         return out_dir
+    return _build_tiny(out_dir, _tiny_tokenizer(), initializer_range=0.02)
+
+
+TINY_WORLD = "tiny:"
+# Weight scale of a world-fitted tiny model. At the usual 0.02 the tied embeddings cap the logits of a 64-wide model
+# and LoRA never sharpens them enough to write a tool call; at 0.3 SFT learns the help desk in ~400 steps
+# (docs/experiments.md, 2026-11-29).
+WORLD_INIT = 0.3
+
+
+def world_tiny_model_path(environment: str) -> Path:
+    slug = "".join(c if c.isalnum() else "-" for c in environment.strip()).strip("-").lower()
+    return settings.models_dir() / f"tiny-{slug}"
+
+
+def build_world_tiny_model(environment: str) -> Path:
+    """Build (once) a tiny model fitted to one environment (by name, import path or plug-in): its tokenizer also
+    learns from the world's own text (the instructions, the tool schemas, the training tasks as its teacher plays
+    them), so a station, a topic or a tool name is a token or two instead of a string of bytes, and its weights
+    start at WORLD_INIT. Still random weights, still no download: what the fast promotion path trains from."""
+    out_dir = world_tiny_model_path(environment)
+    if is_complete(out_dir):
+        return out_dir
+    import json
+
+    from agent_rl.agent.runner import Play, play_episodes
+    from agent_rl.environments.registry import load_environment
+    from agent_rl.records import Split
+
+    world = load_environment(environment)
+    try:
+        text = [world.system_prompt, json.dumps(world.tool_schemas())]
+        tasks = world.tasks(Split.TRAIN)
+        teacher = world.teacher()
+        if teacher is not None:
+            text += [json.dumps(e.messages) for e in play_episodes(teacher, world, [Play(t) for t in tasks])]
+        else:
+            text += [t.prompt for t in tasks]
+    finally:
+        world.close()
+    return _build_tiny(out_dir, _tiny_tokenizer(text), initializer_range=WORLD_INIT)
+
+
+def _build_tiny(out_dir: Path, tokenizer, initializer_range: float) -> Path:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = _tiny_tokenizer()
     im_end, pad = tokenizer.convert_tokens_to_ids(IM_END), tokenizer.convert_tokens_to_ids(PAD)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
@@ -165,6 +209,7 @@ def build_tiny_model(out_dir: Path | None = None) -> Path:
         bos_token_id=None,
         eos_token_id=im_end,
         pad_token_id=pad,
+        initializer_range=initializer_range,
     )
     # Fixed seed without disturbing the caller's RNG: the same bytes on every machine.
     with torch.random.fork_rng(devices=[]):
@@ -172,7 +217,7 @@ def build_tiny_model(out_dir: Path | None = None) -> Path:
         model = Qwen2ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=[im_end], pad_token_id=pad, bos_token_id=None)
 
-    return _save_and_publish(model, tokenizer, out_dir, ".tiny-build-")
+    return _save_and_publish(model, tokenizer, out_dir, f".{out_dir.name}-build-")
 
 
 # ------------------------------------------------------------------------------------------ SmolLM2 / any model
@@ -293,15 +338,19 @@ BASE_SPECS = ("base", "smollm2")
 
 def resolve_model(spec: str | Path) -> Path:
     """A policy model spec as a local checkpoint directory: 'base'/'smollm2' (prepared SmolLM2, built on first
-    use), 'tiny' (the random test model), or a path to a checkpoint directory."""
+    use), 'tiny' (the random test model), 'tiny:ENV' (a tiny model fitted to environment ENV), or a path to a
+    checkpoint directory."""
     text = str(spec).strip()
     if text.lower() in BASE_SPECS:
         return prepare_model()
     if text.lower() == "tiny":
         return build_tiny_model()
+    if text.lower().startswith(TINY_WORLD) and text[len(TINY_WORLD):].strip():
+        return build_world_tiny_model(text[len(TINY_WORLD):].strip())
     path = Path(text).expanduser()
     if not (path / "config.json").is_file():
         raise ValueError(
-            f"model spec {text!r} is not 'base', 'smollm2', 'tiny' or a checkpoint directory with a config.json"
+            f"model spec {text!r} is not 'base', 'smollm2', 'tiny', 'tiny:ENVIRONMENT' or a checkpoint directory with a "
+            "config.json"
         )
     return path

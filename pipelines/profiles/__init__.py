@@ -1,6 +1,7 @@
 """Resource settings per profile, chosen with AGENT_RL_PROFILE: `default` (production gates), `demo` (the laptop
 demo: same gates, A/B steps small enough to decide in minutes on CPU), `fast` (the tiny model: shows the whole
-loop's mechanics in a few minutes; it cannot learn the task), or the path of a TOML file of your own.
+loop's mechanics in a few minutes; it cannot learn the task), `learn` (a tiny model fitted to the help desk example:
+a promotion it earns in minutes), or the path of a TOML file of your own.
 
 A profile is data, not code: a TOML file (default.toml, demo.toml, fast.toml next to this module) mapping a
 resource name to the values of its fields; resources it does not name keep their defaults. So a GPU deployment is
@@ -28,7 +29,7 @@ from resources.stores import InboxStoreResource, PoolResource
 from resources.training import TrainingResource
 
 PROFILE_DIR = Path(__file__).resolve().parent
-PROFILES = ("default", "demo", "fast")
+PROFILES = ("default", "demo", "fast", "learn")
 ALL_CORES = "all-cores"
 ENV_VARIABLE = "AGENT_RL_ENV"  # the environment plug-in, where the profile does not name one
 RESOURCES: dict[str, type[ConfigurableResource]] = {
