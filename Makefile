@@ -59,14 +59,14 @@ ENV ?= email
 INCUMBENT ?=
 
 demo: $(STAMP)
-	$(BIN)/python -m pipelines.demo --weeks $(WEEKS) --env $(ENV) $(if $(INCUMBENT),--incumbent $(INCUMBENT))
+	$(BIN)/python -m demos.demo --weeks $(WEEKS) --env $(ENV) $(if $(INCUMBENT),--incumbent $(INCUMBENT))
 
 demo-fast: $(STAMP)
-	$(BIN)/python -m pipelines.demo --fast --weeks $(WEEKS) --env $(ENV) $(if $(INCUMBENT),--incumbent $(INCUMBENT))
+	$(BIN)/python -m demos.demo --fast --weeks $(WEEKS) --env $(ENV) $(if $(INCUMBENT),--incumbent $(INCUMBENT))
 
 # A fine-tuning job brought from OpenAI (examples/openai_job): arbiter + runner + the SDK script; FAST=1: tiny model.
 demo-openai-job: $(STAMP)
-	$(BIN)/python -m pipelines.demo_openai_job $(if $(FAST),--fast)
+	$(BIN)/python -m demos.openai_job $(if $(FAST),--fast)
 
 # Dagster and MLflow side by side on loopback, on the storage and with the profile the demo used (its sensors
 # then judge the demo's A/B test by the demo's thresholds).

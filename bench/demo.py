@@ -32,7 +32,7 @@ def run_demo(profile: str, port: int) -> dict:
         (home / ".data" / "models").symlink_to(models, target_is_directory=True)
     env = {**os.environ, "AGENT_RL_HOME": str(home / ".data"), "DAGSTER_HOME": str(home / ".dagster"),
            "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "pipelines.demo", "--port", str(port)] + (["--fast"] if profile == "fast" else [])
+    command = [sys.executable, "-m", "demos.demo", "--port", str(port)] + (["--fast"] if profile == "fast" else [])
     started = time.perf_counter()
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started

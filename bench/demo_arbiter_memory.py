@@ -24,8 +24,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipelines.demo import arbiter_memory, replay  # noqa: E402
-from pipelines.demo_run import arbiter_process, put_routing, reader_auth  # noqa: E402
+from demos.demo import arbiter_memory, replay  # noqa: E402
+from demos.run import arbiter_process, put_routing, reader_auth  # noqa: E402
 
 
 def serve(specs: dict[str, str], weights: dict[str, float], requests: int, port: int) -> dict:

@@ -1,7 +1,7 @@
 """A model of ours serving held-out requests through the arbiter, as `make demo` serves production: requests/s,
 median latency and outcomes, per serving configuration, on the same requests in one run.
 
-Each configuration is a fresh arbiter process (`pipelines.demo_run.arbiter_command`, one worker) routing all traffic
+Each configuration is a fresh arbiter process (`demos.run.arbiter_command`, one worker) routing all traffic
 to the adapter on the shared base, replayed at the demo's concurrency (16). Configurations vary what the demo
 controls: torch threads of the arbiter (OMP_NUM_THREADS), the conversations decoded together
 ($AGENT_RL_SERVING_BATCH) and the token limit of a turn (`--max-new-tokens`; default the runner's, the one the
@@ -40,8 +40,8 @@ CONFIGS = {  # name: (torch threads, serving batch, turn token limit or None for
 def serve(adapter: str, requests: list, threads: int, batch: int, limit: int | None, port: int) -> dict:
     import httpx
 
-    from pipelines.demo import replay
-    from pipelines.demo_run import arbiter_process, put_routing, reader_auth
+    from demos.demo import replay
+    from demos.run import arbiter_process, put_routing, reader_auth
 
     os.environ.update(OMP_NUM_THREADS=str(threads), AGENT_RL_SERVING_BATCH=str(batch))
     spec = "lora:" + json.dumps({"base": "base", "adapters": [adapter], "version": "served"})

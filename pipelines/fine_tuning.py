@@ -250,7 +250,7 @@ def run_loop(job_id: str, spec: dict[str, Any], environment, seeded: dict[str, A
 
     from assets.partitions import weekly
     from pipelines.definitions import defs
-    from pipelines.demo_run import resource_config
+    from pipelines.profiles import resource_config
 
     changes = training_changes(job_id, spec, environment, seeded)
     partition = weekly.get_partition_keys()[-1]

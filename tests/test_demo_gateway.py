@@ -24,7 +24,7 @@ def test_a_week_of_an_outside_agent_end_to_end(tmp_path):
            "MLFLOW_TRACKING_URI": "", "AGENT_RL_POOL_URL": "", "AGENT_RL_ENV": ""}
     (tmp_path / "dagster").mkdir()
     # Fewer users than the demo's 3000, a larger rating share so that the labeler is fitted and measured.
-    done = subprocess.run([sys.executable, "-m", "pipelines.demo", "--fast", "--env", "gateway", "--port",
+    done = subprocess.run([sys.executable, "-m", "demos.demo", "--fast", "--env", "gateway", "--port",
                            str(free_port()), "--users", "500", "--rated-share", "0.3", "--ab-max-users", "100"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     out = done.stdout
@@ -52,8 +52,8 @@ def test_a_week_of_an_outside_agent_end_to_end(tmp_path):
 
 
 def test_the_gateway_demo_refuses_what_it_cannot_run():
-    from pipelines.demo import wants_gateway
-    from pipelines.demo_gateway import parse_args
+    from demos.demo import wants_gateway
+    from demos.gateway import parse_args
 
     assert wants_gateway(["--fast", "--env", "gateway"]) and not wants_gateway(["--env", "email"])
     assert parse_args(["--fast"]).users == 3000 and parse_args([]).production == "api-sim:o3"

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from pipelines.demo_gateway import MAX_CHUNK, MIN_CHUNK, ABRun, Bound, ab_looks, next_chunk, parse_args, print_ab
+from demos.gateway import MAX_CHUNK, MIN_CHUNK, ABRun, Bound, ab_looks, next_chunk, parse_args, print_ab
 
 HOLD = "hold (collecting): collecting: need 20 episodes per arm first | evidence: ratings alone (teacher: 1 rated)"
 NO_DIFFERENCE = "hold (no_difference_yet): no significant difference yet (p=0.4000, lift +0.050) | evidence: x"

@@ -26,7 +26,7 @@ def test_three_agents_run_their_own_weeks_in_one_home(tmp_path):
     (tmp_path / "dagster").mkdir()
     outputs = {}
     for agent in AGENTS:
-        done = subprocess.run([sys.executable, "-m", "pipelines.demo", "--fast", "--env", agent,
+        done = subprocess.run([sys.executable, "-m", "demos.demo", "--fast", "--env", agent,
                                "--port", str(free_port())], cwd=ROOT, env=env, capture_output=True, text=True,
                               timeout=1200)
         outputs[agent] = done.stdout

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from pipelines.demo import arbiter_memory
-from pipelines.demo_run import _flagged_examples
+from demos.demo import arbiter_memory
+from demos.run import _flagged_examples
 
 
 def test_failed_check_examples_are_printed_for_triggered_findings_only():
@@ -59,7 +59,7 @@ def test_the_arbiter_memory_line_reads_healthz():
 
 
 def test_each_week_has_its_held_out_line_and_a_week_without_validation_says_so():
-    from pipelines.demo import held_out_line
+    from demos.demo import held_out_line
 
     report = {"metrics": {"sft": {"accuracy": 0.723, "hallucination_rate": 0.117},
                           "incumbent": {"accuracy": 0.872, "hallucination_rate": 0.074}},
@@ -71,7 +71,7 @@ def test_each_week_has_its_held_out_line_and_a_week_without_validation_says_so()
 def test_a_week_stopped_by_a_gate_prints_that_gate_and_no_evaluation_table(capsys):
     """The summary shows what this run did: a week stopped at a curation gate names the gate with its figures
     and prints no held-out table, not even an earlier week's."""
-    from pipelines.demo import print_summary
+    from demos.demo import print_summary
 
     class Pool:
         def routing_history(self):
@@ -94,7 +94,7 @@ def test_the_summary_reads_the_report_of_its_own_run_only(tmp_path):
     import json
 
     from agent_rl import settings
-    from pipelines.demo_run import read_report
+    from demos.run import read_report
 
     path = settings.artifact_dir("evaluation_report", "2026-11-23") / "report.json"
     path.write_text(json.dumps({"dagster_run_id": "email-run", "metrics": {}}))

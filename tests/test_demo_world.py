@@ -8,8 +8,8 @@ import pytest
 
 def test_a_week_against_the_api_model_runs_the_non_inferiority_gate_and_keeps_the_rest_of_the_profile(monkeypatch):
     monkeypatch.setenv("AGENT_RL_PROFILE", "demo")
-    from pipelines.demo_run import resource_config, week_changes
-    from pipelines.profiles import resources_for
+    from demos.run import week_changes
+    from pipelines.profiles import resource_config, resources_for
 
     defs = dg.Definitions(resources=resources_for())
     assert week_changes(ours=True, fast=False) == {} and week_changes(ours=False, fast=True) == {}
@@ -23,7 +23,7 @@ def test_a_week_against_the_api_model_runs_the_non_inferiority_gate_and_keeps_th
 
 def test_the_run_config_is_one_the_retraining_job_accepts():
     from pipelines.definitions import defs
-    from pipelines.demo_run import resource_config
+    from pipelines.profiles import resource_config
 
     job = defs.resolve_job_def("retraining_job")
     config = resource_config(defs, {"evaluation": {"gate": "non_inferiority"}, "training": {"grpo_enabled": False}})
@@ -31,7 +31,7 @@ def test_the_run_config_is_one_the_retraining_job_accepts():
 
 
 def test_an_incumbent_the_demo_does_not_simulate_is_refused_naming_the_one_it_does(capsys):
-    from pipelines.demo import main
+    from demos.demo import main
 
     with pytest.raises(SystemExit) as exited:
         main(["--fast", "--incumbent", "o3-sim", "--port", "1"])
@@ -50,7 +50,7 @@ def test_the_demos_arbiter_lets_a_turn_run_as_long_as_the_held_out_evaluation_do
     from agent_rl.environments.registry import load_environment
     from agent_rl.evaluate.harness import EvalConfig, evaluate_tasks
     from agent_rl.records import Split
-    from pipelines.demo_run import arbiter_command
+    from demos.run import arbiter_command
 
     served = {}
     monkeypatch.setattr("agent_rl.arbiter.server.serve", lambda config, **_: served.update(config=config))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("agent_rl", "assets", "resources", "pipelines", "examples")
+PACKAGES = ("agent_rl", "assets", "resources", "pipelines", "demos", "examples")
 LINT = Path(sys.executable).with_name("lint-imports")
 
 

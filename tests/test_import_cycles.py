@@ -1,9 +1,9 @@
 """No import cycles among the project's own modules (issue 65).
 
 The graph is built statically with `ast` from the first-party packages, read from pyproject.toml: those setuptools
-installs ([tool.setuptools.packages.find] include: agent_rl, assets, resources, pipelines) and the import contract's
-root packages ([tool.importlinter] root_packages: the same and examples). bench/ and tests/ are scripts and tests,
-not packages: nothing in the packages imports them, so they cannot close a cycle among the packages.
+installs ([tool.setuptools.packages.find] include: agent_rl, assets, resources, pipelines, demos) and the import
+contract's root packages ([tool.importlinter] root_packages: the same and examples). bench/ and tests/ are scripts
+and tests, not packages: nothing in the packages imports them, so they cannot close a cycle among the packages.
 
 A module has an edge to another first-party module for every import statement anywhere in it: at module level,
 inside functions, methods and classes, in try/except and in ordinary `if` blocks alike (an import moved into a
@@ -135,7 +135,7 @@ def describe(graph: nx.DiGraph, component: list[str]) -> str:
 
 
 def test_the_project_has_no_import_cycles():
-    assert {"agent_rl", "assets", "resources", "pipelines", "examples"} <= set(first_party_packages())
+    assert {"agent_rl", "assets", "resources", "pipelines", "demos", "examples"} <= set(first_party_packages())
     graph = import_graph()
     assert graph.number_of_nodes() > 100 and graph.has_edge("agent_rl.policy_specs", "agent_rl.arbiter.policies")
     found = cycles(graph)

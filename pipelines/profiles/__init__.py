@@ -102,3 +102,14 @@ def resources_for(profile: str | None = None) -> dict:
                 for error in exc.errors())
             raise ValueError(f"{path}: [{name}] {problems}") from None
     return resources
+
+
+def resource_config(defs, changes: dict[str, dict]) -> dict:
+    """Run config that changes some fields of some resources for one run. A resource's run config replaces all its
+    fields (those it leaves out fall back to the class defaults, not the profile's): every field is given, the
+    profile's values under the changes."""
+    config = {}
+    for name, fields in changes.items():
+        resource = defs.resources[name]
+        config[name] = {"config": {**{f: getattr(resource, f) for f in type(resource).model_fields}, **fields}}
+    return config

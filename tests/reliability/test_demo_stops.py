@@ -73,7 +73,7 @@ def test_a_signal_stops_the_demo_where_it_is(tmp_path, marker, signum):
     dagster_home.mkdir()
     env = {**os.environ, "AGENT_RL_HOME": str(home), "DAGSTER_HOME": str(dagster_home), "AGENT_RL_ENGINE": "torch",
            "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    demo = subprocess.Popen([sys.executable, "-m", "pipelines.demo", "--fast", "--port", str(free_port())],
+    demo = subprocess.Popen([sys.executable, "-m", "demos.demo", "--fast", "--port", str(free_port())],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     lines: list[str] = []

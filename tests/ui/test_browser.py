@@ -83,7 +83,7 @@ def artifacts() -> Path:
 
 @pytest.fixture(scope="module")
 def loop_state(tmp_path_factory, artifacts) -> LoopState:
-    """Run `pipelines.demo --fast` against fresh stores, then promote its registered model to `champion`."""
+    """Run `demos.demo --fast` against fresh stores, then promote its registered model to `champion`."""
     base = tmp_path_factory.mktemp("ui-loop")
     env = _loop_env(base)
     # The demo's cwd is a tmp dir: MLflow's default artifact root (./mlruns) must not land in the checkout.
@@ -91,7 +91,7 @@ def loop_state(tmp_path_factory, artifacts) -> LoopState:
     workdir.mkdir()
     # `--ab-rounds 0`: the challenger sensor starts the A/B test, but no rounds of replayed traffic: the tiny
     # random model can only be rolled back, which tests/ab covers; the UIs need the registry, not the verdict.
-    demo = start("demo", [sys.executable, "-m", "pipelines.demo", "--fast", "--port", str(free_port()),
+    demo = start("demo", [sys.executable, "-m", "demos.demo", "--fast", "--port", str(free_port()),
                           "--ab-rounds", "0"], env=env, cwd=workdir, url="", log_dir=artifacts / "logs")
     try:
         returncode = demo.process.wait(timeout=1800)

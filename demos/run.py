@@ -1,8 +1,8 @@
 """What every demo driver shares: its plan and run, timed steps, the arbiter process and its routing, Dagster jobs
 with the demo's console, the retraining run and its report, and who production is before training.
 
-The email / plug-in demo (pipelines/demo.py, `make demo`) and the outside agent's week through the gateway
-(pipelines/demo_gateway.py, `make demo ENV=gateway`, which demo.py hands the command line to) both run on these; a
+The email / plug-in demo (demos/demo.py, `make demo`) and the outside agent's week through the gateway
+(demos/gateway.py, `make demo ENV=gateway`, which demo.py hands the command line to) both run on these; a
 module of its own so that the gateway's driver does not import demo.py, which imports it.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from pipelines import stopping
+from demos import stopping
 
 
 STEPS: list[tuple[str, float]] = []
@@ -74,17 +74,6 @@ def arbiter_process(port: int, scenarios: Path | None, token: str, extra_keys: t
         yield url
     finally:
         stop_arbiter(process)
-
-
-def resource_config(defs, changes: dict[str, dict]) -> dict:
-    """Run config that changes some fields of some resources for one run. A resource's run config replaces all its
-    fields (those it leaves out fall back to the class defaults, not the profile's): every field is given, the
-    profile's values under the changes."""
-    config = {}
-    for name, fields in changes.items():
-        resource = defs.resources[name]
-        config[name] = {"config": {**{f: getattr(resource, f) for f in type(resource).model_fields}, **fields}}
-    return config
 
 
 def week_changes(ours: bool, fast: bool) -> dict[str, dict]:
@@ -148,7 +137,8 @@ def run_job(defs, name: str, instance, log_file: Path, max_steps: dict[str, int]
     `resources`: field values that replace the profile's for this run only ({"evaluation": {"gate": "open"}})."""
     from dagster._core.utils import make_new_run_id
 
-    from pipelines.console import console_logger
+    from demos.console import console_logger
+    from pipelines.profiles import resource_config
 
     with output_to(log_file) as console:
         job = defs.resolve_job_def(name).with_logger_defs(

@@ -23,8 +23,8 @@ from datetime import datetime, timezone
 
 import httpx
 
-from pipelines import stopping
-from pipelines.demo_run import (
+from demos import stopping
+from demos.run import (
     FAST_PRODUCTION,
     SIMULATED_PRODUCTION,
     STEPS,
@@ -149,7 +149,7 @@ def default_production(environment, env_arg: str, fast: bool) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The demo; SIGTERM or SIGINT stops it where it is (pipelines/stopping.py): exit 128 + the signal."""
+    """The demo; SIGTERM or SIGINT stops it where it is (demos/stopping.py): exit 128 + the signal."""
     stopping.install()
     try:
         return _main(argv)
@@ -170,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    if wants_gateway(argv):  # an outside agent's week through the gateway: its own driver (pipelines/demo_gateway.py)
-        from pipelines.demo_gateway import main as gateway_main
+    if wants_gateway(argv):  # an outside agent's week through the gateway: its own driver (demos/gateway.py)
+        from demos.gateway import main as gateway_main
 
         return gateway_main(argv)
     plan = parse_plan(argv)

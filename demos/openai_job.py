@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.demo_openai_job", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m demos.openai_job", description=__doc__.split("\n")[0])
     parser.add_argument("--fast", action="store_true", help="the tiny model on the fast profile")
     parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds to wait for the job")
     args = parser.parse_args(argv)

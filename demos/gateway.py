@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipelines import demo_run
+from demos import run as demo_run
 
 OUTSIDE_PROGRAM = Path(__file__).resolve().parents[1] / "examples" / "outside_agent.py"
 # The fast profile's production is the email demo's (the rule-based reader), the full one's the simulated o3.
