@@ -2,7 +2,8 @@
 
 They drive the Dagster code location (pipelines/, assets/, resources/) from outside, as a user would: prepare a
 home, start the arbiter, send traffic, launch the code location's jobs and tick its sensors, then print what
-happened. They import the code location; nothing in the code location imports them.
+happened. They import the code location; nothing Dagster loads imports them (pipelines/demo.py, the demo's old
+name, only warns and runs demo.py, for one release).
 
   demo.py        `python -m demos.demo`: the email, support or plug-in demo; hands `--env gateway` to gateway.py
   gateway.py     an outside agent's week through the arbiter's gateway (`make demo ENV=gateway`)

@@ -72,3 +72,15 @@ def test_the_demos_arbiter_lets_a_turn_run_as_long_as_the_held_out_evaluation_do
     finally:
         environment.close()
     assert Asked.limits and set(Asked.limits) == {served["config"].runner.max_new_tokens}
+
+
+def test_the_old_name_of_the_demo_warns_and_runs_the_demo(monkeypatch):
+    """`python -m pipelines.demo` was the documented command before the drivers moved to demos/: it still runs."""
+    import demos.demo
+    from pipelines import demo as old_name
+
+    calls = []
+    monkeypatch.setattr(demos.demo, "main", lambda argv=None: calls.append(argv) or 0)
+    with pytest.warns(DeprecationWarning, match="python -m demos.demo"):
+        assert old_name.main(["--fast", "--weeks", "2"]) == 0
+    assert calls == [["--fast", "--weeks", "2"]]
