@@ -8,7 +8,6 @@ from dataclasses import asdict
 
 import dagster as dg
 
-from agent_rl import settings
 from agent_rl.curation.balance import balance_episodes
 from agent_rl.curation.datasets import load_jsonl, quality, save_jsonl, sft_rows
 from agent_rl.curation.live import (
@@ -26,20 +25,25 @@ from agent_rl.curation.tenant_agreement import check_week, summary
 from agent_rl.curation.tenants import cap_tenant_share, share_table
 from agent_rl.curation.week_labeler import freeze_week_labeler
 from agent_rl.environments import worlds
-from agent_rl.feedback.frozen import WEEK_STAGE
 from agent_rl.records import Split
 from agent_rl.train.plugin_rollouts import training_rows
 from agent_rl.curation.validate import config_for, gate_results, validate_episodes
 from assets.environment import inbox, scenarios
 from assets.partitions import weekly
-from assets.pool import export_path, pool_episodes
+from assets.pool import pool_episodes
+from assets.stages import (
+    AnonymizedEnvironment,
+    AnonymizedEpisodes,
+    BalancedEpisodes,
+    GrpoDataset,
+    PoolExport,
+    SftDataset,
+    ValidatedEpisodes,
+    stage_dir,  # noqa: F401 - pipelines/demo_gateway.py reads a stage's folder through assets.curation
+)
 from resources.curation import CurationResource
 from resources.environment import EnvironmentResource
 from resources.stores import InboxStoreResource, PoolResource
-
-
-def stage_dir(name: str, partition: str):
-    return settings.artifact_dir(name, partition)
 
 
 def _table(rows: list[dict], columns: list[str]) -> dg.MetadataValue:
@@ -55,7 +59,7 @@ def _table(rows: list[dict], columns: list[str]) -> dg.MetadataValue:
 def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, environment: EnvironmentResource,
                        curation: CurationResource):
     partition = context.partition_key
-    rows = load_jsonl(export_path(partition))
+    rows = load_jsonl(PoolExport(partition).episodes)
     # The email assistant keeps its rubric's expectations; a plug-in is checked against what it declares; the
     # gateway's live episodes against what their clients declared, judged by their users' feedback. The export
     # holds this run's environments only: other agents' episodes in the pool wait for their own runs.
@@ -78,8 +82,8 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
     result = validate_episodes(rows, config)
     if result.quarantined:
         pool.open().quarantine(result.quarantined, partition=partition)
-    out = stage_dir("validated_episodes", partition)
-    digest = save_jsonl(result.clean, out / "episodes.jsonl")
+    out = ValidatedEpisodes(partition)
+    digest = save_jsonl(result.clean, out.episodes)
     report = {k: v for k, v in result.report.items() if isinstance(v, (int, float, str, dict, list))}
     report.update(count_in=len(rows), clean=len(result.clean), declared_categories=declared,
                   category_names=sorted({r["task_category"] for r in result.clean if r.get("task_category")}))
@@ -87,7 +91,7 @@ def validated_episodes(context: dg.AssetExecutionContext, pool: PoolResource, en
         report["labeler"] = asdict(labeler)
     if agreement is not None:
         report["tenant_agreement"] = agreement
-    (out / "report.json").write_text(json.dumps(report, default=str, indent=1))
+    out.report.write_text(json.dumps(report, default=str, indent=1))
     reasons = Counter(reason.split(":")[0] for _, rs in result.quarantined for reason in rs)
     per_environment = Counter((str(r.get("environment")), str(r.get("task_category"))) for r in result.clean)
     return dg.MaterializeResult(metadata={
@@ -114,7 +118,7 @@ def _keep_labeler_for_ab_test(context: dg.AssetExecutionContext, rows: list[dict
     if frozen is None:
         context.log.info("labeler not kept for the A/B test: a model judge's labeler is not frozen (ratings alone)")
         return
-    folder = frozen.save(stage_dir(WEEK_STAGE, partition))
+    folder = frozen.save(ValidatedEpisodes(partition).labeler_copy)
     context.log.info(f"labeler kept for the A/B test in {folder} "
                      f"({'passed its check' if frozen.passed else 'failed its check: ' + frozen.reason})")
 
@@ -132,7 +136,7 @@ def _labeler_metadata(labeler, clean: list[dict]) -> dict:
 
 
 def _gate_check(context: dg.AssetCheckExecutionContext, curation: CurationResource, name: str):
-    report = json.loads((stage_dir("validated_episodes", context.partition_key) / "report.json").read_text())
+    report = json.loads(ValidatedEpisodes(context.partition_key).report.read_text())
     declared = report.get("declared_categories")
     gates = gate_results(report["count_in"], report["clean"], set(report["category_names"]), curation.gates(),
                          declared_categories=declared)
@@ -163,12 +167,12 @@ def category_diversity(context: dg.AssetCheckExecutionContext, curation: Curatio
                             "out-of-fold AUC and calibration error on the rated ones meet the profile's bars; below "
                             "them the week trains on ratings alone and says so.")
 def labeler_agreement(context: dg.AssetCheckExecutionContext):
-    out = stage_dir("validated_episodes", context.partition_key)
-    labeler = json.loads((out / "report.json").read_text()).get("labeler")
+    out = ValidatedEpisodes(context.partition_key)
+    labeler = json.loads(out.report.read_text()).get("labeler")
     if labeler is None:
         return dg.AssetCheckResult(passed=True, description="no labeler ran: every episode is judged by its "
                                    "environment or by its users' feedback")
-    labeled = sum(1 for row in load_jsonl(out / "episodes.jsonl") if LABELER in (row.get("reward_components") or {}))
+    labeled = sum(1 for row in load_jsonl(out.episodes) if LABELER in (row.get("reward_components") or {}))
     passed = labeler["passed"] or labeled == 0
     description = (f"labels used: {labeled} episodes labeled (AUC {labeler['auc']:.3f}, ECE {labeler['ece']:.3f})"
                    if labeler["passed"] else f"ratings alone: {labeler['reason']}" if passed else
@@ -186,7 +190,7 @@ def labeler_agreement(context: dg.AssetCheckExecutionContext):
                             "tenant that disagrees is named, and by default loses its ratings for the week. A "
                             "warning: it never stops the other tenants' week.")
 def tenant_ratings_agree(context: dg.AssetCheckExecutionContext):
-    report = json.loads((stage_dir("validated_episodes", context.partition_key) / "report.json").read_text())
+    report = json.loads(ValidatedEpisodes(context.partition_key).report.read_text())
     agreement = report.get("tenant_agreement")
     if agreement is None:
         return dg.AssetCheckResult(passed=True, description="no users' ratings: episodes are judged by their "
@@ -212,7 +216,7 @@ def tenant_ratings_agree(context: dg.AssetCheckExecutionContext):
 def anonymization(context: dg.AssetExecutionContext, inbox_store: InboxStoreResource, curation: CurationResource,
                   environment: EnvironmentResource):
     partition = context.partition_key
-    episodes = load_jsonl(stage_dir("validated_episodes", partition) / "episodes.jsonl")
+    episodes = load_jsonl(ValidatedEpisodes(partition).episodes)
     if environment.capabilities.judged_by_users:  # no world to anonymize; rated-good episodes held out
         yield from _anonymize_live(partition, environment.name, episodes, curation)
         return
@@ -220,7 +224,7 @@ def anonymization(context: dg.AssetExecutionContext, inbox_store: InboxStoreReso
     try:
         # An environment whose world the loop cannot copy whole runs the pass itself and writes its world here (the
         # email assistant's inbox store); it trains alone. Any other goes through the loop's pass below.
-        own = (envs[0].privacy_pass(episodes, stage_dir("anonymized_environment", partition), curation.canaries,
+        own = (envs[0].privacy_pass(episodes, AnonymizedEnvironment(partition).folder, curation.canaries,
                                     curation.anonymizer()) if len(envs) == 1 else None)
         if own is None:
             yield from _anonymize_plugin(partition, episodes, envs, curation)
@@ -237,9 +241,9 @@ def _anonymized_episodes(partition: str, episodes: list[dict], report: dict, lea
                          **extra) -> dg.MaterializeResult:
     """Write the anonymized episodes and the privacy report (leak examples masked) of a partition; their
     materialization, for the caller to yield once its environment files are written too."""
-    out = stage_dir("anonymized_episodes", partition)
-    episodes_hash = save_jsonl(episodes, out / "episodes.jsonl")
-    (out / "privacy.json").write_text(json.dumps(
+    out = AnonymizedEpisodes(partition)
+    episodes_hash = save_jsonl(episodes, out.episodes)
+    out.privacy_report.write_text(json.dumps(
         {**report, "leak_examples": [str(leak) for leak in leaks[:20]]}, default=str))
     summary = {k: v for k, v in report.items() if isinstance(v, (int, float))}
     return dg.MaterializeResult(asset_key="anonymized_episodes", metadata={
@@ -261,26 +265,21 @@ def _anonymize_plugin(partition: str, episodes: list[dict], envs: list, curation
         partition, [e for r in results for e in r.episodes], merged_privacy_reports([r.report for r in results]),
         [leak for r in results for leak in r.leaks],
         per_environment=dg.MetadataValue.json({r.environment.name: len(r.episodes) for r in results}))
-    env_dir = stage_dir("anonymized_environment", partition)
+    anonymized = AnonymizedEnvironment(partition)
     tasks = [t for r in results for t in r.tasks]
-    tasks_hash = save_jsonl([t.model_dump(mode="json") for t in tasks], env_dir / "tasks.jsonl")
+    tasks_hash = save_jsonl([t.model_dump(mode="json") for t in tasks], anonymized.tasks)
     for r in results:
-        worlds.save(r.environment, world_path(partition, r.environment.name))
-    worlds.save_index([r.environment.name for r in results], env_dir)
+        worlds.save(r.environment, anonymized.world(r.environment.name))
+    worlds.save_index([r.environment.name for r in results], anonymized.folder)
     yield episodes_result
     yield dg.MaterializeResult(asset_key="anonymized_environment", metadata={
         "environment": ", ".join(r.environment.name for r in results), "tasks": len(tasks), "tasks_hash": tasks_hash,
-        "saved_environments": dg.MetadataValue.json([str(world_path(partition, r.environment.name))
+        "saved_environments": dg.MetadataValue.json([str(anonymized.world(r.environment.name))
                                                      for r in results]),
     })
 
 
 SFT_SKIPPED = "no episode reaches quality {quality}: SFT is skipped, GRPO starts from the base model"
-
-
-def world_path(partition: str, name: str):
-    """Where curation saves a plug-in's anonymized world for this partition (GRPO and validation load it)."""
-    return worlds.saved_path(stage_dir("anonymized_environment", partition), name)
 
 
 def _anonymize_live(partition: str, name: str, episodes: list[dict], curation: CurationResource):
@@ -290,7 +289,7 @@ def _anonymize_live(partition: str, name: str, episodes: list[dict], curation: C
     episodes_result = _anonymized_episodes(partition, result.episodes, result.report, result.leaks)
     _, held_out = split_live(result.episodes)
     held_out, shares = cap_tenant_share(held_out, curation.max_tenant_share)  # no tenant sets most of the replay set
-    held_out_hash = save_jsonl(held_out, stage_dir("anonymized_environment", partition) / "held_out.jsonl")
+    held_out_hash = save_jsonl(held_out, AnonymizedEnvironment(partition).held_out)
     yield episodes_result
     per_tenant = {"per_tenant": _table(share_table(shares), ["tenant", "before", "after", "share"])} \
         if len(shares) > 1 else {}
@@ -302,14 +301,14 @@ def _anonymize_live(partition: str, name: str, episodes: list[dict], curation: C
 
 def held_out_live(partition: str) -> list[dict]:
     """The anonymized gateway episodes rated good that this partition keeps for validation."""
-    return load_jsonl(stage_dir("anonymized_environment", partition) / "held_out.jsonl")
+    return load_jsonl(AnonymizedEnvironment(partition).held_out)
 
 
 @dg.asset_check(asset="anonymized_episodes", blocking=True,
                 description="An auditor independent of the anonymizer finds no original name, address, phone, card or "
                             "canary (curation plants its own each run) in any field of any record curation writes.")
 def no_pii_leak(context: dg.AssetCheckExecutionContext):
-    report = json.loads((stage_dir("anonymized_episodes", context.partition_key) / "privacy.json").read_text())
+    report = json.loads(AnonymizedEpisodes(context.partition_key).privacy_report.read_text())
     leaks = int(report.get("leaks", -1))
     # The examples name file, record and field, and show values masked with a salted hash: never the value.
     return dg.AssetCheckResult(
@@ -328,9 +327,9 @@ def no_pii_leak(context: dg.AssetCheckExecutionContext):
           description="Anonymized episodes with each task category capped and weighted.")
 def balanced_episodes(context: dg.AssetExecutionContext, curation: CurationResource):
     partition = context.partition_key
-    rows = load_jsonl(stage_dir("anonymized_episodes", partition) / "episodes.jsonl")
+    rows = load_jsonl(AnonymizedEpisodes(partition).episodes)
     balanced, table = balance_episodes(rows, curation.balance())
-    digest = save_jsonl(balanced, stage_dir("balanced_episodes", partition) / "episodes.jsonl")
+    digest = save_jsonl(balanced, BalancedEpisodes(partition).episodes)
     return dg.MaterializeResult(metadata={
         "episodes": len(balanced), "content_hash": digest,
         "per_category": _table(table, ["category", "before", "after", "weight", "target"]),
@@ -341,7 +340,7 @@ def balanced_episodes(context: dg.AssetExecutionContext, curation: CurationResou
           description="Successful episodes (quality ≥ min_quality) as TRL conversational rows with tool calls.")
 def sft_dataset(context: dg.AssetExecutionContext, curation: CurationResource, environment: EnvironmentResource):
     partition = context.partition_key
-    episodes = load_jsonl(stage_dir("balanced_episodes", partition) / "episodes.jsonl")
+    episodes = load_jsonl(BalancedEpisodes(partition).episodes)
     options = {"min_quality": curation.min_quality, "max_idk_share": curation.max_idk_share}
     tenant_shares: list = []
     if environment.capabilities.judged_by_users:
@@ -355,33 +354,35 @@ def sft_dataset(context: dg.AssetExecutionContext, curation: CurationResource, e
             [e for e in episodes if str(e.get("environment")) == env.name], tools=env.tool_schemas(), **options)]
     if not rows and not curation.allow_empty_sft:
         raise dg.Failure(f"no episode of partition {partition} reaches quality {curation.min_quality}: nothing to learn from")
-    digest = save_jsonl(rows, stage_dir("sft_dataset", partition) / "train.jsonl")
+    dataset = SftDataset(partition)
+    digest = save_jsonl(rows, dataset.rows)
     if not rows:  # a reinforcement job whose base model passes nothing yet: GRPO starts from the base model
         return dg.MaterializeResult(metadata={"rows": 0, "from_episodes": len(episodes), "content_hash": digest,
                                               "skipped": SFT_SKIPPED.format(quality=curation.min_quality)})
     extra = {"per_tenant": _table(share_table(tenant_shares), ["tenant", "before", "after", "share"]),
              "max_tenant_share": curation.max_tenant_share} if len(tenant_shares) > 1 else {}
     return dg.MaterializeResult(metadata={"rows": len(rows), "from_episodes": len(episodes), "content_hash": digest,
-                                          "path": str(stage_dir("sft_dataset", partition) / "train.jsonl"), **extra})
+                                          "path": str(dataset.rows), **extra})
 
 
 @dg.asset(group_name="curation", partitions_def=weekly, deps=["anonymized_environment", "anonymized_episodes"],
           description="Training scenarios (anonymized) as GRPO prompts with what the reward needs.")
 def grpo_dataset(context: dg.AssetExecutionContext, environment: EnvironmentResource):
     partition = context.partition_key
+    dataset = GrpoDataset(partition)
     if not environment.capabilities.world:  # nothing of ours to roll out in
         context.log.warning(GRPO_SKIPPED)
-        digest = save_jsonl([], stage_dir("grpo_dataset", partition) / "train.jsonl")
+        digest = save_jsonl([], dataset.rows)
         return dg.MaterializeResult(metadata={"rows": 0, "content_hash": digest, "skipped": GRPO_SKIPPED})
     per_environment = {}
-    for world in worlds.reopen(environment.loads(), stage_dir("anonymized_environment", partition)):
+    for world in worlds.reopen(environment.loads(), AnonymizedEnvironment(partition).folder):
         per_environment[world.environment.name] = training_rows(world.environment, world.tasks)
         world.environment.close()
     rows = [row for mine in per_environment.values() for row in mine]
-    digest = save_jsonl(rows, stage_dir("grpo_dataset", partition) / "train.jsonl")
+    digest = save_jsonl(rows, dataset.rows)
     return dg.MaterializeResult(metadata={
         "rows": len(rows), "content_hash": digest,
         "per_category": dg.MetadataValue.json(dict(Counter(r["category"] for r in rows))),
         "per_environment": dg.MetadataValue.json({name: len(mine) for name, mine in per_environment.items() if mine}),
-        "path": str(stage_dir("grpo_dataset", partition) / "train.jsonl"),
+        "path": str(dataset.rows),
     })

@@ -9,9 +9,9 @@ import json
 
 import dagster as dg
 
-from agent_rl import settings
 from agent_rl.evaluate.loop_health import loop_health as compute_loop_health
 from agent_rl.evaluate.loop_health import plot
+from assets.stages import LoopHealth
 from resources.environment import EnvironmentResource
 from resources.registry import MlflowResource
 
@@ -62,16 +62,16 @@ def loop_health(context: dg.AssetExecutionContext, mlflow: MlflowResource, envir
     # This agent's runs and its registered model: another agent's weeks in the same home are not its history.
     runs = retraining_run_records(context.instance, environments=environment.episode_environments)
     health = compute_loop_health(mlflow.uri(), runs, model_name=mlflow.model_name)
-    out = settings.artifact_dir("loop_health")
-    (out / "loop_health.json").write_text(json.dumps(health.as_dict(), indent=1, default=str))
-    chart = plot(health, out / "loop_health.png")
+    out = LoopHealth()
+    out.report.write_text(json.dumps(health.as_dict(), indent=1, default=str))
+    chart = plot(health, out.chart)
     context.log.info(f"{len(health.runs)} retraining runs, {len(health.versions)} registry versions")
     metadata = {
         "metrics": dg.MetadataValue.md(health.metrics_markdown()),
         "runs": dg.MetadataValue.md(health.runs_markdown()),
         "chart": dg.MetadataValue.path(str(chart)),
         "chart_preview": dg.MetadataValue.md(f"![loop health]({chart})"),
-        "report": dg.MetadataValue.path(str(out / "loop_health.json")),
+        "report": dg.MetadataValue.path(str(out.report)),
         "retraining_runs": len(health.runs),
         "rollbacks": health.rollbacks,
         "ab_tests_running": health.tests_running,

@@ -5,15 +5,16 @@ from collections import Counter
 
 import dagster as dg
 
-from agent_rl import settings
 from agent_rl.curation.datasets import save_jsonl
 from assets.partitions import weekly
+from assets.stages import PoolExport
 from resources.environment import EnvironmentResource
 from resources.stores import PoolResource
 
 
 def export_path(partition: str):
-    return settings.artifact_dir("pool_episodes", partition) / "episodes.jsonl"
+    """The week's export (`PoolExport(partition).episodes`; pipelines/demo_gateway.py reads it through this name)."""
+    return PoolExport(partition).episodes
 
 
 @dg.asset(group_name="pool", partitions_def=weekly,
@@ -29,7 +30,8 @@ def pool_episodes(context: dg.AssetExecutionContext, pool: PoolResource, environ
         for episode in page.episodes
     ]
     others = {name: n for name, n in repo.count_by_environment(window.start, window.end).items() if name not in mine}
-    digest = save_jsonl(rows, export_path(context.partition_key))
+    export = PoolExport(context.partition_key)
+    digest = save_jsonl(rows, export.episodes)
     versions = Counter(row["policy_version"] for row in rows)
     return dg.MaterializeResult(metadata={
         "rows": len(rows),
@@ -38,5 +40,5 @@ def pool_episodes(context: dg.AssetExecutionContext, pool: PoolResource, environ
         "window": f"{window.start.isoformat()} .. {window.end.isoformat()}",
         "content_hash": digest,
         "per_version": dg.MetadataValue.json(dict(versions)),
-        "path": str(export_path(context.partition_key)),
+        "path": str(export.episodes),
     })

@@ -14,8 +14,9 @@ from agent_rl.curation.live import GRPO_SKIPPED
 from agent_rl.train.environment import grpo_world
 from agent_rl.train.starting_point import starting_point
 from agent_rl.reward.hacking import HackingConfig, environment_detectors, mark_rewarded, measure_reward_hacking
-from assets.curation import grpo_dataset, sft_dataset, stage_dir
+from assets.curation import grpo_dataset, sft_dataset
 from assets.partitions import weekly
+from assets.stages import AnonymizedEnvironment, GrpoAdapter, GrpoDataset, SftAdapter, SftDataset
 from resources.compute import TrainingCompute
 from resources.environment import EnvironmentResource
 from resources.registry import MlflowResource
@@ -40,27 +41,6 @@ def _metadata(result: dict) -> dict:
     return {k: (dg.MetadataValue.json(v) if isinstance(v, (dict, list)) else v) for k, v in meta.items()}
 
 
-def adapter_dir(stage: str, partition: str):
-    return stage_dir(stage, partition) / "adapter"
-
-
-def trained_adapters(partition: str) -> list:
-    """The adapters to apply on the base model, in order, as GRPO recorded them: GRPO either kept training the
-    SFT adapter (beta = 0: one adapter) or trained a fresh one on the merged SFT model (beta > 0: two)."""
-    from agent_rl.train.sft import MANIFEST
-
-    manifest = json.loads((adapter_dir("grpo_adapter", partition) / MANIFEST).read_text())
-    return manifest["adapters"]
-
-
-def sft_adapters(partition: str) -> list:
-    """The SFT adapter alone, as SFT recorded it (validation weighs it against SFT + GRPO)."""
-    from agent_rl.train.sft import MANIFEST
-
-    manifest = json.loads((adapter_dir("sft_adapter", partition) / MANIFEST).read_text())
-    return manifest["adapters"]
-
-
 @dg.asset(group_name="training", partitions_def=weekly, deps=[sft_dataset],
           description="LoRA adapter from SFT on successful trajectories (assistant tokens only), continuing the "
                       "adapter production serves when it is ours (training.start_from).")
@@ -71,38 +51,27 @@ def sft_adapter(context: dg.AssetExecutionContext, compute: TrainingCompute, tra
     start = starting_point(training.start_from, incumbent, training.base_model, model_name=mlflow.model_name,
                            tracking_uri=mlflow.uri())
     context.log.info(f"SFT starts from {start.description}")
-    rows_jsonl = stage_dir("sft_dataset", partition) / "train.jsonl"
+    rows_jsonl, out = SftDataset(partition).rows, SftAdapter(partition)
     if not rows_jsonl.read_text().strip():  # curation allowed an empty dataset: the base model is "SFT alone"
         from agent_rl.train.sft import write_manifest
 
-        out = adapter_dir("sft_adapter", partition)
-        out.mkdir(parents=True, exist_ok=True)
-        write_manifest(out, resolve_model(training.base_model), [])
-        (stage_dir("sft_adapter", partition) / STARTED_FROM).write_text(json.dumps(
+        out.adapter.mkdir(parents=True, exist_ok=True)
+        write_manifest(out.adapter, resolve_model(training.base_model), [])
+        out.started_from.write_text(json.dumps(
             {"version": None, "description": "the base model (SFT skipped: no rows)"}))
         return dg.MaterializeResult(metadata={"skipped": "no SFT rows: the base model goes on to GRPO"})
     config = {
         "model_path": str(resolve_model(training.base_model)),
-        "rows_jsonl": str(stage_dir("sft_dataset", partition) / "train.jsonl"),
-        "out_dir": str(stage_dir("sft_adapter", partition)),
+        "rows_jsonl": str(rows_jsonl),
+        "out_dir": str(out.folder),
         "settings": training.sft().model_dump(mode="json"),
         "tracking": _tracking(context, mlflow),
         **({"init_adapter": str(start.adapter)} if start.adapter is not None else {}),
     }
     result = compute.run(context, "sft", config)
-    (stage_dir("sft_adapter", partition) / STARTED_FROM).write_text(json.dumps(
-        {"version": start.version, "description": start.description}))
+    out.started_from.write_text(json.dumps({"version": start.version, "description": start.description}))
     return dg.MaterializeResult(metadata={**_metadata(result), "started_from": start.description,
                                           "started_from_version": start.lineage()})
-
-
-STARTED_FROM = "started_from.json"
-
-
-def sft_started_from(partition: str) -> dict:
-    """What the partition's SFT continued: {"version": "v3" or None, "description": ...} (registry lineage)."""
-    path = stage_dir("sft_adapter", partition) / STARTED_FROM
-    return json.loads(path.read_text()) if path.exists() else {"version": None, "description": "unknown"}
 
 
 @dg.asset(group_name="training", partitions_def=weekly, deps=[sft_adapter, grpo_dataset, "anonymized_environment"],
@@ -110,7 +79,8 @@ def sft_started_from(partition: str) -> dict:
 def grpo_adapter(context: dg.AssetExecutionContext, compute: TrainingCompute, training: TrainingResource,
                  mlflow: MlflowResource, environment: EnvironmentResource):
     partition = context.partition_key
-    skipped = skipped_path(partition)
+    out = GrpoAdapter(partition)
+    skipped = out.skipped
     # Nothing to roll out in (the gateway's tools run in the client), or GRPO turned off for this run: SFT alone is
     # the candidate (validation reads the marker).
     reason = GRPO_SKIPPED if not environment.capabilities.world else None if training.grpo_enabled else GRPO_OFF
@@ -121,13 +91,14 @@ def grpo_adapter(context: dg.AssetExecutionContext, compute: TrainingCompute, tr
         return dg.MaterializeResult(metadata={"skipped": reason})
     skipped.unlink(missing_ok=True)
     # Rolled out in the anonymized world curation left: the store an environment wrote itself, or the saved plug-ins.
-    where = grpo_world(environment.loads(), stage_dir("anonymized_environment", partition))
+    where = grpo_world(environment.loads(), AnonymizedEnvironment(partition).folder)
+    sft = SftAdapter(partition)
     config = {
         "model_path": str(resolve_model(training.base_model)),
-        **({"sft_adapter": str(adapter_dir("sft_adapter", partition))} if sft_adapters(partition) else {}),
-        "grpo_rows_jsonl": str(stage_dir("grpo_dataset", partition) / "train.jsonl"),
+        **({"sft_adapter": str(sft.adapter)} if sft.adapters() else {}),
+        "grpo_rows_jsonl": str(GrpoDataset(partition).rows),
         **where,
-        "out_dir": str(stage_dir("grpo_adapter", partition)),
+        "out_dir": str(out.folder),
         "settings": training.grpo().model_dump(mode="json"),
         "tracking": _tracking(context, mlflow),
     }
@@ -139,34 +110,20 @@ GRPO_OFF = "GRPO skipped: turned off in this run's training settings (training.g
            "is the candidate"
 
 
-def rollouts_path(partition: str):
-    return stage_dir("grpo_adapter", partition) / "rollouts.jsonl"
-
-
-def skipped_path(partition: str):
-    return stage_dir("grpo_adapter", partition) / "skipped.json"
-
-
-def grpo_skipped(partition: str) -> str | None:
-    """Why GRPO did not run for this partition (None: it ran)."""
-    path = skipped_path(partition)
-    return json.loads(path.read_text())["reason"] if path.exists() else None
-
-
 def grpo_hacking(partition: str, environment: EnvironmentResource) -> tuple[list, str | None]:
     """The reward-hacking findings of a partition's GRPO rollouts, and what triggered (None: nothing did).
-    Written to hacking.json beside the adapter; validation reads the same function, so whichever runs first
+    Written beside the adapter (`GrpoAdapter.hacking`); validation reads the same function, so whichever runs first
     both see one verdict."""
-    if grpo_skipped(partition):
+    out = GrpoAdapter(partition)
+    if out.skip_reason():
         return [], None  # no rollouts to judge: validation weighs SFT alone
-    path = rollouts_path(partition)
+    path = out.rollouts
     if not path.exists():
         return [], f"no rollouts recorded at {path}"
     envs = environment.loads()
     rollouts = mark_rewarded(load_jsonl(path), max(env.rewarded_above for env in envs))
     findings = measure_reward_hacking(rollouts, HackingConfig(), environment_detectors(envs))
-    (stage_dir("grpo_adapter", partition) / "hacking.json").write_text(
-        json.dumps([f.as_dict() for f in findings], default=str))
+    out.hacking.write_text(json.dumps([f.as_dict() for f in findings], default=str))
     triggered = [f for f in findings if f.triggered]
     verdict = ("reward hacking: " + ", ".join(f"{f.kind} {f.rate:.0%} > {f.threshold:.0%}" for f in triggered)
                if triggered else None)
@@ -180,7 +137,7 @@ def grpo_hacking(partition: str, environment: EnvironmentResource) -> tuple[list
                             "answers, tool-call spam, padded sources, format exploits); a failure disqualifies "
                             "SFT + GRPO at validation.")
 def no_reward_hacking(context: dg.AssetCheckExecutionContext, environment: EnvironmentResource):
-    skipped = grpo_skipped(context.partition_key)
+    skipped = GrpoAdapter(context.partition_key).skip_reason()
     if skipped:
         return dg.AssetCheckResult(passed=True, description=skipped)
     findings, verdict = grpo_hacking(context.partition_key, environment)

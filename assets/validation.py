@@ -9,32 +9,23 @@ import json
 
 import dagster as dg
 
-from agent_rl import registry, settings
+from agent_rl import registry
 from agent_rl.environments import worlds
 from agent_rl.evaluate.cache import EvaluationCache, inputs_fingerprint, registered_fingerprint, weights_fingerprint
+from agent_rl.evaluate.loop_health import VALIDATION_REPORT
 from agent_rl.evaluate.report import category_markdown, comparison_chart, comparison_markdown
 from agent_rl.evaluate.validation import Model, environment_table, held_out_measure, validate
 from agent_rl.policy_specs import load_policy, load_stacked
-from assets.curation import held_out_live, stage_dir
+from assets.curation import held_out_live
 from assets.partitions import weekly
-from assets.training import (
-    grpo_adapter,
-    grpo_hacking,
-    grpo_skipped,
-    sft_adapters,
-    sft_started_from,
-    trained_adapters,
-)
+from assets.stages import AnonymizedEnvironment, EvaluationReport, GrpoAdapter, SftAdapter
+from assets.training import grpo_adapter, grpo_hacking
 from resources.curation import CurationResource
 from resources.environment import EnvironmentResource
 from resources.evaluation import EvaluationResource
 from resources.registry import MlflowResource
 from resources.stores import PoolResource
 from resources.training import TrainingResource
-
-
-def report_path(partition: str):
-    return stage_dir("evaluation_report", partition) / "report.json"
 
 
 @dg.asset(group_name="validation", partitions_def=weekly, deps=[grpo_adapter, "anonymized_environment"],
@@ -44,7 +35,8 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
                       training: TrainingResource, mlflow: MlflowResource, pool: PoolResource,
                       environment: EnvironmentResource, curation: CurationResource):
     partition = context.partition_key
-    env_dir, out = stage_dir("anonymized_environment", partition), stage_dir("evaluation_report", partition)
+    env_dir, out = AnonymizedEnvironment(partition).folder, EvaluationReport(partition)
+    sft, grpo = SftAdapter(partition), GrpoAdapter(partition)
     config, base_model = evaluation.eval_config(), training.base_model
     # The anonymized worlds as GRPO saw them, or the held-out episodes users rated good: the run's capabilities say.
     held_out = held_out_measure(environment.capabilities, config, rated_good=lambda: held_out_live(partition),
@@ -52,29 +44,29 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
                                 answer_judge=evaluation.answer_judging(curation.labeler_judge))
     incumbent_version, incumbent_spec = pool.incumbent(base_model)
     _, hacked = grpo_hacking(partition, environment)
-    skipped = grpo_skipped(partition)
+    skipped = grpo.skip_reason()
     models = {
-        "sft": Model(lambda: load_stacked(base_model, sft_adapters(partition), version="sft"),
-                     lambda: weights_fingerprint(base_model, sft_adapters(partition))),
-        "grpo": Model(lambda: load_stacked(base_model, trained_adapters(partition), version="grpo"),
-                      lambda: weights_fingerprint(base_model, trained_adapters(partition))),
+        "sft": Model(lambda: load_stacked(base_model, sft.adapters(), version="sft"),
+                     lambda: weights_fingerprint(base_model, sft.adapters())),
+        "grpo": Model(lambda: load_stacked(base_model, grpo.adapters(), version="grpo"),
+                      lambda: weights_fingerprint(base_model, grpo.adapters())),
         "incumbent": Model(lambda: load_policy(incumbent_spec),
                            lambda: registered_fingerprint(incumbent_spec, mlflow.model_name, mlflow.uri()),
                            label=f" ({incumbent_version}: {incumbent_spec})"),
     }
     # A model evaluated before on the same held-out world (the incumbent was v0 or last week's candidate) is not
     # played again: its result is keyed by its weights, every file of the world and the settings.
-    cache = EvaluationCache(settings.artifact_dir("evaluation_cache"))
+    cache = EvaluationCache(out.cache)
     result = validate(models, held_out, base=lambda: load_policy(base_model), gates=evaluation.gates(),
-                      incumbent_version=incumbent_version, cache=cache, out_dir=out,
+                      incumbent_version=incumbent_version, cache=cache, out_dir=out.folder,
                       inputs=inputs_fingerprint(env_dir, config.model_dump_json() + held_out.measure),
                       threads=evaluation.torch_threads, hacked=hacked, skipped=skipped, log=context.log)
     report = result.report(context.run_id, (incumbent_version, incumbent_spec), held_out, hacked, skipped)
-    report_path(partition).write_text(json.dumps(report, indent=1, default=str))
+    out.report.write_text(json.dumps(report, indent=1, default=str))
     _log_to_mlflow(context, mlflow, report)
     results, probes, candidate = result.results, result.probes, result.candidate
     shown = {f"{n} ({incumbent_version})" if n == "incumbent" else n: m for n, m in results.items()}
-    chart = comparison_chart(shown, out / "comparison.png")
+    chart = comparison_chart(shown, out.chart)
     return dg.MaterializeResult(metadata={
         "comparison": dg.MetadataValue.md(comparison_markdown(
             shown, {**probes, f"incumbent ({incumbent_version})": probes["incumbent"]})),
@@ -119,12 +111,12 @@ def _log_to_mlflow(context, mlflow: MlflowResource, report: dict) -> None:
             elif isinstance(value, list) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value):
                 metrics[f"gate.{name}.{key}.low"], metrics[f"gate.{name}.{key}.high"] = value
     stage.log_metrics(metrics, step=0)
-    stage.log_json(report, "report.json")
+    stage.log_json(report, VALIDATION_REPORT)
     stage.finish()
 
 
 def _gate(context: dg.AssetCheckExecutionContext, name: str) -> dg.AssetCheckResult:
-    gate = json.loads(report_path(context.partition_key).read_text())["gates"][name]
+    gate = EvaluationReport(context.partition_key).read()["gates"][name]
     figures = gate.get("details") or {}
     details = {k: v for k, v in figures.items() if isinstance(v, (int, float, str))}
     interval = figures.get("error_reduction_interval") or figures.get("accuracy_difference_interval")
@@ -149,7 +141,7 @@ def no_forgetting(context: dg.AssetCheckExecutionContext):
 @dg.asset_check(asset=evaluation_report, blocking=True,
                 description="The candidate is not a model whose training rollouts hacked the reward.")
 def reward_hacking_passed(context: dg.AssetCheckExecutionContext):
-    choice = json.loads(report_path(context.partition_key).read_text())["choice"]
+    choice = EvaluationReport(context.partition_key).read()["choice"]
     hacked = choice.get("grpo_disqualified")
     if choice["candidate"] == "grpo":
         return dg.AssetCheckResult(passed=not hacked, description=hacked or "no finding in the GRPO rollouts")
@@ -163,15 +155,15 @@ def reward_hacking_passed(context: dg.AssetCheckExecutionContext):
 def registered_model(context: dg.AssetExecutionContext, training: TrainingResource, mlflow: MlflowResource,
                      environment: EnvironmentResource):
     partition = context.partition_key
-    report = json.loads(report_path(partition).read_text())
+    report = EvaluationReport(partition).read()
     candidate = report["metrics"]["candidate"]
     chosen = report["choice"]["candidate"]
     hashes = {}
-    for stage, file in (("sft_dataset", "train.jsonl"), ("grpo_dataset", "train.jsonl")):
+    for stage in ("sft_dataset", "grpo_dataset"):
         event = context.instance.get_latest_materialization_event(dg.AssetKey(stage))
         meta = event.asset_materialization.metadata if event and event.asset_materialization else {}
         hashes[f"{stage}_hash"] = getattr(meta.get("content_hash"), "value", "")
-    adapters = trained_adapters(partition) if chosen == "grpo" else sft_adapters(partition)
+    adapters = (GrpoAdapter if chosen == "grpo" else SftAdapter)(partition).adapters()
     version = registry.register_candidate(
         adapters,
         training.base_model,
@@ -179,7 +171,7 @@ def registered_model(context: dg.AssetExecutionContext, training: TrainingResour
         tags={"dagster_run_id": context.run_id, "partition": partition, **hashes,
               "trained_with": "sft+grpo" if chosen == "grpo" else "sft",
               "incumbent_at_validation": report["incumbent"]["version"],
-              "started_from": sft_started_from(partition)["version"] or "base",
+              "started_from": SftAdapter(partition).lineage()["version"] or "base",
               "environment": ", ".join(environment.names)},
         alias="challenger", name=mlflow.model_name, tracking_uri=mlflow.uri(),
     )

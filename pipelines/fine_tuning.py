@@ -249,6 +249,7 @@ def run_loop(job_id: str, spec: dict[str, Any], environment, seeded: dict[str, A
     import dagster as dg
 
     from assets.partitions import weekly
+    from assets.stages import EvaluationReport
     from pipelines.definitions import defs
     from pipelines.profiles import resource_config
 
@@ -262,8 +263,7 @@ def run_loop(job_id: str, spec: dict[str, Any], environment, seeded: dict[str, A
               or (e.event_type_value == "ASSET_CHECK_EVALUATION" and not e.event_specific_data.passed)]
     if not result.success or failed:
         return None, "; ".join(describe(e) for e in failed)[:500] or "the retraining run failed"
-    report_file = settings.artifact_dir("evaluation_report", partition) / "report.json"
-    report = json.loads(report_file.read_text())
+    report = EvaluationReport(partition).read()
     candidate = report["choice"]["candidate"]
     return result, {
         "why": report["choice"].get("reason"), "grpo_disqualified": report["choice"].get("grpo_disqualified"),
@@ -292,9 +292,11 @@ def mean_reward(path: str) -> float:
 def trained_steps(partition: str, candidate: str) -> int:
     """Optimizer steps of the shipped model's training (SFT's, plus GRPO's when it ships): the trainers' last
     checkpoint of each stage."""
+    from assets.stages import GrpoAdapter, SftAdapter
+
     steps = 0
-    for stage in ("sft_adapter", "grpo_adapter") if candidate == "grpo" else ("sft_adapter",):
-        numbers = [int(p.name.split("-", 1)[1]) for p in settings.artifact_dir(stage, partition).glob("checkpoint-*")
+    for stage in (SftAdapter, GrpoAdapter) if candidate == "grpo" else (SftAdapter,):
+        numbers = [int(p.name.split("-", 1)[1]) for p in stage(partition).checkpoints()
                    if p.name.split("-", 1)[1].isdigit()]
         steps += max(numbers, default=0)
     return steps

@@ -51,6 +51,7 @@ TRAINING_EXPERIMENT = "agent-rl-training"
 PARENT_TAG = "dagster_run_id"
 VALIDATION_CHECKS = ("beats_champion", "no_forgetting", "reward_hacking_passed")
 TRAINING_STEPS = ("sft_adapter", "grpo_adapter")
+VALIDATION_REPORT = "report.json"  # the validation stage run's copy of the evaluation report (assets/validation.py)
 TARGETS = {"training_convergence_rate": 0.90, "deployment_success_rate": 0.95}
 IN_PROGRESS = {"QUEUED", "NOT_STARTED", "STARTING", "STARTED", "MANAGED", "CANCELING"}
 _MLFLOW_TO_DAGSTER = {"RUNNING": "STARTED", "SCHEDULED": "QUEUED", "FINISHED": "SUCCESS", "FAILED": "FAILURE",
@@ -234,7 +235,7 @@ def _report_gates(client, run_id: str) -> dict | None:
     """The gates of the validation stage's report.json artifact, None when it cannot be read."""
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            path = client.download_artifacts(run_id, "report.json", tmp)
+            path = client.download_artifacts(run_id, VALIDATION_REPORT, tmp)
             return json.loads(Path(path).read_text()).get("gates")
     except Exception:
         return None

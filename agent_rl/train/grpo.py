@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_rl.train.config import GRPOSettings, common_trainer_args
+from agent_rl.train.outputs import ROLLOUTS_FILE
 from agent_rl.train.plugin_rollouts import rollout_factory
 from agent_rl.train.prompt_filter import FilterReport, filter_prompts
 from agent_rl.train.rewards import REWARD_GROUPS, ExtraReward, check_extra_rewards, make_reward_funcs
@@ -41,7 +42,6 @@ from agent_rl.train.tracking import MetricsCallback, Tracker, file_sha256
 
 log = logging.getLogger(__name__)
 
-ROLLOUTS_FILE = "rollouts.jsonl"
 DDP_TIMEOUT_SECONDS = 4 * 3600
 
 

@@ -23,14 +23,12 @@ from agent_rl.agent.messages import training_messages
 from agent_rl.jsonl import read_jsonl
 from agent_rl.train.chat_rows import row_tools
 from agent_rl.train.config import SFTSettings, common_trainer_args
+from agent_rl.train.outputs import ADAPTER_DIR, MANIFEST
 from agent_rl.train.static_prefix import StaticPrefix
 from agent_rl.train.tracking import MetricsCallback, Tracker, file_sha256
 
 log = logging.getLogger(__name__)
 MAX_DROPS_SHOWN = 5
-
-ADAPTER_DIR = "adapter"
-MANIFEST = "agent_rl_adapter.json"  # base model + adapter stack; what loaders read
 
 
 @dataclass

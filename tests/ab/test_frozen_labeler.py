@@ -153,14 +153,14 @@ def test_curation_keeps_the_weeks_labeler_and_its_rows_are_those_label_unrated_g
     from agent_rl.curation.datasets import load_jsonl, save_jsonl
     from assets import curation
     from assets.partitions import weekly
-    from assets.pool import export_path
+    from assets.stages import PoolExport, ValidatedEpisodes
     from resources.curation import CurationResource
     from resources.environment import EnvironmentResource
     from resources.stores import PoolResource
 
     rows, labeled, report = week
     partition = weekly.get_partition_keys()[-1]
-    save_jsonl([{k: v for k, v in r.items()} for r in rows], export_path(partition))
+    save_jsonl([{k: v for k, v in r.items()} for r in rows], PoolExport(partition).episodes)
     result = dg.materialize(
         [curation.validated_episodes], partition_key=partition, raise_on_error=False,
         resources={"environment": EnvironmentResource(name="gateway"), "pool": PoolResource(),
@@ -169,7 +169,7 @@ def test_curation_keeps_the_weeks_labeler_and_its_rows_are_those_label_unrated_g
     assert result.success
     kept = FrozenLabeler.load(settings.home() / "artifacts" / WEEK_STAGE / partition)
     assert kept.passed and kept.week == partition and kept.summary()["auc"] == pytest.approx(report.auc)
-    clean = load_jsonl(curation.stage_dir("validated_episodes", partition) / "episodes.jsonl")
+    clean = load_jsonl(ValidatedEpisodes(partition).episodes)
     given = [r for r in clean if LABELER in (r.get("reward_components") or {})]
     assert len(given) == report.n_labeled  # curation labeled as label_unrated does, the save changed nothing
     assert np.allclose(kept.probabilities(given), [r["reward_components"][LABELER] for r in given], atol=1e-4)

@@ -104,14 +104,14 @@ def test_with_distrust_off_nothing_is_dropped_but_the_flag_is_reported():
 def test_the_curation_asset_warns_and_the_other_tenants_week_goes_on():
     from assets import curation
     from assets.partitions import weekly
-    from assets.pool import export_path
+    from assets.stages import PoolExport, ValidatedEpisodes
     from agent_rl.curation.datasets import load_jsonl, save_jsonl
     from resources.curation import CurationResource
     from resources.environment import EnvironmentResource
     from resources.stores import PoolResource
 
     partition = weekly.get_partition_keys()[-1]
-    save_jsonl(flooded_week(), export_path(partition))
+    save_jsonl(flooded_week(), PoolExport(partition).episodes)
     result = dg.materialize(
         [curation.validated_episodes, curation.tenant_ratings_agree], partition_key=partition, raise_on_error=False,
         resources={"environment": EnvironmentResource(name="gateway"), "pool": PoolResource(),
@@ -122,7 +122,7 @@ def test_the_curation_asset_warns_and_the_other_tenants_week_goes_on():
     assert check.metadata["ratings_dropped"].value == 300
     metadata = result.asset_materializations_for_node("validated_episodes")[0].metadata
     assert "| flood | 300 | 300 |" in metadata["tenant_agreement"].value
-    clean = load_jsonl(curation.stage_dir("validated_episodes", partition) / "episodes.jsonl")
+    clean = load_jsonl(ValidatedEpisodes(partition).episodes)
     assert {r["tenant"] for r in clean if r["outcome"] == "correct"} == {"honest"}
-    report = json.loads((curation.stage_dir("validated_episodes", partition) / "report.json").read_text())
+    report = json.loads(ValidatedEpisodes(partition).report.read_text())
     assert report["tenant_agreement"]["flagged"] == ["flood"] and DISAGREES in json.dumps(report["tenant_agreement"])
