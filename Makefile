@@ -53,16 +53,18 @@ test-fast: $(STAMP)
 # `make demo WEEKS=3`: three weeks of the loop back to back, each served by what the week before promoted.
 WEEKS ?= 1
 # `make demo ENV=support`: the customer-support agent instead of the email assistant (or a plug-in import path).
-ENV ?= email
+# `make demo-fast` without ENV: the help desk and a tiny model fitted to it, production on v0 (profile `learn`): a
+# promotion the tiny model earns in minutes; with ENV, the tiny random model shows the loop's mechanics on that agent.
+ENV ?=
 # Who runs production when the weeks start: `make demo INCUMBENT=ours` (v0, a model of ours) or
 # the API model (`o3-sim`, `gpt-4o-sim` for support: the distillation story, gate non_inferiority; the default).
 INCUMBENT ?=
 
 demo: $(STAMP)
-	$(BIN)/python -m demos.demo --weeks $(WEEKS) --env $(ENV) $(if $(INCUMBENT),--incumbent $(INCUMBENT))
+	$(BIN)/python -m demos.demo --weeks $(WEEKS) $(if $(ENV),--env $(ENV)) $(if $(INCUMBENT),--incumbent $(INCUMBENT))
 
 demo-fast: $(STAMP)
-	$(BIN)/python -m demos.demo --fast --weeks $(WEEKS) --env $(ENV) $(if $(INCUMBENT),--incumbent $(INCUMBENT))
+	$(BIN)/python -m demos.demo --fast --weeks $(WEEKS) $(if $(ENV),--env $(ENV) $(if $(INCUMBENT),--incumbent $(INCUMBENT)),--profile learn --incumbent $(or $(INCUMBENT),ours))
 
 # A fine-tuning job brought from OpenAI (examples/openai_job): arbiter + runner + the SDK script; FAST=1: tiny model.
 demo-openai-job: $(STAMP)

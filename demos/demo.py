@@ -92,8 +92,13 @@ def parse_plan(argv: list[str] | None = None) -> DemoPlan:
     parser.add_argument("--model-share", type=float, default=None,
                         help="share of first-week traffic served by the prompted base model beside production "
                              "(default: 0.1 fast, 0 full: a 135M model on CPU answers ~1 request in 5 s)")
-    parser.add_argument("--env", default=os.environ.get("AGENT_RL_ENV") or "email",
-                        help="the agent to improve: email (default), support, or a plug-in 'package.module:Class'")
+    parser.add_argument("--env", default=os.environ.get("AGENT_RL_ENV") or None,
+                        help="the agent to improve: email (default), support, or a plug-in 'package.module:Class' "
+                             "(default: the profile's environment where it names one)")
+    parser.add_argument("--profile", default=None,
+                        help="the resource profile (pipelines/profiles): default 'fast' with --fast, else 'demo'; "
+                             "'learn' is the help desk with a tiny model fitted to it, where the tiny model earns a "
+                             "promotion (make demo-fast)")
     parser.add_argument("--incumbent", default=os.environ.get("INCUMBENT") or None,
                         help="who runs production when the weeks start: 'ours' (v0, a model of ours that the same "
                              "job trained on the traffic the API model served before, registered as champion), or the API model itself by its routing name (o3-sim for email, "
@@ -108,6 +113,15 @@ def parse_plan(argv: list[str] | None = None) -> DemoPlan:
         parser.error(f"--weeks must be at least 1, got {args.weeks}")
     if args.v0_steps is not None and args.v0_steps < 1:
         parser.error(f"--v0-steps must be at least 1, got {args.v0_steps}")
+    profile = args.profile or ("fast" if args.fast else "demo")
+    try:
+        profile_env = profile_environment(profile)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if profile_env and args.env and args.env.strip() != profile_env:
+        parser.error(f"profile {profile!r} trains {profile_env!r}; --env (or AGENT_RL_ENV) asks for {args.env!r}: "
+                     "leave one out")
+    args.env = args.env or profile_env or "email"
     from agent_rl.environments.core import EnvironmentError
     from agent_rl.environments.registry import load_environment
 
@@ -124,7 +138,14 @@ def parse_plan(argv: list[str] | None = None) -> DemoPlan:
     if not ours and args.incumbent not in (None, production):
         parser.error(f"--incumbent {args.incumbent!r}: expected 'ours' or {production!r} (the API model this demo "
                      "simulates; --production chooses another)")
-    return DemoPlan(args, environment, production_spec, production, ours, "fast" if args.fast else "demo")
+    return DemoPlan(args, environment, production_spec, production, ours, profile)
+
+
+def profile_environment(profile: str) -> str | None:
+    """The environment a profile names ([environment] name), if any: the help desk of `learn`."""
+    from pipelines.profiles import profile_path, read_profile
+
+    return read_profile(profile_path(profile)).get("environment", {}).get("name")
 
 
 def wants_gateway(argv: list[str] | None) -> bool:
