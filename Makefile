@@ -36,10 +36,14 @@ $(STAMP): requirements.lock requirements-engine.lock pyproject.toml
 # in a temp dir, as the `postgres` user when run as root) and stops it at the end. install_postgres.sh installs
 # the server binaries (apt-get install postgresql) only when they are missing.
 # Test data lives in tests/data: nothing is read from outside the repository.
+# The suite runs in TEST_WORKERS processes (pytest-xdist), a test file per process at a time (module fixtures stay
+# in one process); each test keeps one thread (OMP_NUM_THREADS=1), so 2 workers fill 2 cores.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
 	bash tests/install_postgres.sh
 	bash tests/ui/install_browser.sh
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 test-browser: $(STAMP)
 	bash tests/ui/install_browser.sh
@@ -48,7 +52,7 @@ test-browser: $(STAMP)
 # No model downloads, no browser; PostgreSQL as for `test`.
 test-fast: $(STAMP)
 	bash tests/install_postgres.sh
-	$(BIN)/python -m pytest -q -m "not slow and not browser" tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow and not browser" tests
 
 # `make demo WEEKS=3`: three weeks of the loop back to back, each served by what the week before promoted.
 WEEKS ?= 1
