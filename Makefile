@@ -43,7 +43,7 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	bash tests/install_postgres.sh
 	bash tests/ui/install_browser.sh
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 test-browser: $(STAMP)
 	bash tests/ui/install_browser.sh
