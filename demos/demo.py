@@ -83,8 +83,9 @@ def parse_plan(argv: list[str] | None = None) -> DemoPlan:
     parser.add_argument("--weeks", type=int, default=int(os.environ.get("WEEKS") or 1),
                         help="weeks of the loop to run back to back (each served by what the week before promoted)")
     parser.add_argument("--seed-requests", type=int, default=None, help="production requests in the first week")
-    parser.add_argument("--week-requests", type=int, default=400,
-                        help="production requests in each later week (the pool keeps the earlier weeks')")
+    parser.add_argument("--week-requests", type=int, default=None,
+                        help="production requests in each later week (the pool keeps the earlier weeks'; default: "
+                             "the profile's [demo] week_requests, 400 where it names none)")
     parser.add_argument("--ab-rounds", type=int, default=12, help="most rounds of A/B traffic before giving up")
     parser.add_argument("--production", default=None,
                         help="the agent production runs before training, as a policy spec (default: api-sim:o3, the "
@@ -107,17 +108,26 @@ def parse_plan(argv: list[str] | None = None) -> DemoPlan:
                              "default, because a 135M model serves ~0.2 requests/s on 2 CPU cores and a week "
                              "and an A/B test served by models of ours take hours there (docs/experiments.md)")
     parser.add_argument("--v0-steps", type=int, default=None,
-                        help="SFT steps that trained v0 (default: half the profile's, the team's quick first model)")
+                        help="SFT steps that trained v0 (default: the profile's [demo] v0_steps, else half the "
+                             "profile's SFT steps: the team's quick first model)")
+    parser.add_argument("--week-sft-steps", type=int, default=None,
+                        help="SFT steps a week's run adds to the champion's adapter when production runs a model of "
+                             "ours (default: the profile's [demo] week_sft_steps, else the profile's SFT steps)")
     args = parser.parse_args(argv)
     if args.weeks < 1:
         parser.error(f"--weeks must be at least 1, got {args.weeks}")
-    if args.v0_steps is not None and args.v0_steps < 1:
-        parser.error(f"--v0-steps must be at least 1, got {args.v0_steps}")
+    for flag in ("v0_steps", "week_sft_steps", "week_requests"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
     profile = args.profile or ("fast" if args.fast else "demo")
     try:
         profile_env = profile_environment(profile)
+        sizes = demo_settings(profile)
     except ValueError as exc:
         parser.error(str(exc))
+    args.v0_steps = args.v0_steps or sizes.v0_steps
+    args.week_sft_steps = args.week_sft_steps or sizes.week_sft_steps
+    args.week_requests = args.week_requests or sizes.week_requests
     if profile_env and args.env and args.env.strip() != profile_env:
         parser.error(f"profile {profile!r} trains {profile_env!r}; --env (or AGENT_RL_ENV) asks for {args.env!r}: "
                      "leave one out")
@@ -139,6 +149,13 @@ def parse_plan(argv: list[str] | None = None) -> DemoPlan:
         parser.error(f"--incumbent {args.incumbent!r}: expected 'ours' or {production!r} (the API model this demo "
                      "simulates; --production chooses another)")
     return DemoPlan(args, environment, production_spec, production, ours, profile)
+
+
+def demo_settings(profile: str):
+    """The profile's `[demo]` sizes (pipelines/profiles `DemoSettings`)."""
+    from pipelines.profiles import demo_settings as read
+
+    return read(profile)
 
 
 def profile_environment(profile: str) -> str | None:
@@ -277,9 +294,11 @@ def run_week(run: DemoRun, week: int, requests: int, train, test) -> dict:
         replay(run.url, train, requests, concurrency=16, key_prefix=f"week{week}-{int(time.time())}")
         print(f"pool holds {run.pool.count()} episodes")
     row["traffic"] = traffic_figures(run.pool, week_started)
+    sft = f"SFT {run.plan.args.week_sft_steps} steps on the champion's adapter" \
+        if run.plan.ours and run.plan.args.week_sft_steps else "SFT"
     with step(f"week {week}: retraining job on partition {run.partition} "
-              "(curation → SFT → GRPO → validation → registry)"):
-        result, failed_checks = retrain(run)
+              f"(curation → {sft} → GRPO → validation → registry)"):
+        result, failed_checks = retrain(run, *week_training(run))
         registered = registered_by(result)
         print(f"retraining run {result.run_id}: {'success' if result.success else 'FAILED'}; "
               f"challenger registered: {registered}")
@@ -293,6 +312,18 @@ def run_week(run: DemoRun, week: int, requests: int, train, test) -> dict:
     row["served_after"] = run.pool.get_routing().weights
     row["arbiter"] = arbiter_memory(run.url)
     return row
+
+
+def week_training(run: DemoRun) -> tuple[dict[str, dict], dict[str, int] | None]:
+    """The week's training changes and step counts: with a model of ours in production, the profile's
+    `week_sft_steps` continue the champion's adapter (v0 took the first steps; the week adds its own on the week's
+    pool); otherwise the profile's training as it is."""
+    steps = run.plan.args.week_sft_steps
+    if not (run.plan.ours and steps):
+        return {}, None
+    training = run.defs.resources["training"]
+    return ({"training": {"sft_overrides": {**training.sft_overrides, "max_steps": steps}}},
+            {**run.max_steps, "sft_adapter": steps})
 
 
 def ab_test(run: DemoRun, week: int, test) -> str | None:

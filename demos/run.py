@@ -205,15 +205,17 @@ class DemoRun:
         return run_job(self.defs, name, self.instance, self.log_file, max_steps or self.max_steps, **kwargs)
 
 
-def retrain(run: DemoRun, resources: dict[str, dict] | None = None):
+def retrain(run: DemoRun, resources: dict[str, dict] | None = None, max_steps: dict[str, int] | None = None):
     """The week's retraining run and its failed checks; a crashed step (not a failed gate) marks the demo failed.
-    `resources`: more field changes for this run, beside the week's (resource name -> fields)."""
+    `resources`: more field changes for this run, beside the week's (resource name -> fields); `max_steps`: the
+    stages' step counts for the progress lines, where the changes alter the profile's."""
     from pipelines.sensors import end_mlflow_parent_run
 
     changes = week_changes(run.plan.ours, run.plan.args.fast)
     for name, fields in (resources or {}).items():
         changes[name] = {**changes.get(name, {}), **fields}
-    result = run.job("retraining_job", resources=changes, partition_key=run.partition, raise_on_error=False)
+    result = run.job("retraining_job", max_steps, resources=changes, partition_key=run.partition,
+                     raise_on_error=False)
     with output_to(run.log_file):  # MLflow's own INFO lines belong in the log, not on the console
         end_mlflow_parent_run(run.defs.resources["mlflow"].uri(), result.run_id, result.success)
     failed_checks = [e for e in result.get_asset_check_evaluations() if not e.passed]

@@ -94,3 +94,27 @@ def test_an_unknown_profile_names_the_choices(tmp_path):
         profile_path("gpu")
     with pytest.raises(ValueError, match="no such profile file"):
         profile_path(str(tmp_path / "missing.toml"))
+
+
+def test_the_demo_table_sizes_the_demo_and_the_command_line_overrides_it(tmp_path):
+    from demos.demo import parse_plan
+    from pipelines.profiles import demo_settings
+
+    sized = demo_settings("demo")  # the email world sized to 2 cores: v0 48 steps, the week 48 more on its adapter
+    assert (sized.v0_steps, sized.week_sft_steps, sized.week_requests) == (48, 48, 100)
+    plan = parse_plan(["--incumbent", "ours"])
+    assert (plan.args.v0_steps, plan.args.week_sft_steps, plan.args.week_requests) == (48, 48, 100)
+    plan = parse_plan(["--incumbent", "ours", "--v0-steps", "96", "--week-sft-steps", "96", "--week-requests", "400"])
+    assert (plan.args.v0_steps, plan.args.week_sft_steps, plan.args.week_requests) == (96, 96, 400)
+    # A profile without the table keeps the driver's own defaults (v0: half the profile's SFT steps).
+    plan = parse_plan(["--fast", "--profile", "learn", "--incumbent", "ours"])
+    assert (plan.args.v0_steps, plan.args.week_sft_steps, plan.args.week_requests) == (None, None, 400)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[demo]\nv0_step = 4\n")
+    with pytest.raises(ValueError, match=r"bad.toml: \[demo\] unknown field 'v0_step'"):
+        demo_settings(str(bad))
+    bad.write_text("[demo]\nweek_requests = 0\n")
+    with pytest.raises(ValueError, match=r"bad.toml: \[demo\] week_requests: Input should be greater"):
+        demo_settings(str(bad))
+    bad.write_text("[demo]\nweek_requests = 10\n")  # the table is no resource: the resources build without it
+    assert list(resources_for(str(bad))) == list(RESOURCES)

@@ -6,7 +6,8 @@ a promotion it earns in minutes), or the path of a TOML file of your own.
 A profile is data, not code: a TOML file (default.toml, demo.toml, fast.toml next to this module) mapping a
 resource name to the values of its fields; resources it does not name keep their defaults. So a GPU deployment is
 a file, e.g. `[training] profile = "gpu"`, selected by configuration. One value depends on the machine: the string
-"all-cores" stands for its CPU core count (threads for a process that runs alone).
+"all-cores" stands for its CPU core count (threads for a process that runs alone). One table is not a resource:
+`[demo]` (`DemoSettings`) sizes what the demo driver (demos/demo.py) does around the jobs on this profile.
 """
 
 import os
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dagster import ConfigurableResource
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
 from agent_rl.registry import model_name_for
 
@@ -45,6 +46,22 @@ RESOURCES: dict[str, type[ConfigurableResource]] = {
 }
 
 
+class DemoSettings(BaseModel):
+    """How the demo driver sizes its world on this profile, where its command line says nothing; a profile states
+    it, so the summary can name the scale a machine runs (the `demo` profile: 2 CPU cores)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    v0_steps: PositiveInt | None = Field(None, description="SFT steps that train v0 from the base (None: half the "
+                                         "profile's SFT steps)")
+    week_sft_steps: PositiveInt | None = Field(None, description="SFT steps a week's run adds to the champion's "
+                                               "adapter when production runs a model of ours (None: the profile's)")
+    week_requests: PositiveInt = Field(400, description="production requests in each week served by a model of ours")
+
+
+DEMO_TABLE = "demo"
+
+
 def profile_path(profile: str) -> Path:
     """The TOML file of a profile: a shipped one by name, or a file of the user's own by path."""
     if profile in PROFILES:
@@ -64,11 +81,11 @@ def read_profile(path: Path) -> dict[str, dict[str, Any]]:
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path}: not valid TOML: {exc}") from None
     for name, fields in data.items():
-        if name not in RESOURCES:
-            raise ValueError(f"{path}: unknown resource [{name}]; known: {', '.join(RESOURCES)}")
+        if name not in RESOURCES and name != DEMO_TABLE:
+            raise ValueError(f"{path}: unknown resource [{name}]; known: {', '.join(RESOURCES)} (and [{DEMO_TABLE}])")
         if not isinstance(fields, dict):
             raise ValueError(f"{path}: {name} must be a table of field values ([{name}]), got {type(fields).__name__}")
-        known = RESOURCES[name].model_fields
+        known = DemoSettings.model_fields if name == DEMO_TABLE else RESOURCES[name].model_fields
         for key in fields:
             if key not in known:
                 raise ValueError(f"{path}: [{name}] unknown field {key!r}; {name} has {', '.join(known)}")
@@ -77,6 +94,16 @@ def read_profile(path: Path) -> dict[str, dict[str, Any]]:
 
 def _on_this_machine(value: Any) -> Any:
     return max(1, os.cpu_count() or 1) if value == ALL_CORES else value
+
+
+def demo_settings(profile: str) -> DemoSettings:
+    """The profile's `[demo]` table, checked (a shipped profile's name or a TOML path)."""
+    path = profile_path(profile)
+    try:
+        return DemoSettings(**read_profile(path).get(DEMO_TABLE, {}))
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"{path}: [{DEMO_TABLE}] {problems}") from None
 
 
 def resources_for(profile: str | None = None) -> dict:
