@@ -1,10 +1,20 @@
 """Labels from implicit feedback: how well the labeler (agent_rl/feedback/) labels the episodes nobody rated.
 
-A simulated week of an outside agent's traffic (agent_rl/feedback/population.py: `--episodes` conversations, a 5%
-share of users rating) is labeled from its own ratings, for the default noise and the two noisier presets, each
-with `--seeds` independent weeks. Reported per preset (means over the seeds, and the per-seed figures):
-  - auc_truth / ece_truth: the labeler's probabilities on the unrated episodes against the simulation's HIDDEN
-    truth (satisfied or not), which no rating shows; ECE with 10 equal-width bins (labeler.py);
+A simulated week of an outside agent's traffic is labeled from its own ratings, and the labels are scored against
+the simulation's hidden truth. Two worlds, one model of users' behaviour (agent_rl/feedback/behaviour.py):
+  - `--world population` (default): agent_rl/feedback/population.py, a scripted agent's conversations, for the
+    default noise and the two noisier presets, each with `--seeds` independent weeks (seconds each);
+  - `--world gateway`: the gateway demo's own week (bench/gateway_week.py: the outside program's users through the
+    arbiter's gateway to the simulated o3), at `--noise`, `--seeds` weeks (~2-3 minutes each on 2 cores): what
+    `make demo ENV=gateway` labels, without its training.
+By default the labeler is fitted on the rows curation fits it on (`--fit curation`: agent_rl/curation/live.py
+`label_unrated`, every rated episode but the rated-good ones held out for replay validation), so the figures are
+those of the labels the demo trains on; `--fit all` fits it on every rating, `--fit by-id` on every rating but
+those the validation hash holds out, good or bad (several, comma-separated, are compared on the same weeks). `--episodes` defaults to the full
+demo profile's 6,000 users a week. Reported per preset (means over the seeds, and the per-seed figures):
+  - auc_truth / ece_truth: the labeler's probabilities on the unrated episodes against the HIDDEN truth, which no
+    rating shows; ECE with 10 equal-width bins (labeler.py `against_truth`, the function the demo reports with);
+    mean_probability / truth_share: the labels' mean against the truth's share (a prior shift shows here);
   - auc_ratings_oof / ece_ratings_oof / ece_floor_ratings: the labeler's own check, out of fold on the rated
     episodes, and the ECE a perfectly calibrated labeler would still show on that many (sampling noise);
   - check_passed: in how many weeks the check passed (when it fails the week trains on its ratings alone);
@@ -14,7 +24,8 @@ with `--seeds` independent weeks. Reported per preset (means over the seeds, and
 `meets_target`: at the default noise, mean AUC >= 0.85 and mean ECE <= 0.05 against the hidden truth;
 `meets_rows_target`: ratings plus labels give >= 10x the rows of ratings alone.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/labels.py [--episodes 4000] [--rated-share 0.05] [--seeds 3]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/labels.py [--world population|gateway] [--episodes 6000]
+        [--rated-share 0.05] [--seeds 3] [--fit curation,by-id,all] [--noise default]
         [--calibration none|sigmoid|isotonic]   (sigmoid: the labeler as it was before 2026-11-28 afternoon)
 """
 
@@ -24,45 +35,77 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
-from sklearn.metrics import roc_auc_score  # noqa: E402
-
-from agent_rl.feedback.labeler import LabelerConfig, expected_calibration_error, label_episodes  # noqa: E402
+from agent_rl.curation.live import held_out  # noqa: E402
+from agent_rl.feedback.labeler import LabelerConfig, against_truth, label_episodes  # noqa: E402
 from agent_rl.feedback.population import NOISE_PRESETS, PopulationConfig, simulate  # noqa: E402
-from agent_rl.feedback.signals import episode_signals  # noqa: E402
+from agent_rl.feedback.signals import Signals, episode_signals  # noqa: E402
 
 MIN_AUC, MAX_ECE, MIN_ROWS_RATIO = 0.85, 0.05, 10.0
 
 
-def one_week(preset: str, seed: int, episodes: int, rated_share: float, config: LabelerConfig) -> dict[str, float]:
-    """Simulate a week, label it, and score the labels against the hidden truth."""
+def fit_rows(signals: list[Signals], fit: str) -> list[Signals]:
+    """What the labeler is fitted on: "curation", the rows curation's `label_unrated` gives it (the rated-good
+    episodes held out for validation left out, by the same hash); "by-id", every rated episode the hash holds out
+    left out, good or not (the sample stays random); "all", every episode."""
+    if fit == "all":
+        return signals
+    if fit == "by-id":
+        return [s for s in signals if not (s.rated and held_out(str(s.episode_id)))]
+    return [s for s in signals if not (s.rated and (s.rating or 0) > 0 and held_out(str(s.episode_id)))]
+
+
+def population_week(preset: str, seed: int, episodes: int, rated_share: float
+                    ) -> tuple[list[Signals], dict[str, bool]]:  # fmt: skip
     week = simulate(PopulationConfig(n_episodes=episodes, rated_share=rated_share, noise=NOISE_PRESETS[preset],
                                      seed=seed))
-    truth = {e.episode.episode_id: e.satisfied for e in week}
-    result = label_episodes([episode_signals(e.episode) for e in week], config)
+    return [episode_signals(e.episode) for e in week], {e.episode.episode_id: e.satisfied for e in week}
+
+
+def gateway_week(preset: str, seed: int, episodes: int, rated_share: float
+                 ) -> tuple[list[Signals], dict[str, bool]]:  # fmt: skip
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:  # run as a script: the repository's demos/ and bench/ packages
+        sys.path.insert(0, root)
+    from bench.gateway_week import gateway_week as run_week
+
+    rows, truth, _ = run_week(episodes, seed, noise=preset, rated_share=rated_share)
+    return [episode_signals(r) for r in rows], truth
+
+
+def score_week(signals: list[Signals], truth: dict[str, bool], config: LabelerConfig, fit: str) -> dict[str, float]:
+    """Label a week and score the labels against the hidden truth."""
+    result = label_episodes(fit_rows(signals, fit), config)
     report = result.report
-    y = np.array([truth[s.episode_id] for s in result.scored], dtype=int)
-    p = np.array([s.probability for s in result.scored])
+    scored = against_truth(result.scored, truth, config.ece_bins)
     confident = [s for s in result.scored if s.good is not None]  # the labels, had the check passed
     good_labels = sum(bool(s.good) for s in confident)
+    nan = float("nan")
     return {
-        "auc_truth": float(roc_auc_score(y, p)) if len(set(y)) == 2 else float("nan"),
-        "ece_truth": expected_calibration_error(y, p) if len(y) else float("nan"),
-        "auc_ratings_oof": report.auc if report.auc is not None else float("nan"),
-        "ece_ratings_oof": report.ece if report.ece is not None else float("nan"),
-        "ece_floor_ratings": report.ece_floor if report.ece_floor is not None else float("nan"),
+        "auc_truth": scored["auc"] if scored["auc"] is not None else nan,
+        "ece_truth": scored["ece"] if scored["ece"] is not None else nan,
+        "mean_probability": scored["mean_probability"] if scored["mean_probability"] is not None else nan,
+        "truth_share": scored["truth_share"] if scored["truth_share"] is not None else nan,
+        "auc_ratings_oof": report.auc if report.auc is not None else nan,
+        "ece_ratings_oof": report.ece if report.ece is not None else nan,
+        "ece_floor_ratings": report.ece_floor if report.ece_floor is not None else nan,
         "check_passed": float(report.passed),
         "rows_ratings_only": report.n_rated,
         "rows_with_labels": report.n_rated + len(confident),
         "good_rows_ratings_only": report.n_rated_good,
         "good_rows_with_labels": report.n_rated_good + good_labels,
-        "wrong_labels": sum(s.good != truth[s.episode_id] for s in confident),
+        "wrong_labels": scored["confident_wrong"],
         "labeled": len(confident),
     }
+
+
+WORLDS = {"population": population_week, "gateway": gateway_week}
+FITS = ("curation", "by-id", "all")
 
 
 def summarize(weeks: list[dict[str, float]]) -> dict[str, object]:
@@ -71,6 +114,8 @@ def summarize(weeks: list[dict[str, float]]) -> dict[str, object]:
     return {
         "auc_truth": round(mean["auc_truth"], 3),
         "ece_truth": round(mean["ece_truth"], 3),
+        "mean_probability": round(mean["mean_probability"], 3),
+        "truth_share": round(mean["truth_share"], 3),
         "auc_truth_per_seed": [round(w["auc_truth"], 3) for w in weeks],
         "ece_truth_per_seed": [round(w["ece_truth"], 3) for w in weeks],
         "auc_ratings_oof": round(mean["auc_ratings_oof"], 3),
@@ -89,19 +134,40 @@ def summarize(weeks: list[dict[str, float]]) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--episodes", type=int, default=4000, help="simulated episodes per week")
+    parser.add_argument("--world", choices=tuple(WORLDS), default="population",
+                        help="population: the scripted agent's conversations; gateway: the demo's week of traffic")
+    parser.add_argument("--episodes", type=int, default=6000,
+                        help="simulated episodes (users) per week: the full gateway demo's 6,000 by default")
     parser.add_argument("--rated-share", type=float, default=0.05)
     parser.add_argument("--seeds", type=int, default=3, help="independent simulated weeks per noise preset")
+    parser.add_argument("--noise", default=None, choices=tuple(NOISE_PRESETS),
+                        help="one preset only (default: all three for the population, 'default' for the gateway)")
+    parser.add_argument("--fit", default="curation",
+                        help="the labeler's rows, comma-separated to compare on the same weeks: curation (curation's: "
+                             "rated-good held out for validation left out), by-id (held out by id whatever the "
+                             "rating), all")
     parser.add_argument("--calibration", choices=("none", "sigmoid", "isotonic"), default=LabelerConfig.calibration,
                         help="the labeler's calibration (LabelerConfig.calibration), to compare against the default")
     args = parser.parse_args()
     config = LabelerConfig(calibration=args.calibration)
+    names = [args.noise] if args.noise else list(NOISE_PRESETS) if args.world == "population" else ["default"]
     started = time.perf_counter()
-    presets = {name: summarize([one_week(name, seed, args.episodes, args.rated_share, config)
-                                for seed in range(args.seeds)]) for name in NOISE_PRESETS}
-    default = presets["default"]
+    fits = args.fit.split(",")
+    if not fits or any(fit not in FITS for fit in fits):
+        parser.error(f"--fit: a comma-separated list of {', '.join(FITS)}")
+    scores: dict[str, dict[str, list]] = {fit: {name: [] for name in names} for fit in fits}
+    for name in names:
+        for seed in range(args.seeds):
+            signals, truth = WORLDS[args.world](name, seed, args.episodes, args.rated_share)
+            for fit in fits:
+                scores[fit][name].append(score_week(signals, truth, config, fit))
+    by_fit = {fit: {name: summarize(weeks) for name, weeks in per.items()} for fit, per in scores.items()}
+    presets = by_fit[fits[0]]
+    default = presets.get("default")
     report = {
         "benchmark": "labels",
+        "world": args.world,
+        "fit": fits[0],
         "episodes_per_week": args.episodes,
         "rated_share": args.rated_share,
         "seeds": args.seeds,
@@ -109,11 +175,12 @@ def main() -> None:
         "calibration": config.calibration,
         "labeler_bars": {"min_auc": config.min_auc, "max_ece": config.max_ece},
         "presets": presets,
+        **{f"presets_fit_{fit}": by_fit[fit] for fit in fits[1:]},
         "seconds": round(time.perf_counter() - started, 1),
         "target": f"default noise: AUC >= {MIN_AUC} and ECE <= {MAX_ECE} against the hidden truth; "
                   f"ratings + labels >= {MIN_ROWS_RATIO:g}x the rows of ratings alone",
-        "meets_target": default["auc_truth"] >= MIN_AUC and default["ece_truth"] <= MAX_ECE,
-        "meets_rows_target": default["rows_ratio"] >= MIN_ROWS_RATIO,
+        "meets_target": bool(default) and default["auc_truth"] >= MIN_AUC and default["ece_truth"] <= MAX_ECE,
+        "meets_rows_target": bool(default) and default["rows_ratio"] >= MIN_ROWS_RATIO,
     }
     print(json.dumps(report))
 

@@ -229,12 +229,9 @@ def labeler_against_truth(run: demo_run.DemoRun, truth: dict[str, dict]) -> dict
     """The labeler, fitted exactly as `validated_episodes` fits it (the week's export, feedback as outcome, the
     held-out rated-good episodes left out), scored against the simulation's hidden truth on the episodes nobody
     rated; and its confident labels' share that contradicts the truth. None without an export."""
-    import numpy as np
-    from sklearn.metrics import roc_auc_score
-
     from agent_rl.curation.datasets import load_jsonl
     from agent_rl.curation.live import held_out, is_live, is_rated_good, judge_by_feedback
-    from agent_rl.feedback.labeler import expected_calibration_error, label_episodes
+    from agent_rl.feedback.labeler import against_truth, label_episodes
     from assets.pool import export_path
 
     path = export_path(run.partition)
@@ -245,21 +242,12 @@ def labeler_against_truth(run: demo_run.DemoRun, truth: dict[str, dict]) -> dict
     live = [r for r in rows if is_live(r.get("environment"))]
     fit_on = [r for r in live if not (is_rated_good(r) and held_out(str(r.get("episode_id"))))]
     result = config.label(fit_on) if callable(getattr(config, "label", None)) else label_episodes(fit_on, config)
-    scored = [s for s in result.scored if s.episode_id in truth]
-    out: dict[str, Any] = {"report": result.report, "scored": len(scored), "auc": None, "ece": None,
-                           "confident": 0, "confident_wrong": 0}
+    out: dict[str, Any] = {"report": result.report,
+                           **against_truth(result.scored, {k: v["satisfied"] for k, v in truth.items()})}
     rated = [r for r in live if r.get("feedback") is not None and r["episode_id"] in truth]
     if rated:  # how often a rating itself contradicts the truth (mis-clicks)
         out["ratings_wrong"] = sum((str(r["outcome"]) == "correct") != truth[r["episode_id"]]["satisfied"]
                                    for r in rated) / len(rated)
-    if scored:
-        y = np.array([truth[s.episode_id]["satisfied"] for s in scored], dtype=int)
-        p = np.array([s.probability for s in scored])
-        out["auc"] = float(roc_auc_score(y, p)) if len(set(y)) == 2 else None
-        out["ece"] = expected_calibration_error(y, p)
-        confident = [s for s in scored if s.good is not None]
-        out["confident"] = len(confident)
-        out["confident_wrong"] = sum(s.good != truth[s.episode_id]["satisfied"] for s in confident)
     return out
 
 
@@ -605,7 +593,9 @@ def print_summary(args: argparse.Namespace, week: dict, started: float) -> None:
             print(f"labeler vs the hidden truth on {labeler['scored']} unrated episodes: AUC {labeler['auc']:.3f}, "
                   f"ECE {labeler['ece']:.3f}; confident labels {labeler['confident']} "
                   f"({'used' if check.passed else 'not used'}), of which wrong "
-                  f"{_pct(labeler['confident_wrong'] / labeler['confident'] if labeler['confident'] else None)}")
+                  f"{_pct(labeler['confident_wrong'] / labeler['confident'] if labeler['confident'] else None)}; "
+                  f"mean probability {_pct(labeler['mean_probability'])} against {_pct(labeler['truth_share'])} "
+                  "truly satisfied")
         if labeler.get("ratings_wrong") is not None:
             print(f"ratings vs the hidden truth: {_pct(labeler['ratings_wrong'])} contradict it (mis-clicks)")
     if report:

@@ -298,6 +298,26 @@ def agreement(y_true: Sequence[int] | np.ndarray, probability: Sequence[float] |
     return report
 
 
+def against_truth(scored: Iterable[EpisodeLabel], truth: Mapping[str, bool], n_bins: int = 10) -> dict[str, Any]:
+    """How a labeler's probabilities agree with a simulation's hidden truth (`truth`: episode id -> satisfied), on
+    the scored episodes the truth covers: AUC, ECE (`expected_calibration_error`), mean probability against the
+    truth's share, and the confident labels and how many contradict the truth. One function, so that the bench
+    (`bench/labels.py`) and the gateway demo measure the labels the same way. AUC/ECE None without episodes."""
+    kept = [s for s in scored if s.episode_id in truth]
+    out: dict[str, Any] = {"scored": len(kept), "auc": None, "ece": None, "mean_probability": None,
+                           "truth_share": None, "confident": 0, "confident_wrong": 0}
+    if kept:
+        y = np.array([bool(truth[s.episode_id]) for s in kept], dtype=int)
+        p = np.array([s.probability for s in kept], dtype=float)
+        out.update(auc=float(roc_auc_score(y, p)) if 0 < y.sum() < len(y) else None,
+                   ece=expected_calibration_error(y, p, n_bins), mean_probability=float(p.mean()),
+                   truth_share=float(y.mean()))
+        confident = [s for s in kept if s.good is not None]
+        out["confident"] = len(confident)
+        out["confident_wrong"] = sum(s.good != bool(truth[s.episode_id]) for s in confident)
+    return out
+
+
 def _label(episode_id: str | None, probability: float, config: LabelerConfig) -> EpisodeLabel:
     good = None
     if probability >= config.positive_threshold:

@@ -8,11 +8,11 @@ may ask one follow-up on another topic (below).
 Whether a user ends up satisfied is the hidden truth, drawn from what happened, with stated noise
 (`Grounding`): a right answer satisfies with probability `satisfied_if_right` (0.92: some users wanted more, or
 distrust it), a wrong or "I don't know" answer with `satisfied_if_wrong` (0.12: some cannot tell it is wrong); a
-user who left before any answer, or saw an error, is unhappy. How a user then behaves is `population.py`'s noise
-model (`NoiseConfig`: the shares of thanks, silent leaving, re-asks, corrections and complaints for satisfied and
-for unhappy users, and how often a rating is a mis-click), so the default and the two noisier presets apply here
-too; `give_up` becomes the chance per round of tool calls that a user closes the chat while the agent still works
-(`Grounding.leave_scale` of the preset's share). After a re-ask or a correction the agent answers again and the
+user who left before any answer, or saw an error, is unhappy. How a user then behaves is the behaviour model the
+bench's population shares (`behaviour.User`, with its noise presets: the shares of thanks, silent leaving, re-asks,
+corrections and complaints for satisfied and for unhappy users, and how often a rating is a mis-click); before each
+round of tool calls a user may close the chat while the agent still works (`Grounding.leave_scale` of the preset's
+`give_up` share). After a re-ask or a correction the agent answers again and the
 user judges the new answer. After an answer the user lets stand (thanks, or silence), the preset's `follow_up` share
 (for how that answer left the user) asks a follow-up question in the same conversation, when the app names one
 (`run_users(follow_ups=...)`: another question its backend can answer); the agent works on it like on the first,
@@ -38,7 +38,7 @@ from typing import Any
 
 from agent_rl.feedback import conversations as talk
 from agent_rl.feedback.outside_agent import Backend, OutsideAgentError, ToolLoopAgent, Turn, new_session
-from agent_rl.feedback.population import DEFAULT_NOISE, REACTIONS, NoiseConfig
+from agent_rl.feedback.behaviour import DEFAULT_NOISE, LEAVE_SCALE, LOWERCASE_SHARE, MAX_ROUNDS, NoiseConfig, User
 
 # What users write back, for any question (the re-asks restate it, so the signals' overlap measure sees a re-ask).
 REASKS = ("I asked: {question}", "{question} Please answer the question.", "Again: {question}",
@@ -54,7 +54,7 @@ class Grounding:
 
     satisfied_if_right: float = 0.92
     satisfied_if_wrong: float = 0.12
-    leave_scale: float = 0.5  # per round of tool calls: chance of leaving = leave_scale x the preset's give_up share
+    leave_scale: float = LEAVE_SCALE  # per round of tool calls: leaving = leave_scale x the preset's give_up
 
     def __post_init__(self) -> None:
         for name in ("satisfied_if_right", "satisfied_if_wrong", "leave_scale"):
@@ -69,9 +69,9 @@ class UsersConfig:
     noise: NoiseConfig = DEFAULT_NOISE
     grounding: Grounding = Grounding()
     rated_share: float = 0.05
-    max_rounds: int = 3
+    max_rounds: int = MAX_ROUNDS
     seed: int = 0
-    lowercase_share: float = 0.3  # re-asks typed all lower case (population.py's careless typing)
+    lowercase_share: float = LOWERCASE_SHARE  # messages typed all lower case (behaviour.User.typed)
 
     def __post_init__(self) -> None:
         for name in ("rated_share", "lowercase_share"):
@@ -91,12 +91,13 @@ class UsersConfig:
                 "follow_up": {"satisfied": self.noise.follow_up[0], "unhappy": self.noise.follow_up[1]},
                 "rating_flip": self.noise.rating_flip, "lowercase_share": self.lowercase_share}
 
+    def user(self, rng: random.Random) -> User:
+        """A user of this population, deciding by the behaviour model every simulated user shares."""
+        return User(rng, self.noise, leave_scale=self.grounding.leave_scale, lowercase_share=self.lowercase_share)
+
     def leave_rate(self, satisfied_so_far: bool | None) -> float:
         """Per round of tool calls; before any answer (None) the mean of the two groups' rates."""
-        if satisfied_so_far is None:
-            return (self.leave_rate(True) + self.leave_rate(False)) / 2
-        reactions = self.noise.satisfied if satisfied_so_far else self.noise.unhappy
-        return self.grounding.leave_scale * reactions.give_up
+        return self.user(random.Random(0)).leave_rate(satisfied_so_far)
 
 
 @dataclass(frozen=True)
@@ -129,19 +130,8 @@ class Outcome:
 
 
 def typed(rng: random.Random, text: str, lowercase_share: float) -> str:
-    """How a user types a message: all lower case at `lowercase_share`, without the final punctuation at 30%."""
-    if rng.random() < lowercase_share:
-        text = text.lower()
-    if rng.random() < 0.3:
-        text = text.rstrip(".?!")
-    return text
-
-
-def _reaction(rng: random.Random, config: UsersConfig, satisfied: bool) -> str:
-    """A reaction to an answer: the preset's shares without `give_up` (leaving mid-work is drawn per tool round)."""
-    shares = config.noise.satisfied if satisfied else config.noise.unhappy
-    names = [r for r in REACTIONS if r != "give_up"]
-    return rng.choices(names, weights=[getattr(shares, r) for r in names])[0]
+    """How a user types a message (`behaviour.User.typed`)."""
+    return User(rng, DEFAULT_NOISE, lowercase_share=lowercase_share).typed(text)
 
 
 def converse(agent: ToolLoopAgent, opening: list[dict[str, Any]], question: Question, backend: Backend,
@@ -150,6 +140,7 @@ def converse(agent: ToolLoopAgent, opening: list[dict[str, Any]], question: Ques
     question) to the user leaving; `follow_up` is the question this user may go on to ask (None: none); rates the
     conversation when this user is one who rates."""
     rng = random.Random(f"{config.seed}:{index}")
+    person = config.user(rng)  # every decision below is the shared behaviour model's (behaviour.User)
     messages = [dict(m) for m in opening]
     session = new_session()
     outcome = Outcome(index=index, episode_id=None, version=None, satisfied=False, answered=False, right=False)
@@ -159,7 +150,7 @@ def converse(agent: ToolLoopAgent, opening: list[dict[str, Any]], question: Ques
     turn = Turn()
     for round_ in range(config.max_rounds):
         turn = agent.work(messages, backend, session, metadata=metadata,
-                          leave=lambda i: i > 0 and rng.random() < config.leave_rate(mood))
+                          leave=lambda _i: person.leaves(mood))
         outcome.calls += turn.calls
         outcome.episode_id = turn.episode_id or outcome.episode_id
         outcome.version = turn.version or outcome.version
@@ -173,22 +164,21 @@ def converse(agent: ToolLoopAgent, opening: list[dict[str, Any]], question: Ques
         g = config.grounding
         mood = rng.random() < (g.satisfied_if_right if right else g.satisfied_if_wrong)
         outcome.answered, outcome.right, outcome.satisfied = True, earlier[1] and right, earlier[0] and mood
-        reaction = _reaction(rng, config, mood)
+        reaction = person.reaction(mood)
         last = round_ == config.max_rounds - 1
         if reaction in ("reask", "correct") and not last:
             outcome.reactions.append(reaction)
             agent.owe_result(messages, turn)
             template = rng.choice(REASKS if reaction == "reask" else CORRECTIONS)
-            messages.append({"role": "user", "content": typed(rng, template.format(question=asking.text),
-                                                              config.lowercase_share)})
+            messages.append({"role": "user", "content": person.typed(template.format(question=asking.text))})
             continue
         words = {"thank": rng.choice(talk.THANKS), "complain": rng.choice(talk.COMPLAINTS)}.get(reaction)
         outcome.reactions.append(reaction if words else "silent")
         if (follow_up is not None and not last and reaction != "complain"
-                and rng.random() < config.noise.follow_up[0 if mood else 1]):
+                and person.follows_up(mood)):
             outcome.reactions.append("follow_up")
             agent.owe_result(messages, turn)
-            asked = typed(rng, talk.follow_up(rng, follow_up.text), config.lowercase_share)
+            asked = person.typed(talk.follow_up(rng, follow_up.text))
             messages.append({"role": "user", "content": f"{words} {asked}" if words else asked})
             asking, follow_up, earlier = follow_up, None, (outcome.satisfied, outcome.right)
             continue
@@ -197,9 +187,8 @@ def converse(agent: ToolLoopAgent, opening: list[dict[str, Any]], question: Ques
         if not closing.ended:
             _end(agent, outcome)
         break
-    if outcome.episode_id and rng.random() < config.rated_share:
-        says_good = outcome.satisfied != (rng.random() < config.noise.rating_flip)
-        outcome.rated = "up" if says_good else "down"
+    if outcome.episode_id and person.rates(config.rated_share):
+        outcome.rated = person.rating(outcome.satisfied)
         try:
             agent.rate(outcome.episode_id, outcome.rated)
         except OutsideAgentError as exc:
