@@ -140,6 +140,7 @@ def main() -> None:
                         help="simulated episodes (users) per week: the full gateway demo's 6,000 by default")
     parser.add_argument("--rated-share", type=float, default=0.05)
     parser.add_argument("--seeds", type=int, default=3, help="independent simulated weeks per noise preset")
+    parser.add_argument("--first-seed", type=int, default=0, help="the first week's seed (then the next ones)")
     parser.add_argument("--noise", default=None, choices=tuple(NOISE_PRESETS),
                         help="one preset only (default: all three for the population, 'default' for the gateway)")
     parser.add_argument("--fit", default="curation",
@@ -157,7 +158,7 @@ def main() -> None:
         parser.error(f"--fit: a comma-separated list of {', '.join(FITS)}")
     scores: dict[str, dict[str, list]] = {fit: {name: [] for name in names} for fit in fits}
     for name in names:
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             signals, truth = WORLDS[args.world](name, seed, args.episodes, args.rated_share)
             for fit in fits:
                 scores[fit][name].append(score_week(signals, truth, config, fit))
@@ -170,7 +171,7 @@ def main() -> None:
         "fit": fits[0],
         "episodes_per_week": args.episodes,
         "rated_share": args.rated_share,
-        "seeds": args.seeds,
+        "seeds": list(range(args.first_seed, args.first_seed + args.seeds)),
         "thresholds": [config.negative_threshold, config.positive_threshold],
         "calibration": config.calibration,
         "labeler_bars": {"min_auc": config.min_auc, "max_ece": config.max_ece},
