@@ -25,8 +25,12 @@ def gateway_week(users: int, seed: int, noise: str = "default", rated_share: flo
                  production: str = "api-sim:o3", home: Path | None = None,
                  concurrency: int = 8) -> tuple[list[dict[str, Any]], dict[str, bool], dict[str, Any]]:
     """(episode rows, episode id -> satisfied, the outside program's summary) of one week of the demo's users.
-    The demo's defaults otherwise: backend error rate 0.05, no lower-cased re-asks, 128 tokens a reply."""
-    home = Path(home or tempfile.mkdtemp(prefix="labels-gateway-"))
+    The demo's defaults otherwise: backend error rate 0.05, no lower-cased re-asks, 128 tokens a reply. Without
+    `home` the week runs in a temporary one, removed afterwards."""
+    if home is None:
+        with tempfile.TemporaryDirectory(prefix="labels-gateway-") as temporary:
+            return gateway_week(users, seed, noise, rated_share, production, Path(temporary), concurrency)
+    home = Path(home)
     os.environ.update(AGENT_RL_HOME=str(home), AGENT_RL_PROFILE="demo", AGENT_RL_ENV="gateway",
                       DAGSTER_HOME=str(home / "dagster"), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1",
                       MLFLOW_TRACKING_URI="", AGENT_RL_POOL_URL="")
