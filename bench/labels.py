@@ -8,9 +8,10 @@ the simulation's hidden truth. Two worlds, one model of users' behaviour (agent_
     arbiter's gateway to the simulated o3), at `--noise`, `--seeds` weeks (~2-3 minutes each on 2 cores): what
     `make demo ENV=gateway` labels, without its training.
 By default the labeler is fitted on the rows curation fits it on (`--fit curation`: agent_rl/curation/live.py
-`label_unrated`, every rated episode but the rated-good ones held out for replay validation), so the figures are
-those of the labels the demo trains on; `--fit all` fits it on every rating, `--fit by-id` on every rating but
-those the validation hash holds out, good or bad (several, comma-separated, are compared on the same weeks). `--episodes` defaults to the full
+`labeler_fit_rows`, every rated episode but those the validation hash holds out, good or bad), so the figures are
+those of the labels the demo trains on; `--fit all` fits it on every rating, `--fit good-out` on every rating but the
+held-out good ones (curation's fit before 2026-11-29, a fifth of the good ratings missing: its labels came out low)
+(several, comma-separated, are compared on the same weeks). `--episodes` defaults to the full
 demo profile's 6,000 users a week. Reported per preset (means over the seeds, and the per-seed figures):
   - auc_truth / ece_truth: the labeler's probabilities on the unrated episodes against the HIDDEN truth, which no
     rating shows; ECE with 10 equal-width bins (labeler.py `against_truth`, the function the demo reports with);
@@ -25,7 +26,7 @@ demo profile's 6,000 users a week. Reported per preset (means over the seeds, an
 `meets_rows_target`: ratings plus labels give >= 10x the rows of ratings alone.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/labels.py [--world population|gateway] [--episodes 6000]
-        [--rated-share 0.05] [--seeds 3] [--fit curation,by-id,all] [--noise default]
+        [--rated-share 0.05] [--seeds 3] [--fit curation,good-out,all] [--noise default]
         [--calibration none|sigmoid|isotonic]   (sigmoid: the labeler as it was before 2026-11-28 afternoon)
 """
 
@@ -50,14 +51,14 @@ MIN_AUC, MAX_ECE, MIN_ROWS_RATIO = 0.85, 0.05, 10.0
 
 
 def fit_rows(signals: list[Signals], fit: str) -> list[Signals]:
-    """What the labeler is fitted on: "curation", the rows curation's `label_unrated` gives it (the rated-good
-    episodes held out for validation left out, by the same hash); "by-id", every rated episode the hash holds out
-    left out, good or not (the sample stays random); "all", every episode."""
+    """What the labeler is fitted on: "curation", the rows curation's `labeler_fit_rows` gives it (every rated
+    episode the validation hash holds out left out, good or not, by the same hash); "good-out", only the held-out
+    rated-good ones left out (curation's fit before 2026-11-29); "all", every episode."""
     if fit == "all":
         return signals
-    if fit == "by-id":
-        return [s for s in signals if not (s.rated and held_out(str(s.episode_id)))]
-    return [s for s in signals if not (s.rated and (s.rating or 0) > 0 and held_out(str(s.episode_id)))]
+    if fit == "good-out":
+        return [s for s in signals if not (s.rated and (s.rating or 0) > 0 and held_out(str(s.episode_id)))]
+    return [s for s in signals if not (s.rated and held_out(str(s.episode_id)))]
 
 
 def population_week(preset: str, seed: int, episodes: int, rated_share: float
@@ -105,7 +106,7 @@ def score_week(signals: list[Signals], truth: dict[str, bool], config: LabelerCo
 
 
 WORLDS = {"population": population_week, "gateway": gateway_week}
-FITS = ("curation", "by-id", "all")
+FITS = ("curation", "good-out", "all")
 
 
 def summarize(weeks: list[dict[str, float]]) -> dict[str, object]:
@@ -145,8 +146,8 @@ def main() -> None:
                         help="one preset only (default: all three for the population, 'default' for the gateway)")
     parser.add_argument("--fit", default="curation",
                         help="the labeler's rows, comma-separated to compare on the same weeks: curation (curation's: "
-                             "rated-good held out for validation left out), by-id (held out by id whatever the "
-                             "rating), all")
+                             "the rated episodes validation holds out left out, good or not), good-out (only the "
+                             "held-out good ones left out: curation's fit before 2026-11-29), all")
     parser.add_argument("--calibration", choices=("none", "sigmoid", "isotonic"), default=LabelerConfig.calibration,
                         help="the labeler's calibration (LabelerConfig.calibration), to compare against the default")
     args = parser.parse_args()

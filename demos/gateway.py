@@ -227,10 +227,11 @@ def _materialized(result, asset: str) -> dict[str, Any]:
 
 def labeler_against_truth(run: demo_run.DemoRun, truth: dict[str, dict]) -> dict[str, Any] | None:
     """The labeler, fitted exactly as `validated_episodes` fits it (the week's export, feedback as outcome, the
-    held-out rated-good episodes left out), scored against the simulation's hidden truth on the episodes nobody
-    rated; and its confident labels' share that contradicts the truth. None without an export."""
+    rated episodes validation holds out left out: `labeler_fit_rows`), scored against the simulation's hidden
+    truth on the episodes nobody rated; and its confident labels' share that contradicts the truth. None without
+    an export."""
     from agent_rl.curation.datasets import load_jsonl
-    from agent_rl.curation.live import held_out, is_live, is_rated_good, judge_by_feedback
+    from agent_rl.curation.live import is_live, judge_by_feedback, labeler_fit_rows
     from agent_rl.feedback.labeler import against_truth, label_episodes
     from assets.pool import export_path
 
@@ -240,7 +241,7 @@ def labeler_against_truth(run: demo_run.DemoRun, truth: dict[str, dict]) -> dict
         return None
     rows = [judge_by_feedback(r) for r in load_jsonl(path)]
     live = [r for r in rows if is_live(r.get("environment"))]
-    fit_on = [r for r in live if not (is_rated_good(r) and held_out(str(r.get("episode_id"))))]
+    fit_on = labeler_fit_rows(live)
     result = config.label(fit_on) if callable(getattr(config, "label", None)) else label_episodes(fit_on, config)
     out: dict[str, Any] = {"report": result.report,
                            **against_truth(result.scored, {k: v["satisfied"] for k, v in truth.items()})}

@@ -5,6 +5,7 @@ A/B test and production stays where it was."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -43,8 +44,6 @@ def aliases(env: dict) -> dict[str, str]:
               "print(json.dumps(out))")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300, check=True)
-    import json
-
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
