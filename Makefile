@@ -60,12 +60,13 @@ WEEKS ?= 1
 # `make demo-fast` without ENV: the help desk and a tiny model fitted to it, production on v0 (profile `learn`): a
 # promotion the tiny model earns in minutes; with ENV, the tiny random model shows the loop's mechanics on that agent.
 ENV ?=
-# Who runs production when the weeks start: `make demo INCUMBENT=ours` (v0, a model of ours) or
-# the API model (`o3-sim`, `gpt-4o-sim` for support: the distillation story, gate non_inferiority; the default).
+# Who runs production when the weeks start: `ours` (v0, a model of ours trained by the same job; the default of
+# `make demo` and `make demo-fast` without ENV) or the API model (`make demo INCUMBENT=o3-sim`, `gpt-4o-sim` for
+# support: the distillation story, gate non_inferiority; the default with ENV).
 INCUMBENT ?=
 
 demo: $(STAMP)
-	$(BIN)/python -m demos.demo --weeks $(WEEKS) $(if $(ENV),--env $(ENV)) $(if $(INCUMBENT),--incumbent $(INCUMBENT))
+	$(BIN)/python -m demos.demo --weeks $(WEEKS) $(if $(ENV),--env $(ENV) $(if $(INCUMBENT),--incumbent $(INCUMBENT)),--incumbent $(or $(INCUMBENT),ours))
 
 demo-fast: $(STAMP)
 	$(BIN)/python -m demos.demo --fast --weeks $(WEEKS) $(if $(ENV),--env $(ENV) $(if $(INCUMBENT),--incumbent $(INCUMBENT)),--profile learn --incumbent $(or $(INCUMBENT),ours))
