@@ -99,7 +99,9 @@ def _log_to_mlflow(context, mlflow: MlflowResource, report: dict) -> None:
     stage = Tracker(mlflow.uri(), dagster_run_id=context.run_id).start_stage("validation", params={
         "incumbent": report["incumbent"]["version"], "incumbent_spec": report["incumbent"]["spec"],
         "incumbent_simulated": bool(report["incumbent"]["simulation"]), "candidate": report["choice"]["candidate"],
-        "gate": report["gates"]["improvement"].get("kind", "")})
+        "gate": report["gates"]["improvement"].get("kind", ""),
+        # Why this run trained no GRPO by design (turned off, no world): loop health then judges SFT alone.
+        "grpo_skipped": (report["choice"].get("grpo_skipped") or "")[:250]})
     metrics = {f"{name}.{key}": value for name, m in report["metrics"].items() if name != "candidate"
                for key, value in m.items() if isinstance(value, (int, float))}
     for name, gate in report["gates"].items():  # the decision, its estimate and interval, beside the figures

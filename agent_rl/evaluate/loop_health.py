@@ -17,8 +17,9 @@ Metrics (`LoopHealth`):
   run exists in MLflow or Dagster reports a failed `sft_adapter` / `grpo_adapter` step; runs stopped earlier (a
   curation gate) or still in progress are left out. A run *converged* when (1) its latest `sft` stage run ended
   FINISHED with at least two logged `loss` points and the last one (highest step) below the first, and (2) its
-  latest `grpo` stage run ended FINISHED. A stage still RUNNING after its Dagster run ended (a killed process)
-  counts as not converged.
+  latest `grpo` stage run ended FINISHED, unless the run trains no GRPO by design (its validation stage's
+  `grpo_skipped` names why: GRPO turned off, as for the demo's v0, or no world to roll out in). A stage still
+  RUNNING after its Dagster run ended (a killed process) counts as not converged.
 * **validation pass rate** = passed / runs that reached validation. Passed: every blocking check on
   `evaluation_report` (beats_champion, no_forgetting, reward_hacking_passed) passed when Dagster's check results
   are given; otherwise a version registered for the run (registration only follows passed checks); otherwise the
@@ -242,8 +243,10 @@ def _report_gates(client, run_id: str) -> dict | None:
 
 
 def _convergence(sft, grpo, losses: list[tuple[int, int, float]], status: str | None,
-                 failed_steps: set[str]) -> tuple[bool | None, str]:
-    """(converged, why) of one run, as the module docstring defines it."""
+                 failed_steps: set[str], grpo_skipped: str = "") -> tuple[bool | None, str]:
+    """(converged, why) of one run, as the module docstring defines it. `grpo_skipped`: the validation stage's
+    reason when the run trains no GRPO by design (turned off in its settings, no world to roll out in); such a run
+    is judged on its SFT alone, as the run it was configured to be."""
     running = status is None or status in IN_PROGRESS  # unknown: a RUNNING stage may still finish
 
     def unfinished(stage, name: str) -> tuple[bool | None, str] | None:
@@ -268,6 +271,8 @@ def _convergence(sft, grpo, losses: list[tuple[int, int, float]], status: str | 
     if grpo is None:
         if "grpo_adapter" in failed_steps:
             return False, "GRPO failed before logging"
+        if grpo_skipped:
+            return True, f"SFT loss {first:.4g} -> {final:.4g}; no GRPO in this run by design ({grpo_skipped})"
         return (None, "GRPO not started yet") if running else (False, "GRPO never ran")
     verdict = unfinished(grpo, "GRPO")
     if verdict is not None:
@@ -348,7 +353,8 @@ def gather_runs(tracking_uri: str, dagster_runs: list[dict[str, Any]] | None = N
         losses = []
         if sft is not None:
             losses = sorted((m.step, m.timestamp, m.value) for m in client.get_metric_history(sft.info.run_id, "loss"))
-        converged, note = _convergence(sft, grpo, losses, status, set(record.get("failed_steps") or ()))
+        skipped = str(validation.data.params.get("grpo_skipped") or "") if validation is not None else ""
+        converged, note = _convergence(sft, grpo, losses, status, set(record.get("failed_steps") or ()), skipped)
         version = by_run.get(run_id)
         passed, why = _validation(validation, client, dict(record.get("checks") or {}), version is not None)
         candidate, incumbent, cand_acc, inc_acc = _accuracies(validation)
@@ -385,8 +391,8 @@ def summarize(runs: list[RunHealth], versions: list[VersionOutcome]) -> LoopHeal
         training_convergence_rate=Rate(
             "training_convergence_rate", sum(bool(r.converged) for r in trained), len(trained),
             TARGETS["training_convergence_rate"],
-            "runs whose SFT finished with its last logged loss below its first and whose GRPO finished, over runs "
-            "that trained (in-progress runs and runs stopped before training left out)"),
+            "runs whose SFT finished with its last logged loss below its first and whose GRPO finished (where the "
+            "run trains GRPO), over runs that trained (in-progress runs and runs stopped before training left out)"),
         deployment_success_rate=Rate(
             "deployment_success_rate", outcomes["promoted"], finished, TARGETS["deployment_success_rate"],
             "registered challengers promoted over those whose A/B test finished (promoted + rolled back)"),

@@ -37,10 +37,12 @@ def _train(uri: str, run_id: str, sft_losses: list[float] | None, sft_status: st
     return tracker
 
 
-def _validate(tracker: Tracker, candidate: str, accuracies: dict[str, float], gates_pass: bool = True) -> None:
+def _validate(tracker: Tracker, candidate: str, accuracies: dict[str, float], gates_pass: bool = True,
+              grpo_skipped: str = "") -> None:
     """What assets/validation.py logs: params, `<name>.accuracy` metrics (never `candidate.`), report.json."""
     stage = tracker.start_stage("validation", params={"incumbent": "v1", "incumbent_spec": "mlflow:v1",
-                                                      "incumbent_simulated": False, "candidate": candidate})
+                                                      "incumbent_simulated": False, "candidate": candidate,
+                                                      "grpo_skipped": grpo_skipped})
     stage.log_metrics({f"{name}.accuracy": value for name, value in accuracies.items()}, step=0)
     gate = {"passed": gates_pass, "observed": 0.1, "required": 0.1, "message": "m"}
     stage.log_json({"gates": {"improvement": gate, "forgetting": {**gate, "passed": True}}}, "report.json")
@@ -126,6 +128,22 @@ def test_without_dagster_records_the_runs_come_from_mlflow_parent_runs(uri):
     assert (run.dagster_run_id, run.status, run.partition, run.converged) == ("alone", "SUCCESS", "week-alone", True)
     assert run.started_at is not None and run.improvement == pytest.approx(0.4)
     assert health.training_convergence_rate.meets_target is True and health.deployment_success_rate.value == 1.0
+
+
+def test_a_run_that_trains_no_grpo_by_design_converges_on_its_sft(uri):
+    # The demo's v0: GRPO turned off in the run's settings; validation names why, and SFT alone decides.
+    off = "GRPO skipped: turned off in this run's training settings (training.grpo_enabled = false)"
+    _validate(_train(uri, "v0", [0.64, 0.2, 0.04], grpo_status=None), "sft", {"sft": 0.36, "incumbent": 0.96},
+              grpo_skipped=off)
+    _validate(_train(uri, "v0-flat", [0.5, 0.6], grpo_status=None), "sft", {"sft": 0.1, "incumbent": 0.96},
+              grpo_skipped=off)
+    _validate(_train(uri, "lost", [0.64, 0.2], grpo_status=None), "sft", {"sft": 0.36, "incumbent": 0.96})
+    runs = [{"run_id": rid, "status": "SUCCESS", "start_time": 1_700_000_000 + i}
+            for i, rid in enumerate(["v0", "v0-flat", "lost"])]
+    by_id = {r.dagster_run_id: r for r in loop_health(uri, runs).runs}
+    assert by_id["v0"].converged is True and "no GRPO in this run by design" in by_id["v0"].convergence_note
+    assert by_id["v0-flat"].converged is False  # SFT alone still has to converge
+    assert by_id["lost"].converged is False and by_id["lost"].convergence_note == "GRPO never ran"
 
 
 def test_a_stage_left_running_by_an_ended_run_did_not_converge(uri):
