@@ -137,6 +137,7 @@ LONG_FIRST = (
     "tests/test_demo_many_agents.py",
     "tests/reliability/test_demo_stops.py",
     "tests/test_demo_promotion.py",
+    "tests/train/test_two_processes.py",
     "tests/agent/test_shared_base.py",
     "tests/ui/test_browser.py",
     "tests/train/test_smollm2_slow.py",
