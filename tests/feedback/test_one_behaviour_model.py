@@ -17,6 +17,7 @@ from agent_rl.feedback.outside_agent import Turn
 from agent_rl.feedback.population import PopulationConfig, simulate
 from agent_rl.feedback.signals import episode_signals, signals_from_messages
 from agent_rl.feedback.users import Grounding, Question, UsersConfig, run_users
+from tests.fake_agents import QuietEnding
 
 # The agent's own noise set to none in both worlds: what is compared is the users.
 QUIET_AGENT = dict(tool_error=(0.0, 0.0), agent_gives_up=(0.0, 0.0))
@@ -25,7 +26,7 @@ FIRST = Question("Where is my order 4471 from last week?", lambda answer: answer
 FOLLOW_UP = Question("How long is the warranty on the kettle?", lambda answer: answer.startswith("Right"))
 
 
-class StandInAgent:
+class StandInAgent(QuietEnding):
     """An outside agent that, per user message, makes one tool call and answers right at `accuracy` (its own draws,
     per conversation), as the population's scripted agent works: a call, its result, a reply."""
 
@@ -44,21 +45,6 @@ class StandInAgent:
         answer = "Right: it ships on Monday." if rng.random() < self.accuracy else "Wrong: it ships on Friday."
         messages.append({"role": "assistant", "content": answer})
         return Turn(answer=answer, episode_id=session, version="v1", calls=2)
-
-    def owe_result(self, messages, turn) -> None:
-        pass
-
-    def close(self, messages, turn, session, user_text) -> Turn:
-        if user_text:
-            messages.append({"role": "user", "content": user_text})
-            messages.append({"role": "assistant", "content": "Anything else?"})
-        return Turn(calls=1 if user_text else 0, ended=True)
-
-    def end(self, episode_id) -> None:
-        pass
-
-    def rate(self, episode_id, verdict) -> None:
-        pass
 
 
 def _demo_users(n: int, accuracy: float, grounding: Grounding = Grounding(), seed: int = 5, rated_share: float = 0.0):

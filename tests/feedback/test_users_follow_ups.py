@@ -11,13 +11,14 @@ from agent_rl.feedback.outside_agent import Turn
 from agent_rl.feedback.population import NoiseConfig, Reactions
 from agent_rl.feedback.signals import signals_from_messages
 from agent_rl.feedback.users import Grounding, Question, UsersConfig, run_users
+from tests.fake_agents import QuietEnding
 
 FIRST = Question("Where is my order 123?", lambda answer: "123" in answer)  # the agent quotes it: always right
 FOLLOW_UP = Question("Is the kettle in stock in Denver?", lambda answer: False)  # always answered wrong
 NOISE = dict(tool_error=(0.0, 0.0), agent_gives_up=(0.0, 0.0), rating_flip=0.0)
 
 
-class ScriptedAgent:
+class ScriptedAgent(QuietEnding):
     """Answers by quoting the user's last message; keeps each conversation's messages by session."""
 
     def __init__(self) -> None:
@@ -28,21 +29,6 @@ class ScriptedAgent:
         answer = f"About {messages[-1]['content']!r}: here you go."
         messages.append({"role": "assistant", "content": answer})
         return Turn(answer=answer, episode_id=session, version="v1", calls=1)
-
-    def owe_result(self, messages, turn) -> None:
-        pass
-
-    def close(self, messages, turn, session, user_text) -> Turn:
-        if user_text:
-            messages.append({"role": "user", "content": user_text})
-            messages.append({"role": "assistant", "content": "Anything else?"})
-        return Turn(calls=1 if user_text else 0, ended=True)
-
-    def end(self, episode_id) -> None:
-        pass
-
-    def rate(self, episode_id, verdict) -> None:
-        pass
 
 
 def _reactions(**shares: float) -> Reactions:
