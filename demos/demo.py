@@ -120,6 +120,8 @@ def parse_plan(argv: list[str] | None = None) -> DemoPlan:
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
     profile = args.profile or ("fast" if args.fast else "demo")
+    from pipelines.profiles import demo_settings
+
     try:
         profile_env = profile_environment(profile)
         sizes = demo_settings(profile)
@@ -149,13 +151,6 @@ def parse_plan(argv: list[str] | None = None) -> DemoPlan:
         parser.error(f"--incumbent {args.incumbent!r}: expected 'ours' or {production!r} (the API model this demo "
                      "simulates; --production chooses another)")
     return DemoPlan(args, environment, production_spec, production, ours, profile)
-
-
-def demo_settings(profile: str):
-    """The profile's `[demo]` sizes (pipelines/profiles `DemoSettings`)."""
-    from pipelines.profiles import demo_settings as read
-
-    return read(profile)
 
 
 def profile_environment(profile: str) -> str | None:
