@@ -60,7 +60,8 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
     result = validate(models, held_out, base=lambda: load_policy(base_model), gates=evaluation.gates(),
                       incumbent_version=incumbent_version, cache=cache, out_dir=out.folder,
                       inputs=inputs_fingerprint(env_dir, config.model_dump_json() + held_out.measure),
-                      threads=evaluation.torch_threads, hacked=hacked, skipped=skipped, log=context.log)
+                      threads=evaluation.torch_threads, hacked=hacked, skipped=skipped, log=context.log,
+                      base_weights=weights_fingerprint(base_model, []))
     report = result.report(context.run_id, (incumbent_version, incumbent_spec), held_out, hacked, skipped)
     out.report.write_text(json.dumps(report, indent=1, default=str))
     _log_to_mlflow(context, mlflow, report)

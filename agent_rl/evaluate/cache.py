@@ -85,10 +85,28 @@ class EvaluationCache:
 
     def put(self, weights: str, inputs: str, metrics: EvalMetrics, episodes: list[Episode],
             probe: float | None) -> None:
+        self._write(weights, inputs, {"metrics": metrics.model_dump(mode="json"),
+                                      "episodes": [e.model_dump(mode="json") for e in episodes], "probe": probe})
+
+    def get_probe(self, weights: str, inputs: str) -> float | None:
+        """The forgetting probe of a model measured on the same probe items before (the base model: every week
+        compares with it, and loading it on the engine costs a start-up of its own); None when not recorded."""
+        path = self._path(weights, "probe-" + inputs)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if data.get("weights") != weights or data.get("inputs") != "probe-" + inputs:
+            return None
+        probe = data.get("probe")
+        return float(probe) if isinstance(probe, (int, float)) and not isinstance(probe, bool) else None
+
+    def put_probe(self, weights: str, inputs: str, probe: float) -> None:
+        self._write(weights, "probe-" + inputs, {"probe": probe})
+
+    def _write(self, weights: str, inputs: str, fields: dict) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        data = {"weights": weights, "inputs": inputs, "metrics": metrics.model_dump(mode="json"),
-                "episodes": [e.model_dump(mode="json") for e in episodes], "probe": probe}
         handle, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
         with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(data, out)
+            json.dump({"weights": weights, "inputs": inputs, **fields}, out)
         os.replace(tmp, self._path(weights, inputs))

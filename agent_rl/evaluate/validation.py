@@ -12,6 +12,9 @@ says that answer quality is left to the A/B test. The asset resolves the partiti
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -135,12 +138,13 @@ class Validation:
 
 def validate(models: dict[str, Model], held_out: HeldOut, *, base: Callable[[], Any], gates: GateSettings,
              incumbent_version: str, cache: EvaluationCache, inputs: str, out_dir: Path, threads: int,
-             hacked: str | None, skipped: str | None, log: Any) -> Validation:
+             hacked: str | None, skipped: str | None, log: Any, base_weights: str | None = None) -> Validation:
     """Measure `models` ("sft", "grpo", "incumbent") on `held_out`, each model's held-out episodes written under
     `out_dir`, and weigh the better trained one against the incumbent. SFT + GRPO is not measured when its rollouts
     hacked the reward or it never ran. A model measured before on the same held-out world (same weights, same
     `inputs`) is not played again, unless a replay's answer check needs its answers. The forgetting probe compares
-    the candidate with the `base` model. A replay's answer check (`HeldOut.check_answers`) joins the improvement
+    the candidate with the `base` model (whose probe is reused when `base_weights` were probed on the same items
+    before). A replay's answer check (`HeldOut.check_answers`) joins the improvement
     gate: its line is added to the gate's message, its figures to the gate's details, and answers judged worse
     than the approved ones beyond chance fail the gate (replay.py: `AnswerJudging` says why)."""
     models = dict(models)
@@ -179,10 +183,7 @@ def validate(models: dict[str, Model], held_out: HeldOut, *, base: Callable[[], 
             del policy
         if weights[name]:
             cache.put(weights[name], inputs, results[name], episodes, probes[name])
-    with torch_threads(threads):
-        base_policy = base()
-        probes["base"] = forgetting_probe(base_policy, items=held_out.probe_items)
-        del base_policy
+    probes["base"] = _base_probe(base, base_weights, held_out.probe_items, cache, threads, log)
     held_out.close()
     choice = choose_candidate(results["sft"], results.get("grpo"), disqualified=hacked, skipped=skipped)
     log.info(choice.reason)
@@ -194,6 +195,34 @@ def validate(models: dict[str, Model], held_out: HeldOut, *, base: Callable[[], 
         improvement = with_answers(improvement, answers)
     forgetting = forgetting_gate(probes[choice.name] or 0.0, probes["base"] or 0.0, gates)
     return Validation(results, probes, files, simulation, choice, improvement, forgetting, answers)
+
+
+def _base_probe(base: Callable[[], Any], weights: str | None, items: list[ProbeItem] | None,
+                cache: EvaluationCache, threads: int, log: Any) -> float:
+    """The base model's forgetting probe: read from the cache when the same weights answered the same items before
+    (every week compares with the same base, and loading it costs an engine start of its own), else measured."""
+    key = _probe_key(items)
+    hit = cache.get_probe(weights, key) if weights else None
+    if hit is not None:
+        log.info(f"base model: probed on the same items before; reusing its forgetting probe ({hit:.0%})")
+        return hit
+    with torch_threads(threads):
+        policy = base()
+        probe = forgetting_probe(policy, items=items)
+        del policy
+    if weights:
+        cache.put_probe(weights, key, probe)
+    return probe
+
+
+def _probe_key(items: list[ProbeItem] | None) -> str:
+    """What a probe's answer depends on besides the weights: its questions and patterns, and how the model is served
+    (the engine and its dtype: bf16 and fp32 may answer differently)."""
+    from agent_rl.agent.engine import DTYPE_ENV, ENGINE_ENV
+
+    asked = [(i.question, list(i.expected)) for i in items] if items else "built-in"
+    served = [os.environ.get(ENGINE_ENV, ""), os.environ.get(DTYPE_ENV, "")]
+    return hashlib.sha256(json.dumps([asked, served], default=str).encode()).hexdigest()
 
 
 def with_answers(improvement: GateOutcome, answers: AnswerCheck) -> GateOutcome:

@@ -52,3 +52,40 @@ def test_a_result_is_reused_only_for_the_same_weights_world_and_settings(tmp_pat
     for path in (tmp_path / "cache").iterdir():  # a damaged entry is evaluated again, never half read
         path.write_text("{not json")
     assert cache.get(weights, inputs) is None
+
+
+def test_the_base_models_probe_is_measured_once_per_items_and_serving(tmp_path, monkeypatch):
+    """Every week compares the candidate with the same base model: its forgetting probe is read back, not played
+    again (loading the base on the engine costs a start-up of its own), unless the items or the serving differ."""
+    import logging
+
+    from agent_rl.agent.engine import DTYPE_ENV
+    from agent_rl.environments.core import ProbeItem
+    from agent_rl.evaluate import validation
+
+    loads = []
+
+    class Answers:
+        model = "base"
+
+        def act(self, conversations, tools, max_new_tokens):
+            from agent_rl.agent.policy import PolicyTurn
+
+            return [PolicyTurn(content="Paris", tool_calls=[]) for _ in conversations]
+
+    def base():
+        loads.append(1)
+        return Answers()
+
+    cache, log = EvaluationCache(tmp_path / "cache"), logging.getLogger("test")
+    items = [ProbeItem(question="Capital of France?", expected=["paris"]),
+             ProbeItem(question="Capital of Italy?", expected=["rome"])]
+    weights = weights_fingerprint("base", [])
+    assert validation._base_probe(base, weights, items, cache, 1, log) == 0.5
+    assert validation._base_probe(base, weights, items, cache, 1, log) == 0.5
+    assert len(loads) == 1
+    validation._base_probe(base, weights, items[:1], cache, 1, log)  # other items: measured
+    monkeypatch.setenv(DTYPE_ENV, "float32")  # other serving precision: measured
+    validation._base_probe(base, weights, items, cache, 1, log)
+    validation._base_probe(base, None, items, cache, 1, log)  # no fingerprint: never cached
+    assert len(loads) == 4
