@@ -84,3 +84,15 @@ def test_the_old_name_of_the_demo_warns_and_runs_the_demo(monkeypatch):
     with pytest.warns(DeprecationWarning, match="python -m demos.demo"):
         assert old_name.main(["--fast", "--weeks", "2"]) == 0
     assert calls == [["--fast", "--weeks", "2"]]
+
+
+def test_a_round_of_the_ab_test_is_sized_to_what_the_step_still_needs():
+    from demos.demo import round_requests
+
+    # 10% of traffic, nothing served yet, 20 episodes a step and an arm: 200 requests give the challenger its 20.
+    assert round_requests(0.1, 0, 0, per_step=20, per_arm=20) == 200
+    assert round_requests(0.1, 14, 14, per_step=20, per_arm=20) == 60  # 6 short at 10%
+    assert round_requests(0.5, 0, 22, per_step=20, per_arm=20) == 40  # a new step at 50%: 20 more each arm
+    # Both minimums met, only the evidence is short: a small round, then the sensor looks again.
+    assert round_requests(0.5, 30, 52, per_step=20, per_arm=20) == 40
+    assert round_requests(0.1, 0, 0, per_step=500, per_arm=500) == 400  # never more than `most` before a look
