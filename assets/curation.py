@@ -285,7 +285,8 @@ SFT_SKIPPED = "no episode reaches quality {quality}: SFT is skipped, GRPO starts
 def _anonymize_live(partition: str, name: str, episodes: list[dict], curation: CurationResource):
     """The gateway's live episodes: no tasks and no world, the same Anonymizer and auditor over the episodes; the
     rated-good episodes held out for validation are written apart (curation/live.py)."""
-    result = anonymize_plugin_partition(None, episodes, [], canaries=curation.canaries, config=curation.anonymizer())
+    result = anonymize_plugin_partition(None, episodes, [], canaries=curation.canaries, config=curation.anonymizer(),
+                                        name=name)
     episodes_result = _anonymized_episodes(partition, result.episodes, result.report, result.leaks)
     _, held_out = split_live(result.episodes)
     held_out, shares = cap_tenant_share(held_out, curation.max_tenant_share)  # no tenant sets most of the replay set

@@ -163,12 +163,12 @@ def profile_environment(profile: str) -> str | None:
 
 def wants_gateway(argv: list[str] | None) -> bool:
     """Whether the command line (or $AGENT_RL_ENV) asks for the gateway's demo: `--env gateway`."""
-    from agent_rl.curation.live import is_live
+    from agent_rl.curation.live import judged_by_users
 
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--env", default=os.environ.get("AGENT_RL_ENV") or "email")
     known, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-    return is_live(known.env)
+    return judged_by_users(known.env)
 
 
 def default_production(environment, env_arg: str, fast: bool) -> str | None:

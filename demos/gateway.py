@@ -102,10 +102,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=8, help="users talking to the agent at once")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    from agent_rl.curation.live import is_live
+    from agent_rl.curation.live import judged_by_users
     from agent_rl.feedback.population import NOISE_PRESETS
 
-    if not is_live(args.env):
+    if not judged_by_users(args.env):
         parser.error(f"--env {args.env!r}: this driver runs the gateway's demo only")
     if args.weeks != 1:
         parser.error("--weeks: the gateway's demo runs one week of the outside agent (WEEKS=1)")
@@ -231,7 +231,7 @@ def labeler_against_truth(run: demo_run.DemoRun, truth: dict[str, dict]) -> dict
     truth on the episodes nobody rated; and its confident labels' share that contradicts the truth. None without
     an export."""
     from agent_rl.curation.datasets import load_jsonl
-    from agent_rl.curation.live import is_live, judge_by_feedback, labeler_fit_rows
+    from agent_rl.curation.live import judge_by_feedback, labeler_fit_rows, row_judged_by_users
     from agent_rl.feedback.labeler import against_truth, label_episodes
     from assets.pool import export_path
 
@@ -240,7 +240,7 @@ def labeler_against_truth(run: demo_run.DemoRun, truth: dict[str, dict]) -> dict
     if not path.exists() or config is None:
         return None
     rows = [judge_by_feedback(r) for r in load_jsonl(path)]
-    live = [r for r in rows if is_live(r.get("environment"))]
+    live = [r for r in rows if row_judged_by_users(r)]
     fit_on = labeler_fit_rows(live)
     result = config.label(fit_on) if callable(getattr(config, "label", None)) else label_episodes(fit_on, config)
     out: dict[str, Any] = {"report": result.report,

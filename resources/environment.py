@@ -6,9 +6,14 @@ from typing import Any
 from dagster import ConfigurableResource
 from pydantic import Field, field_validator, model_validator
 
-from agent_rl.curation.live import LIVE_ENVIRONMENT, LIVE_TRAFFIC, is_live
 from agent_rl.environments.core import Capabilities, Environment
-from agent_rl.environments.registry import DEFAULT, accepted_options, load_environment, setting_names
+from agent_rl.environments.registry import (
+    DEFAULT,
+    accepted_options,
+    capabilities_of,
+    load_environment,
+    setting_names,
+)
 
 
 def split_names(value: str) -> tuple[str, list[str]]:
@@ -20,8 +25,8 @@ def split_names(value: str) -> tuple[str, list[str]]:
 class EnvironmentResource(ConfigurableResource):
     """The environment by name ('email', 'support'), import path ('my_pkg.env:MyEnvironment') or installed
     plug-in; AGENT_RL_ENV sets it when the profile does not (`make demo ENV=support`; a comma-separated list
-    trains one policy on several plug-ins). 'gateway' trains on the gateway's live episodes of an agent that is
-    no plug-in (curation/live.py): SFT only, validated by replay."""
+    trains one policy on several plug-ins). 'gateway' (environments/gateway) trains on the gateway's live episodes
+    of an agent that is no plug-in: no world and judged by its users, so SFT only, validated by replay."""
 
     name: str = Field(default=DEFAULT, description="built-in name, import path 'package.module:Class', or the name "
                       "of a plug-in installed under the agent_rl.environments entry point, or 'gateway'")
@@ -32,8 +37,6 @@ class EnvironmentResource(ConfigurableResource):
     @field_validator("name")
     @classmethod
     def _loads(cls, value: str) -> str:
-        if is_live(value):
-            return LIVE_ENVIRONMENT
         load_environment(value)  # a misspelt or broken environment fails when the resource is built, named
         return value.strip()
 
@@ -42,8 +45,8 @@ class EnvironmentResource(ConfigurableResource):
         if not self.also:
             return self
         # Live traffic, and an environment whose world is a store of its own, each make a run of their own.
-        envs = [(n, None if is_live(n) else load_environment(n)) for n in self.names]
-        alone = [n for n, env in envs if env is None or env.trains_alone]
+        envs = [(n, load_environment(n)) for n in self.names]
+        alone = [n for n, env in envs if env.trains_alone or not env.capabilities.world]
         if alone:
             raise ValueError(f"{', '.join(repr(n) for n in alone)}: the gateway's live traffic and an environment "
                              "whose world is a store of its own train alone; 'also' combines plug-ins only "
@@ -60,8 +63,9 @@ class EnvironmentResource(ConfigurableResource):
     @property
     def capabilities(self) -> Capabilities:
         """What this run's episodes let the loop do (a world to play in, a judge of ours), which the assets ask
-        instead of the environment's name: declared by the gateway's live traffic, the contract's for plug-ins."""
-        return LIVE_TRAFFIC if is_live(self.name) else Capabilities()
+        instead of the environment's name: declared on the environment's class (the gateway's: no world, judged by
+        its users; the contract's defaults for plug-ins)."""
+        return capabilities_of(self.name)
 
     @property
     def episode_environments(self) -> list[str]:
@@ -73,8 +77,8 @@ class EnvironmentResource(ConfigurableResource):
     def load(self, **options: Any) -> Environment:
         """The (first) environment; of `options` (a world's `store_url`), those its class takes."""
         if not self.capabilities.world:
-            raise ValueError("the gateway's live episodes have no environment plug-in to load (tools run in the "
-                             "client); curation/live.py handles them")
+            raise ValueError(f"environment {self.name!r} has no world to load (its tools run in the client); "
+                             "curation/live.py handles its episodes")
         return load_environment(self.name, **accepted_options(self.name, options))
 
     def loads(self, **options: Any) -> list[Environment]:

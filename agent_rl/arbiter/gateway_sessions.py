@@ -26,12 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_rl.agent.messages import text_of
+from agent_rl.environments.gateway import GatewayEnvironment
 from agent_rl.records import Episode, Outcome, utcnow
 from agent_rl.utc import as_utc
 
 DEFAULT_CONTEXT = "gateway"
-# Live traffic of an agent that is no plug-in of ours: curation and SFT take it, GRPO cannot run its tools.
-DEFAULT_ENVIRONMENT = "gateway"
+# Live traffic of an agent that is no plug-in of ours (environments/gateway): curation and SFT take it, GRPO cannot
+# run its tools.
+DEFAULT_ENVIRONMENT = GatewayEnvironment.name
 
 
 def _canonical(message: dict[str, Any]) -> list[Any]:

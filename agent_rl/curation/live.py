@@ -17,14 +17,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agent_rl.agent.tool_calls import call_name
-from agent_rl.environments.core import Capabilities
+from agent_rl.environments.core import UNCATEGORIZED
+from agent_rl.environments.registry import capabilities_of
 from agent_rl.feedback.ratings import feedback_reward
 from agent_rl.records import Outcome
 
-LIVE_ENVIRONMENT = "gateway"
-# What the loop can do with the gateway's traffic: no world of ours (the client runs the tools), judged by its users.
-LIVE_TRAFFIC = Capabilities(world=False, judged_by_users=True)
-UNCATEGORIZED = "uncategorized"
 # Rewards a user may send as feedback ({"reward": x} or a bare number); outside it the episode is quarantined.
 REWARD_RANGE = (-1.0, 1.0)
 DEFAULT_HELD_OUT_SHARE = 0.2
@@ -36,14 +33,16 @@ GRPO_SKIPPED = ("GRPO skipped: the episodes come from the gateway (environment '
                 "client, so there is no environment for GRPO to roll out in; the SFT model is the candidate")
 
 
-def is_live(environment: str | None) -> bool:
-    return (environment or "").strip() == LIVE_ENVIRONMENT
+def judged_by_users(environment: str | None) -> bool:
+    """Whether the episodes of `environment` (a name as episodes carry it) are judged by their users' feedback: the
+    class's declared capabilities say (environments/gateway), not its name."""
+    return capabilities_of((environment or "").strip() or None).judged_by_users
 
 
-def is_live_row(row: Mapping[str, Any]) -> bool:
-    """Whether an episode row is the gateway's live traffic (the marker it carries): what curation's passes over
-    users' ratings (labels, tenant agreement) keep, so the marker is read here only."""
-    return is_live(row.get("environment"))
+def row_judged_by_users(row: Mapping[str, Any]) -> bool:
+    """Whether an episode row's outcome comes from its users (its environment's capabilities): what curation's
+    passes over users' ratings (labels, tenant agreement) keep."""
+    return judged_by_users(row.get("environment"))
 
 
 def check_feedback(verdict: str) -> str:
@@ -65,7 +64,7 @@ def judge_by_feedback(row: Mapping[str, Any]) -> dict[str, Any]:
 
     The category defaults to 'uncategorized' so balancing and the diversity gate see every episode."""
     out = dict(row)
-    if not is_live(out.get("environment")):
+    if not judged_by_users(out.get("environment")):
         return out
     out["task_category"] = out.get("task_category") or UNCATEGORIZED
     if str(out.get("outcome") or Outcome.UNJUDGED.value) != Outcome.UNJUDGED.value:
@@ -86,7 +85,10 @@ def live_validation_config(rows: Iterable[Mapping[str, Any]], **overrides: Any):
 
     categories: dict[str, None] = {UNCATEGORIZED: None}
     tools: dict[str, None] = {}
+    environments: dict[str, None] = {}  # those of its rows' environments judged by users; any other is refused
     for row in rows:
+        if row_judged_by_users(row):
+            environments[str(row["environment"]).strip()] = None
         if row.get("task_category"):
             categories[str(row["task_category"])] = None
         for schema in row.get("tools") or []:
@@ -95,7 +97,7 @@ def live_validation_config(rows: Iterable[Mapping[str, Any]], **overrides: Any):
                 tools[name] = None
     # The client ends an episode where it likes (its final tool, an end call): a last call may stay unanswered.
     settings = {"categories": tuple(categories), "tools": tuple(tools), "final_tools": tuple(tools),
-                "environments": (LIVE_ENVIRONMENT,),
+                "environments": tuple(environments),
                 "require_reward": False, "require_answer_when_correct": False,
                 "reward_min": REWARD_RANGE[0], "reward_max": REWARD_RANGE[1]}
     return ValidationConfig(**{**settings, **overrides})
@@ -139,7 +141,7 @@ def label_unrated(rows: list[dict[str, Any]], config: Any) -> tuple[list[dict[st
     `config` is a `LabelerConfig`, or a labeler of its own with `label(episodes) -> LabelingResult`, such as a
     model judge (agent_rl/feedback/judge_agreement.py `JudgeLabeler`: same thresholds, same check on the ratings),
     or the judge as one signal of the signals labeler (`JudgeAndSignalsLabeler`)."""
-    live = [r for r in rows if is_live(r.get("environment"))]
+    live = [r for r in rows if row_judged_by_users(r)]
     fit_on = labeler_fit_rows(live)
     by_tenant: dict[str, list[dict[str, Any]]] = {}
     for row in fit_on:

@@ -17,7 +17,6 @@ from typing import Any
 
 from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, Directory, episode_texts
 from agent_rl.curation.leak_check import Finding, input_words, plant_canaries
-from agent_rl.curation.live import LIVE_ENVIRONMENT
 from agent_rl.curation.privacy import EPISODES_FILE, canary_seed, count_kinds, leak_auditor, scan_records
 from agent_rl.curation.surrogates import pseudonym_key
 from agent_rl.environments.core import Environment, Task
@@ -93,10 +92,12 @@ def anonymize_plugin_partition(
     canaries: list[str] | None = None,
     config: AnonymizerConfig | None = None,
     plant: bool = True,
+    name: str | None = None,
 ) -> PluginPrivacyResult:
     """Anonymized episodes, tasks and world of a plug-in, with the independent leak scan over all of them.
 
-    `environment` None: episodes of no plug-in (the gateway's live traffic), with no tasks and no world."""
+    `environment` None: episodes of an environment with no world (the gateway's live traffic), with no tasks;
+    `name` is then the environment its episodes carry, for the report."""
     config = config or AnonymizerConfig()
     public = tuple(environment.privacy().public_terms) if environment is not None else ()
     if public:
@@ -142,7 +143,7 @@ def anonymize_plugin_partition(
             leaks.append(Finding(WORLD_FILE, "world", "", "raw_world", "anonymized() returned the raw world", "-"))
         else:
             leaks += auditor.scan(WORLD_FILE, "world", world_values(anon_environment))
-    name = environment.name if environment is not None else LIVE_ENVIRONMENT
+    name = environment.name if environment is not None else name
     report = {**anonymizer.privacy_report(), "environment": name, "directory_entries": len(people),
               "world": ("anonymized" if personal_world else "none" if environment is None
                         else "declared free of personal data, kept"),

@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_rl.curation.live import FEEDBACK, is_live_row
+from agent_rl.curation.live import FEEDBACK, row_judged_by_users
 from agent_rl.feedback.signals import Signals, episode_signals
 from agent_rl.records import Outcome
 
@@ -185,7 +185,7 @@ def check_tenant_agreement(rows: Iterable[Mapping[str, Any]], config: AgreementC
     docstring)."""
     rated: dict[str, list[Signals]] = {}
     for row in rows:
-        if is_live_row(row):
+        if row_judged_by_users(row):
             signals = episode_signals(row)
             if signals.rated:
                 rated.setdefault(_tenant(row), []).append(signals)
@@ -199,7 +199,7 @@ def distrust(rows: Sequence[Mapping[str, Any]], tenants: Iterable[str]) -> tuple
     out, dropped = [], 0
     for row in rows:
         row = dict(row)
-        if (_tenant(row) in distrusted and is_live_row(row) and row.get("feedback") is not None
+        if (_tenant(row) in distrusted and row_judged_by_users(row) and row.get("feedback") is not None
                 and (FEEDBACK in (row.get("reward_components") or {})
                      or str(row.get("outcome") or Outcome.UNJUDGED.value) == Outcome.UNJUDGED.value)):
             row.update(outcome=Outcome.UNJUDGED.value, reward=None, feedback=None)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_rl.curation.live import is_live_row, labeler_fit_rows
+from agent_rl.curation.live import labeler_fit_rows, row_judged_by_users
 from agent_rl.feedback.frozen import FrozenLabeler, features
 from agent_rl.feedback.labeler import LabelerConfig, LabelerReport
 from agent_rl.feedback.signals import episode_signals
@@ -49,7 +49,7 @@ def freeze_week_labeler(rows: list[Mapping[str, Any]], config: Any, report: Labe
         return None
     from agent_rl.feedback.labeler import _estimator  # the labeler's own estimator: the same model as curation's
 
-    live = [r for r in rows if is_live_row(r)]
+    live = [r for r in rows if row_judged_by_users(r)]
     fit_on = labeler_fit_rows(live)
     by_tenant: dict[str, list[Mapping[str, Any]]] = {}
     for row in fit_on:

@@ -141,11 +141,15 @@ class WorldPrivacy:
     world: dict[str, Any] = field(default_factory=dict)  # the anonymized world's summary, for the run's metadata
 
 
+# The category of an episode whose client named none (live traffic): balancing and the diversity gate see it.
+UNCATEGORIZED = "uncategorized"
+
+
 @dataclass(frozen=True)
 class Capabilities:
-    """What a run's episodes let the loop do, asked wherever it once asked which environment it trains. Every plug-in
-    has the defaults; the gateway's live traffic of an agent that is no plug-in declares its own
-    (`agent_rl.curation.live.LIVE_TRAFFIC`: no world, judged by its users)."""
+    """What a run's episodes let the loop do, asked wherever it once asked which environment it trains: an
+    environment declares its own on the class (`Environment.capabilities`); plug-ins keep the defaults, the gateway's
+    live traffic of an agent that is no plug-in has no world and is judged by its users (environments/gateway)."""
 
     # Tasks and a world the loop can open: built by the `inbox` and `scenarios` assets, rolled out in by GRPO, played
     # by validation. Without one there are only recorded episodes: GRPO is skipped and validation replays them.
@@ -189,6 +193,8 @@ class Environment(abc.ABC):
     # tool call ends the episode with that text as its FinalAnswer instead of breaking the format, and the
     # session may offer no tools at all.
     answers_in_words: ClassVar[bool] = False
+    # What the loop may do with its episodes (a world to play in, a judge of ours); the defaults for a plug-in.
+    capabilities: ClassVar[Capabilities] = Capabilities()
     # The reward above which the reward-hacking detectors count a rollout as rewarded (besides a correct one): 0 for
     # judges that reward only what they favour; a graded judge's pass threshold where every answer scores a little.
     rewarded_above: ClassVar[float] = 0.0

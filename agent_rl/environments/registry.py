@@ -9,13 +9,14 @@ EnvironmentError naming what was asked for and what went wrong.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import inspect
 import re
 from typing import Any
 
-from agent_rl.environments.core import Environment, EnvironmentError, check_environment
+from agent_rl.environments.core import Capabilities, Environment, EnvironmentError, check_environment
 
 ENTRY_POINT_GROUP = "agent_rl.environments"
 # What a setting that names no environment trains, and what GRPO plays on the store it is given with no plug-in.
@@ -24,6 +25,7 @@ BUILTINS: dict[str, str] = {
     "email": "agent_rl.environments.email.environment:EmailEnvironment",
     "support": "agent_rl.environments.support:SupportEnvironment",
     "openai_job": "agent_rl.environments.openai_jobs:OpenAIJobEnvironment",
+    "gateway": "agent_rl.environments.gateway:GatewayEnvironment",
 }
 # Command groups a built-in environment adds to the `agent-rl` CLI: name -> (typer app import path, help).
 BUILTIN_COMMANDS: dict[str, tuple[str, str]] = {
@@ -60,6 +62,19 @@ def resolve(spec: str) -> Any:
         return getattr(module, attribute)
     except AttributeError:
         raise EnvironmentError(spec, f"module {module_name!r} has no {attribute!r}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def capabilities_of(spec: str | None) -> Capabilities:
+    """What the episodes of the environment `spec` names let the loop do, read from its class without building it
+    (curation asks it of every episode row); the contract's defaults for a factory function, and for a name nothing
+    here resolves (an episode of a plug-in this installation lacks is judged like any plug-in's)."""
+    try:
+        factory = resolve(spec or "")
+    except EnvironmentError:
+        return Capabilities()
+    declared = getattr(factory, "capabilities", None) if isinstance(factory, type) else None
+    return declared if isinstance(declared, Capabilities) else Capabilities()
 
 
 def setting_names(value: str) -> list[str]:

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent_rl.agent.policy import Policy, PolicyTurn
 from agent_rl.agent.tool_calls import call_name
 from agent_rl.curation.datasets import conversation
+from agent_rl.environments.gateway import GatewayEnvironment
 from agent_rl.evaluate.harness import EvalConfig
 from agent_rl.evaluate.metrics import EvalMetrics, _percentile, _share
 from agent_rl.feedback.judge import JudgeConfig, ModelJudge, ModelJudgeError
@@ -245,7 +246,7 @@ def _binomial_cdf(k: int, n: int, p: float) -> float:
 
 def _ending_in(step: Step, key: str, text: str) -> dict[str, Any]:
     """The recorded conversation before `step`, ending in the answer `text`, as the judge reads an episode."""
-    return {"episode_id": key, "environment": "gateway",
+    return {"episode_id": key, "environment": GatewayEnvironment.name,
             "messages": [*step.prefix, {"role": "assistant", "content": text}]}
 
 

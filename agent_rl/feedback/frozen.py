@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from agent_rl.environments.gateway import GatewayEnvironment
 from agent_rl.feedback.signals import FEATURE_NAMES, Signals, episode_signals
 from agent_rl.records import Episode
 from agent_rl.utc import as_utc
@@ -60,7 +61,7 @@ class FrozenLabeler:
     checks: dict[str, dict[str, Any]] = field(default_factory=dict)
     fitted_through: datetime | None = None
     week: str | None = None
-    environment: str = "gateway"
+    environment: str = GatewayEnvironment.name
 
     def probabilities(self, episodes: Iterable[Episode | Mapping[str, Any]]) -> np.ndarray:
         """Each episode's probability of a good outcome: its tenant's model where that passed, else its tenant's
@@ -114,7 +115,7 @@ class FrozenLabeler:
         return cls(models=models, base_rates={str(k): float(v) for k, v in meta["base_rates"].items()},
                    passed=bool(meta["passed"]), reason=str(meta.get("reason") or ""), checks=meta.get("checks") or {},
                    fitted_through=as_utc(datetime.fromisoformat(through)) if through else None,
-                   week=meta.get("week"), environment=meta.get("environment") or "gateway")
+                   week=meta.get("week"), environment=meta.get("environment") or GatewayEnvironment.name)
 
 
 def _saved(root: Path) -> list[tuple[Path, dict[str, Any]]]:

@@ -31,9 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validat
 from agent_rl.agent.chat_client import (ChatClient, ChatEndpoint, ChatEndpointError, ChatReply, ClosesOnExit,
                                         extract_json)
 from agent_rl.agent.messages import text_of
+from agent_rl.environments.registry import capabilities_of
 from agent_rl.records import Episode
-
-LIVE_ENVIRONMENT = "gateway"  # the gateway's environment name (curation/live.py), repeated to stay import-light
 
 DEFAULT_CRITERIA = (
     "A good conversation is one its user would rate thumbs-up: the assistant understood the request, used its "
@@ -189,11 +188,12 @@ def _fit(lines: list[str], max_chars: int) -> list[str]:
 
 
 def task_key(episode: Episode | Mapping[str, Any]) -> tuple[str, str]:
-    """Which episodes a relative judgement compares: same context and same task. A gateway episode's task is its
-    first user message (a client's declared task names a kind of request, not the request); others' is the
+    """Which episodes a relative judgement compares: same context and same task. A live episode's (its environment
+    judged by its users: the gateway's) task is its first user message (a client's declared task names a kind of request, not the request); others' is the
     scenario or the question."""
     context = str(_field(episode, "context") or _field(episode, "inbox_id") or "")
-    if str(_field(episode, "environment") or "").strip() == LIVE_ENVIRONMENT or not _field(episode, "question"):
+    live = capabilities_of(str(_field(episode, "environment") or "").strip() or None).judged_by_users
+    if live or not _field(episode, "question"):
         first = next((m for m in _field(episode, "messages") or []
                       if isinstance(m, Mapping) and m.get("role") == "user"), {})
         return context, " ".join(text_of(first.get("content"), " ").lower().split())

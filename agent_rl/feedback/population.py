@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from agent_rl.environments.gateway import GatewayEnvironment
 from agent_rl.feedback import conversations as talk
 from agent_rl.feedback.behaviour import (  # noqa: F401  (the presets, re-exported where they always were)
     DEFAULT_NOISE, MAX_ROUNDS, NOISE_PRESETS, NOISY, REACTIONS, VERY_NOISY, NoiseConfig, Reaction, Reactions, User)
@@ -161,7 +162,7 @@ def _record(conv: _Conversation, rng: random.Random, config: PopulationConfig, f
     return Episode(
         episode_id=str(uuid.UUID(int=rng.getrandbits(128), version=4)),
         created_at=config.week_start + timedelta(seconds=rng.uniform(0, 7 * 86400)),
-        tenant="acme", environment="gateway", context="gateway", question=messages[1]["content"],
+        tenant="acme", environment=GatewayEnvironment.name, context="gateway", question=messages[1]["content"],
         policy_version="v1", messages=messages, tools=talk.TOOLS, outcome=Outcome.UNJUDGED, reward=None,
         final_answer=(last.get("content") or None) if last["role"] == "assistant" else None,
         turns=sum(m["role"] == "assistant" for m in messages), prompt_tokens=words * 2,

@@ -50,7 +50,7 @@ def test_builtins_import_paths_and_entry_points_resolve(monkeypatch):
     assert available()["timetable"] == EXAMPLE
     assert isinstance(load_environment("timetable"), TimetableEnvironment)
 
-    with pytest.raises(EnvironmentError, match=r"'nope': unknown; known: email, openai_job, support, timetable"):
+    with pytest.raises(EnvironmentError, match=r"'nope': unknown; known: email, gateway, openai_job, support, timetable"):
         load_environment("nope")
     with pytest.raises(EnvironmentError, match=r"module 'no_such_pkg.env' cannot be imported"):
         load_environment("no_such_pkg.env:Env")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from agent_rl.curation.live import LIVE_TRAFFIC
 from agent_rl.environments.core import Capabilities
+from agent_rl.environments.gateway import GatewayEnvironment
 from resources.environment import EnvironmentResource
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,10 +16,8 @@ SCANNED = ("agent_rl", "assets", "resources")
 ENVIRONMENT_NAMES = {"email", "gateway"}
 NAME_CONSTANTS = {"RUBRIC_ENVIRONMENT", "LIVE_ENVIRONMENT", "DEFAULT_ENVIRONMENT", "DEFAULT", "EMAIL"}
 NAME_PROPERTIES = {"is_email", "is_live"}
-# Where a record or a setting is told to be the gateway's live traffic by the marker it carries (`is_live`): the
-# module that declares live traffic, the descriptor parsing the setting, and the feedback judge, which keys a gateway
-# episode's task by its first user message (it compares the marker inline; agent_rl/feedback/ is edited elsewhere).
-LIVE_MARKER_ALLOWED = {"agent_rl/curation/live.py", "resources/environment.py", "agent_rl/feedback/judge.py"}
+# The gateway is an environment (environments/gateway) that declares its capabilities (no world, judged by its
+# users): no module of the loop tells its live traffic by name any more (`is_live`, LIVE_ENVIRONMENT are gone).
 # Specs that name an environment by what a user types, as the CLI parses arguments: the `heuristic` policy spec is
 # the email assistant's teacher (`teacher:email`).
 SPEC_ALIASES = {"agent_rl/arbiter/policies.py"}
@@ -55,14 +53,13 @@ def name_branches(root: Path = ROOT) -> list[str]:
                     if named and not all((rel, other) in RECORD_KINDS for other in others):
                         found.append(f"{where}: {ast.get_source_segment(source, node)}")
                     constants = {_named(o) for o in operands} & NAME_CONSTANTS
-                    if constants and not (constants == {"LIVE_ENVIRONMENT"} and rel in LIVE_MARKER_ALLOWED):
+                    if constants:
                         found.append(f"{where}: {ast.get_source_segment(source, node)}")
                 elif isinstance(node, ast.Attribute) and node.attr in NAME_PROPERTIES:
                     found.append(f"{where}: .{node.attr}")
                 elif isinstance(node, ast.Name) and node.id == "RUBRIC_ENVIRONMENT":
                     found.append(f"{where}: RUBRIC_ENVIRONMENT")
-                elif (isinstance(node, ast.Call) and _named(node.func) == "is_live"
-                      and rel not in LIVE_MARKER_ALLOWED):
+                elif isinstance(node, ast.Call) and _named(node.func) == "is_live":
                     found.append(f"{where}: {ast.get_source_segment(source, node)}")
                 elif (isinstance(node, ast.Call) and _named(node.func) == "load_environment" and node.args
                       and _constants(node.args[0]) & ENVIRONMENT_NAMES and rel not in SPEC_ALIASES):
@@ -98,5 +95,5 @@ def test_the_descriptor_answers_from_declared_capabilities():
     assert EnvironmentResource().capabilities == Capabilities(world=True, judged_by_users=False)
     assert EnvironmentResource(name="support").capabilities == Capabilities()
     live = EnvironmentResource(name="gateway")
-    assert live.capabilities == LIVE_TRAFFIC == Capabilities(world=False, judged_by_users=True)
+    assert live.capabilities == GatewayEnvironment.capabilities == Capabilities(world=False, judged_by_users=True)
     assert live.episode_environments == ["gateway"]

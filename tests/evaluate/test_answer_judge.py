@@ -13,7 +13,7 @@ import pytest
 
 from agent_rl.agent.chat_client import ChatEndpoint
 from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
-from agent_rl.curation.live import LIVE_TRAFFIC
+from agent_rl.environments.gateway import GatewayEnvironment
 from agent_rl.evaluate.cache import EvaluationCache
 from agent_rl.evaluate.gates import GateSettings
 from agent_rl.evaluate.harness import EvalConfig
@@ -96,7 +96,7 @@ def judging(stub: OpenAIStub, **endpoint) -> AnswerJudging:
 
 def run(candidate, tmp_path, answer_judge=None, gate="superiority"):
     episodes = [approved_episode(i) for i in range(EPISODES)]
-    held_out = held_out_measure(LIVE_TRAFFIC, CONFIG, rated_good=lambda: episodes,
+    held_out = held_out_measure(GatewayEnvironment.capabilities, CONFIG, rated_good=lambda: episodes,
                                 worlds=lambda: pytest.fail("live traffic has no world"), answer_judge=answer_judge)
     models = {"sft": Model(candidate, lambda: "w-sft"), "incumbent": Model(Talker, lambda: None, label=" (v0)")}
     log = Log()

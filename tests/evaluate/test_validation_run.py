@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from agent_rl.curation.datasets import grpo_rows, load_jsonl, save_jsonl
-from agent_rl.curation.live import LIVE_TRAFFIC
+from agent_rl.environments.gateway import GatewayEnvironment
 from agent_rl.environments import worlds
 from agent_rl.environments.core import Capabilities
 from agent_rl.environments.email.environment import EmailEnvironment
@@ -77,7 +77,7 @@ def test_held_out_tasks_of_the_stored_world_play_as_the_email_path_did(stored):
 
 
 def test_live_traffic_is_replayed_and_no_world_is_opened():
-    held_out = held_out_measure(LIVE_TRAFFIC, CONFIG, rated_good=lambda: [],
+    held_out = held_out_measure(GatewayEnvironment.capabilities, CONFIG, rated_good=lambda: [],
                                 worlds=lambda: pytest.fail("live traffic has no world to open"))
     assert held_out.measure.startswith("replay of 0 held-out gateway episodes users rated good")
 
