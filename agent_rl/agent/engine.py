@@ -167,6 +167,11 @@ def _engine_env(config: EngineConfig) -> dict[str, str]:
         VLLM_CPU_OMP_THREADS_BIND=f"0-{threads - 1}" if threads > 1 else "0",
         VLLM_CPU_NUM_OF_RESERVED_CPU="0",
         VLLM_ALLOW_RUNTIME_LORA_UPDATING="True",
+        # vLLM's AOT-compiled graph never loads back on CPU ("'function' object has no attribute
+        # 'finalize_loading'"), so every engine compiled its model again: ~90 s of each start on 2 cores. Without
+        # AOT, torch.compile's own cache is read back, for every version of a base alike (the graph holds no
+        # weights): an engine starts in ~60 s instead of ~150 s (docs/experiments.md, 2026-11-29).
+        VLLM_USE_AOT_COMPILE=os.environ.get("VLLM_USE_AOT_COMPILE", "0"),
         VLLM_NO_USAGE_STATS="1",
         VLLM_DO_NOT_TRACK="1",
         HF_HUB_OFFLINE="1",
