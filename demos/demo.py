@@ -114,6 +114,9 @@ def parse_plan(argv: list[str] | None = None) -> DemoPlan:
     parser.add_argument("--week-sft-steps", type=int, default=None,
                         help="SFT steps a week's run adds to the champion's adapter when production runs a model of "
                              "ours (default: the profile's [demo] week_sft_steps, else the profile's SFT steps)")
+    parser.add_argument("--week-grpo", action=argparse.BooleanOptionalAction, default=None,
+                        help="GRPO after SFT in a week's run when production runs a model of ours (default: the "
+                             "profile's [demo] week_grpo; the demo profile turns it off on 2 CPU cores)")
     args = parser.parse_args(argv)
     if args.weeks < 1:
         parser.error(f"--weeks must be at least 1, got {args.weeks}")
@@ -131,6 +134,7 @@ def parse_plan(argv: list[str] | None = None) -> DemoPlan:
     args.v0_steps = args.v0_steps or sizes.v0_steps
     args.week_sft_steps = args.week_sft_steps or sizes.week_sft_steps
     args.week_requests = args.week_requests or sizes.week_requests
+    args.week_grpo = sizes.week_grpo if args.week_grpo is None else args.week_grpo
     if profile_env and args.env and args.env.strip() != profile_env:
         parser.error(f"profile {profile!r} trains {profile_env!r}; --env (or AGENT_RL_ENV) asks for {args.env!r}: "
                      "leave one out")
@@ -292,8 +296,9 @@ def run_week(run: DemoRun, week: int, requests: int, train, test) -> dict:
     row["traffic"] = traffic_figures(run.pool, week_started)
     sft = f"SFT {run.plan.args.week_sft_steps} steps on the champion's adapter" \
         if run.plan.ours and run.plan.args.week_sft_steps else "SFT"
+    grpo = " → GRPO" if week_grpo(run) else ""
     with step(f"week {week}: retraining job on partition {run.partition} "
-              f"(curation → {sft} → GRPO → validation → registry)"):
+              f"(curation → {sft}{grpo} → validation → registry)"):
         result, failed_checks = retrain(run, *week_training(run))
         registered = registered_by(result)
         print(f"retraining run {result.run_id}: {'success' if result.success else 'FAILED'}; "
@@ -313,13 +318,20 @@ def run_week(run: DemoRun, week: int, requests: int, train, test) -> dict:
 def week_training(run: DemoRun) -> tuple[dict[str, dict], dict[str, int] | None]:
     """The week's training changes and step counts: with a model of ours in production, the profile's
     `week_sft_steps` continue the champion's adapter (v0 took the first steps; the week adds its own on the week's
-    pool); otherwise the profile's training as it is."""
+    pool), and GRPO follows where the profile's `week_grpo` says; otherwise the profile's training as it is."""
     steps = run.plan.args.week_sft_steps
     if not (run.plan.ours and steps):
         return {}, None
     training = run.defs.resources["training"]
-    return ({"training": {"sft_overrides": {**training.sft_overrides, "max_steps": steps}}},
+    grpo = {} if week_grpo(run) else {"grpo_enabled": False}
+    return ({"training": {"sft_overrides": {**training.sft_overrides, "max_steps": steps}, **grpo}},
             {**run.max_steps, "sft_adapter": steps})
+
+
+def week_grpo(run: DemoRun) -> bool:
+    """Whether a week's run trains GRPO after SFT: always with the API model in production (the profile's training
+    as it is), else as the profile's [demo] `week_grpo` or `--week-grpo` says."""
+    return not (run.plan.ours and run.plan.args.week_sft_steps) or bool(run.plan.args.week_grpo)
 
 
 def ab_test(run: DemoRun, week: int, test) -> str | None:

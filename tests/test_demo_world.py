@@ -96,3 +96,25 @@ def test_a_round_of_the_ab_test_is_sized_to_what_the_step_still_needs():
     # Both minimums met, only the evidence is short: a small round, then the sensor looks again.
     assert round_requests(0.5, 30, 52, per_step=20, per_arm=20) == 40
     assert round_requests(0.1, 0, 0, per_step=500, per_arm=500) == 400  # never more than `most` before a look
+
+
+def test_the_weeks_grpo_follows_the_profiles_demo_table_when_production_runs_ours(monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("AGENT_RL_PROFILE", "demo")
+    from demos.demo import week_training
+    from pipelines.profiles import demo_settings, resources_for
+
+    assert demo_settings("demo").week_grpo is False  # 2 cores: SFT alone in the week (docs/experiments.md)
+    defs = dg.Definitions(resources=resources_for())
+
+    def run(ours: bool, grpo: bool):
+        args = SimpleNamespace(week_sft_steps=48, week_grpo=grpo)
+        return SimpleNamespace(plan=SimpleNamespace(ours=ours, args=args), defs=defs, max_steps={"sft_adapter": 96})
+
+    changes, steps = week_training(run(ours=True, grpo=False))
+    assert changes["training"]["grpo_enabled"] is False and changes["training"]["sft_overrides"]["max_steps"] == 48
+    assert steps == {"sft_adapter": 48}
+    changes, _ = week_training(run(ours=True, grpo=True))
+    assert "grpo_enabled" not in changes["training"]  # the profile's GRPO as it is
+    assert week_training(run(ours=False, grpo=False)) == ({}, None)  # the API model's story: the profile's training

@@ -57,6 +57,8 @@ class DemoSettings(BaseModel):
     week_sft_steps: PositiveInt | None = Field(None, description="SFT steps a week's run adds to the champion's "
                                                "adapter when production runs a model of ours (None: the profile's)")
     week_requests: PositiveInt = Field(400, description="production requests in each week served by a model of ours")
+    week_grpo: bool = Field(True, description="GRPO after SFT in a week's run when production runs a model of ours "
+                            "(off where the machine is too small for GRPO to change the outcome in the time)")
 
 
 DEMO_TABLE = "demo"
