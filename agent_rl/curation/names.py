@@ -79,6 +79,9 @@ _PARTICLES = frozenset("van von de da del della di du der den la le bin ibn al e
 _WORD = re.compile(r"[^\W\d_]+(?:['’\-][^\W\d_]+)*")
 _LOWER_PAIR = re.compile(r"(?<![\w@.])([a-z]{2,})[ \t]+(?=([a-z]{2,})(?![\w@]))")
 _LOWER_WORD = re.compile(r"(?<![\w@.\-])[a-z]{3,}(?![\w@\-]|\.\w)")  # not "twana" of "twana.proby@..."
+# A double-quoted stretch of text ("...", “...”) within a line: input quoted back (a search's keywords in
+# its tool's reply).
+_QUOTED = re.compile(r'"[^"\n]*"|“[^”\n]*”')
 _UPPER_PAIR = re.compile(r"(?<![\w@./])([A-Z]{2,})(?=[ \t]+(?:[A-Z]\.?[ \t]+)?([A-Z]{2,}(?:-[A-Z]{2,})?)(?![\w@/]))")
 _GAP = re.compile(r"[ \t]+(?:\n[ \t]*)?|[ \t]*\.[ \t]+")  # a space, a soft-wrapped line break, an initial's dot
 # A line that is only "Surname, Given" (a directory entry, a JSON key naming a record), an initial allowed.
@@ -151,9 +154,14 @@ class NameFinder:
         Only a text that capitalises something counts. One typed all in lower case ("who did harold put in charge
         of the willow bend pilot", a careless user's re-ask) lowers names and words alike, so it says nothing about
         which of its words are ordinary; counting it made every name such a user typed an ordinary word, and the
-        name then survived there in lower case (issue 47)."""
+        name then survived there in lower case (issue 47).
+
+        Nor do the words a capitalised text quotes: an agent searches with the user's own words and a tool quotes
+        them back ('No emails match all of the keywords ["office", "nina's"]'), so a name typed small stood in lower
+        case in a text that capitalises, counted as ordinary, and survived in the user's re-ask. What a text puts in
+        double quotes is someone else's input, not how the corpus writes the word."""
         if any(c.isupper() for c in text):
-            self._lowercase.update(_LOWER_WORD.findall(text))
+            self._lowercase.update(_LOWER_WORD.findall(_QUOTED.sub(" ", text)))
 
     def is_name_part(self, lower: str) -> bool:
         """A name word on its own: listed or known, and not also a common word."""

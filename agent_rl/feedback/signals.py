@@ -185,6 +185,36 @@ def _answered(last: Mapping[str, Any], final_answer: str | None, final_tools: Se
     return False
 
 
+def _said(message: Mapping[str, Any], final_answer: str | None, final_tools: Sequence[str]) -> str:
+    """What an assistant message says to its user: its text, and the answer it gives through a final tool's call
+    (a call named in `final_tools`, or the one whose arguments the gateway stored as the final answer): an agent that
+    answers `{"answer": "I don't know"}` through its final tool gave up as surely as one that says it in words."""
+    parts = [text_of(message.get("content"), " ")]
+    for call in message.get("tool_calls") or []:
+        if not isinstance(call, Mapping):
+            continue
+        arguments = (call.get("function") or {}).get("arguments")
+        if call_name(call) in final_tools or (final_answer is not None and arguments == final_answer):
+            parts.extend(_strings(arguments))
+    return " ".join(p for p in parts if p)
+
+
+def _strings(arguments: Any) -> list[str]:
+    """The string values of a call's arguments (JSON text or an object); text that is not JSON, as it is."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return [arguments]
+    if isinstance(arguments, str):
+        return [arguments]
+    if isinstance(arguments, Mapping):
+        return [s for value in arguments.values() for s in _strings(value)]
+    if isinstance(arguments, (list, tuple)):
+        return [s for value in arguments for s in _strings(value)]
+    return []
+
+
 def _overlaps(texts: list[str], config: SignalConfig) -> list[float | None]:
     """Per user turn (lower-cased), its highest overlap with an earlier one (None: the first turn, too few words to
     compare, or a thanks that asks nothing: a second "great, that's what I needed" after a follow-up's answer
@@ -238,7 +268,8 @@ def signals_from_messages(messages: Sequence[Mapping[str, Any]], *, episode_id: 
         corrections=sum(bool(_CORRECTION.search(t)) for t in later),
         complaints=sum(bool(_COMPLAINT.search(t)) for t in later),
         thanks=sum(bool(_THANKS.search(t)) for t in later),
-        agent_gave_up=sum(bool(_GAVE_UP.search(text_of(m.get("content"), " ").lower())) for m in assistants),
+        agent_gave_up=sum(bool(_GAVE_UP.search(_said(m, final_answer, config.final_tools).lower()))
+                          for m in assistants),
         abandoned=not turns or not _answered(turns[-1], final_answer, config.final_tools),
         follow_ups=sum(_is_follow_up(t, o, config) for t, o in zip(later, answered_overlaps)),
         rating=rating_of(feedback),

@@ -373,3 +373,26 @@ def test_parallel_reader_is_as_good_a_teacher_on_the_demo_in_fewer_turns(demo):
 def test_removed_teacher_knobs_are_refused_not_ignored(knob):
     with pytest.raises(ValueError, match="docs/experiments.md"):
         HeuristicConfig.model_validate({knob: 1})
+
+
+def test_after_its_answer_a_users_new_question_is_worked_on_not_the_first_again(demo):
+    """Through the gateway a user may ask a follow-up (or re-ask) after the answer: the agent works on what it is
+    asked now, with the same tools, instead of repeating its first answer."""
+    store, scenarios = demo
+    first, second = scenarios[0], next(s for s in scenarios[1:] if s.inbox_id == scenarios[0].inbox_id
+                                       and s.question != scenarios[0].question)
+    policy = HeuristicPolicy(HeuristicConfig(scenarios=[first, second]), store=store)
+    messages = play(policy, [first], store)[0].messages
+    calls = [(i, m["tool_calls"][0]) for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("tool_calls")]
+    end, final = calls[-1]
+    assert final["function"]["name"] == "return_final_answer"
+    follow_up = [*messages[:end + 1], {"role": "tool", "tool_call_id": final.get("id", "c"), "content": "ok"},
+                 {"role": "user", "content": second.question}]
+    turn = policy.act([follow_up], tools=tool_schemas())[0]
+    assert turn.tool_calls and turn.tool_calls[0].name == "search_emails"  # a new search, not the first answer again
+    assert turn.tool_calls[0].arguments != calls[0][1]["function"]["arguments"]
+    thanked = [*follow_up[:-1], {"role": "user", "content": "thx"}]  # asks nothing: the answer stands, given again
+    again = policy.act([thanked], tools=tool_schemas())[0]
+    assert again.tool_calls[0].name == "return_final_answer"
+    assert again.tool_calls[0].arguments == final["function"]["arguments"] or json.loads(
+        final["function"]["arguments"]) == again.tool_calls[0].arguments

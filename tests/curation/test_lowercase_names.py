@@ -144,3 +144,16 @@ def test_a_message_id_a_model_garbled_is_no_address_and_the_names_in_an_id_are_s
             ] == ["p******"]
     auditor.learn_text("write to ea@example.com")  # the same local part as a real address stays one
     assert [f.kind for f in auditor.scan("out", "1", {"content": "ea@example.com"})] == ["address"]
+
+
+def test_a_name_a_tool_echoes_from_the_users_lower_case_search_is_still_replaced():
+    """An agent searches with the words a careless user typed, and the tool echoes them in a sentence that
+    capitalises ('No emails match ... "harold"'): that echo does not make the name an ordinary word, so it goes
+    from the user's re-ask like from the first question."""
+    echo = 'No emails match all of the keywords ["willow", "harold"].'
+    episodes = [_episode("e1", QUESTION, tool=SIGNATURE),
+                _episode("e2", QUESTION.lower(), "who did harold put in charge? i still need to know", tool=echo)]
+    result = anonymize_plugin_partition(None, episodes, [], config=AnonymizerConfig(key="test-key"))
+    texts = [m["content"] for m in result.episodes[1]["messages"] if m["role"] in ("user", "tool")]
+    assert not any("harold" in text.lower() for text in texts), texts
+    assert [str(leak) for leak in result.leaks] == []

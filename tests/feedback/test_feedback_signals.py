@@ -182,3 +182,18 @@ def test_config_is_checked():
         SignalConfig(min_words=0)
     with pytest.raises(ValueError):
         SignalConfig(follow_up_similarity=0.5)  # above the re-ask bar: a turn would be both
+
+
+def test_giving_up_through_the_final_tool_counts_like_giving_up_in_words():
+    gave_up = call("c2", "respond", '{"answer": "I don\'t know where order 123 is."}')
+    messages = [SYSTEM, user("Where is my order 123?"), call("c1"), result("c1", '{"rows": []}'), gave_up]
+    assert signals_from_messages(messages, config=SignalConfig(final_tools=("respond",))).agent_gave_up == 1
+    stored = '{"answer": "I don\'t know where order 123 is."}'  # the gateway's final answer: the call's arguments
+    assert signals_from_messages(messages, final_answer=stored).agent_gave_up == 1
+    assert signals_from_messages(messages).agent_gave_up == 0  # nothing says `respond` is the answer
+    # A lookup whose arguments merely mention the words is no answer; a final answer that gives one is no giving up.
+    lookup = call("c3", "lookup_order", '{"note": "customer said I don\'t know the number"}')
+    assert signals_from_messages([SYSTEM, user("Where is my order?"), lookup],
+                                 config=SignalConfig(final_tools=("respond",))).agent_gave_up == 0
+    answered = [*messages[:-1], call("c2", "respond", '{"answer": "It shipped on Monday."}')]
+    assert signals_from_messages(answered, config=SignalConfig(final_tools=("respond",))).agent_gave_up == 0

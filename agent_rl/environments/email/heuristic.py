@@ -428,11 +428,17 @@ def _malformed(query: dict[str, Any]) -> PolicyTurn:
 
 
 def _read_state(conversation: list[dict[str, Any]]) -> _State:
+    """The state of the request the agent works on: the last one its user made. A user who asks again after the
+    agent's answer (a follow-up, a re-ask, a correction) starts a new request, worked on afresh like the first: the
+    agent answers what it is asked now, not its first question again (its injected errors are drawn per request).
+    Words that ask nothing ("thx", "ok great") leave the request as it was: the agent gives its answer again."""
     state = _State()
     for message in conversation:
         role = message.get("role")
         if role == "system":  # the instructions, then whose inbox and which day
             state.system += str(message.get("content") or "") + "\n"
+        elif role == "user" and state.turn and _asks(str(message.get("content") or "")):
+            state = _State(question=str(message.get("content") or ""), system=state.system)
         elif role == "user" and not state.question:
             state.question = str(message.get("content") or "")
         elif role == "assistant":
@@ -450,6 +456,13 @@ def _read_state(conversation: list[dict[str, Any]]) -> _State:
 
 
 _UNPARSABLE = object()
+_COURTESY = re.compile(r"^\W*(?:thanks?|thx|thank you|ty|ok(?:ay)?|great|perfect|cool|got it|bye)\b", re.IGNORECASE)
+
+
+def _asks(text: str) -> bool:
+    """Whether a user's words after an answer ask for something: a question, or a sentence of four words or more
+    that does not open with thanks ("no, I meant the Boise office" asks; "thx", "ok great, thanks" do not)."""
+    return "?" in text or (len(re.findall(r"[A-Za-z]{3,}", text)) >= 4 and not _COURTESY.match(text))
 
 
 @lru_cache(maxsize=TEXT_CACHE)
