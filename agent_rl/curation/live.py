@@ -36,7 +36,7 @@ GRPO_SKIPPED = ("GRPO skipped: the episodes come from the gateway (environment '
 def judged_by_users(environment: str | None) -> bool:
     """Whether the episodes of `environment` (a name as episodes carry it) are judged by their users' feedback: the
     class's declared capabilities say (environments/gateway), not its name."""
-    return capabilities_of((environment or "").strip() or None).judged_by_users
+    return capabilities_of(environment).judged_by_users
 
 
 def row_judged_by_users(row: Mapping[str, Any]) -> bool:

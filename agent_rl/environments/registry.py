@@ -67,8 +67,8 @@ def resolve(spec: str) -> Any:
 @functools.lru_cache(maxsize=256)
 def capabilities_of(spec: str | None) -> Capabilities:
     """What the episodes of the environment `spec` names let the loop do, read from its class without building it
-    (curation asks it of every episode row); the contract's defaults for a factory function, and for a name nothing
-    here resolves (an episode of a plug-in this installation lacks is judged like any plug-in's)."""
+    (curation asks it of every episode row; `resolve` strips the name); the contract's defaults for a factory
+    function, and for a name (or None) nothing here resolves (an episode of a plug-in this installation lacks is judged like any plug-in's)."""
     try:
         factory = resolve(spec or "")
     except EnvironmentError:

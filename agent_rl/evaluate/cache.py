@@ -70,14 +70,21 @@ class EvaluationCache:
     def _path(self, weights: str, inputs: str) -> Path:
         return self.folder / f"{weights[:24]}-{inputs[:24]}.json"
 
+    def _read(self, weights: str, inputs: str) -> dict | None:
+        """The entry written for exactly these keys (None: none, unreadable, or another key's under the same name)."""
+        try:
+            data = json.loads(self._path(weights, inputs).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or data.get("weights") != weights or data.get("inputs") != inputs:
+            return None
+        return data
+
     def get(self, weights: str, inputs: str) -> tuple[EvalMetrics, list[Episode], float | None] | None:
-        path = self._path(weights, inputs)
-        if not path.is_file():
+        data = self._read(weights, inputs)
+        if data is None:
             return None
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if data.get("weights") != weights or data.get("inputs") != inputs:
-                return None
             return (EvalMetrics.model_validate(data["metrics"]),
                     [Episode.model_validate(e) for e in data["episodes"]], data.get("probe"))
         except (ValueError, KeyError, TypeError):
@@ -91,14 +98,8 @@ class EvaluationCache:
     def get_probe(self, weights: str, inputs: str) -> float | None:
         """The forgetting probe of a model measured on the same probe items before (the base model: every week
         compares with it, and loading it on the engine costs a start-up of its own); None when not recorded."""
-        path = self._path(weights, "probe-" + inputs)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        if data.get("weights") != weights or data.get("inputs") != "probe-" + inputs:
-            return None
-        probe = data.get("probe")
+        data = self._read(weights, "probe-" + inputs)
+        probe = data.get("probe") if data is not None else None
         return float(probe) if isinstance(probe, (int, float)) and not isinstance(probe, bool) else None
 
     def put_probe(self, weights: str, inputs: str, probe: float) -> None:

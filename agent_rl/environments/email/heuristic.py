@@ -437,10 +437,12 @@ def _read_state(conversation: list[dict[str, Any]]) -> _State:
         role = message.get("role")
         if role == "system":  # the instructions, then whose inbox and which day
             state.system += str(message.get("content") or "") + "\n"
-        elif role == "user" and state.turn and _asks(str(message.get("content") or "")):
-            state = _State(question=str(message.get("content") or ""), system=state.system)
-        elif role == "user" and not state.question:
-            state.question = str(message.get("content") or "")
+        elif role == "user":
+            text = str(message.get("content") or "")
+            if state.turn and _asks(text):
+                state = _State(question=text, system=state.system)
+            elif not state.question:
+                state.question = text
         elif role == "assistant":
             state.turn += 1
             for call in message.get("tool_calls") or []:
