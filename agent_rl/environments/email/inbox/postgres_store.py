@@ -8,18 +8,13 @@ Bulk adds go through COPY into a temporary table and one INSERT ... ON CONFLICT 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import astuple
 from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
 
 from agent_rl.environments.email.inbox.backend_rules import (
-    clean_text,
-    content_hash,
-    email_from_row,
-    keyword_terms,
-    leading_snippet,
-    sender_key,
+    EMAIL_TEXT_COLUMNS, EMAIL_UNIQUE_KEYS, batches, clean_text, content_hash, email_from_row, group_recipients,
+    keyset_pages, keyword_terms, leading_snippet, recipient_entries, recipients_table, search_filters, sender_key,
 )
 from agent_rl.environments.email.inbox.store_interface import AddReport, InboxStore, SearchQuery
 from agent_rl.records import Email, SearchHit
@@ -46,30 +41,17 @@ CREATE TABLE IF NOT EXISTS emails (
     message_id TEXT NOT NULL,
     date TIMESTAMPTZ,
     utc_offset_minutes INTEGER,  -- the sender's zone, so dates read back as written
-    subject TEXT NOT NULL DEFAULT '',
-    sender TEXT NOT NULL DEFAULT '',
-    sender_key TEXT NOT NULL DEFAULT '',
-    body TEXT NOT NULL DEFAULT '',
-    folder TEXT NOT NULL DEFAULT '',
-    file TEXT NOT NULL DEFAULT '',
-    content_hash TEXT NOT NULL,
+    {EMAIL_TEXT_COLUMNS}
     search TSVECTOR GENERATED ALWAYS AS (
         setweight(to_tsvector('{TS_CONFIG}'::regconfig, left(subject, 10000)), 'A') ||
         setweight(to_tsvector('{TS_CONFIG}'::regconfig, left(body, {INDEXED_BODY_CHARS})), 'B')
     ) STORED,
-    UNIQUE (inbox, message_id),
-    UNIQUE (inbox, content_hash)
+    {EMAIL_UNIQUE_KEYS}
 );
 CREATE INDEX IF NOT EXISTS emails_search ON emails USING GIN (search);
 CREATE INDEX IF NOT EXISTS emails_inbox_date ON emails (inbox, date);
 CREATE INDEX IF NOT EXISTS emails_inbox_sender ON emails (inbox, sender_key, date);
-CREATE TABLE IF NOT EXISTS recipients (
-    email_id BIGINT NOT NULL REFERENCES emails (id) ON DELETE CASCADE,
-    address TEXT NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('to', 'cc', 'bcc')),
-    position INTEGER NOT NULL,
-    UNIQUE (email_id, kind, address)
-);
+{recipients_table('BIGINT')}
 """
 
 _STAGE = """
@@ -140,13 +122,7 @@ class PostgresInboxStore(InboxStore):
 
     def add_emails(self, emails: Iterable[Email]) -> AddReport:
         report = AddReport()
-        batch: list[Email] = []
-        for email in emails:
-            batch.append(email)
-            if len(batch) >= BATCH:
-                self._add_batch(batch, report)
-                batch = []
-        if batch:
+        for batch in batches(emails, BATCH):
             self._add_batch(batch, report)
         return report
 
@@ -169,9 +145,8 @@ class PostgresInboxStore(InboxStore):
                         ))
                 with cur.copy("COPY stage_recipients (seq, address, kind, position) FROM STDIN") as copy:
                     for seq, email in enumerate(batch):
-                        for kind, addresses in (("to", email.to), ("cc", email.cc), ("bcc", email.bcc)):
-                            for position, address in enumerate(addresses):
-                                copy.write_row((seq, clean_text(address), kind, position))
+                        for kind, address, position in recipient_entries(email):
+                            copy.write_row((seq, address, kind, position))
                 cur.execute(_MERGE)
                 inserted = cur.fetchone()[0]
         report.inserted += inserted
@@ -194,23 +169,16 @@ class PostgresInboxStore(InboxStore):
         return " & ".join(parts) if len(parts) == len(texts) else ""
 
     def _search(self, query: SearchQuery) -> list[SearchHit]:
-        inbox, keywords, sender, sent_after, sent_before, max_results = astuple(query)
-        filters, params = ["inbox = :inbox"], {"inbox": clean_text(inbox), "n": max_results}
-        if sender:
-            filters.append("sender_key = :sender")
-            params["sender"] = sender_key(sender)
-        if sent_after is not None:
-            filters.append("date >= :after")
-            params["after"] = as_utc(sent_after)
-        if sent_before is not None:
-            filters.append("date < :before")
-            params["before"] = as_utc(sent_before)
+        filters, params = ["inbox = :inbox"], {"inbox": clean_text(query.inbox), "n": query.max_results}
+        for number, (column, operator, value) in enumerate(search_filters(query)):
+            filters.append(f"{column} {operator} :f{number}")
+            params[f"f{number}"] = value
         where = " AND ".join(filters)
         with self.engine.connect() as conn:
-            query = self._tsquery(conn, keywords)
-            if query == "":
+            tsquery = self._tsquery(conn, query.keywords)
+            if tsquery == "":
                 return []
-            if query is None:
+            if tsquery is None:
                 rows = conn.execute(
                     sa.text(
                         f"SELECT id, message_id, subject, sender, date, utc_offset_minutes, left(body, 2000) FROM emails WHERE {where} "
@@ -219,7 +187,7 @@ class PostgresInboxStore(InboxStore):
                     params,
                 ).all()
                 return [self._hit(row, leading_snippet(row[6])) for row in rows]
-            params["q"] = query
+            params["q"] = tsquery
             rows = conn.execute(
                 sa.text(
                     f"SELECT id, message_id, subject, sender, date, utc_offset_minutes, ts_rank(search, q) AS score "
@@ -228,7 +196,7 @@ class PostgresInboxStore(InboxStore):
                 ),
                 params,
             ).all()
-            snippets = self._snippets(conn, query, [row[0] for row in rows])
+            snippets = self._snippets(conn, tsquery, [row[0] for row in rows])
         return [self._hit(row, snippets.get(row[0], "")) for row in rows]
 
     def _snippets(self, conn: sa.Connection, query: str, ids: list[int]) -> dict[int, str]:
@@ -273,8 +241,7 @@ class PostgresInboxStore(InboxStore):
             ),
             {"ids": ids},
         )
-        for email_id, kind, address in rows:
-            found.setdefault(email_id, {}).setdefault(kind, []).append(address)
+        group_recipients(rows, found)
         return found
 
     @staticmethod
@@ -295,25 +262,23 @@ class PostgresInboxStore(InboxStore):
 
     def iter_emails(self, inbox: str) -> Iterator[Email]:
         # Keyset pagination over (undated, date, id): no server-side cursor held between yields.
-        last: tuple[bool, float, int] = (False, float("-inf"), 0)
-        while True:
-            with self.engine.connect() as conn:
-                rows = conn.execute(
-                    sa.text(
-                        "SELECT id, inbox, message_id, date, subject, sender, body, folder, file, utc_offset_minutes, "
-                        "date IS NULL AS undated, coalesce(extract(epoch FROM date), 0)::float8 AS d FROM emails "
-                        "WHERE inbox = :inbox "
-                        "AND (date IS NULL, coalesce(extract(epoch FROM date), 0)::float8, id) > (:u, :d, :id) "
-                        "ORDER BY undated, d, id LIMIT 1000"
-                    ),
-                    {"inbox": inbox, "u": last[0], "d": last[1], "id": last[2]},
-                ).all()
-                recipients = self._recipients(conn, [row[0] for row in rows])
-            if not rows:
-                return
-            for row in rows:
-                yield self._email(row, recipients.get(row[0], {}))
-            last = (rows[-1][10], rows[-1][11], rows[-1][0])
+        return keyset_pages(lambda last: self._page(inbox, last), (False, float("-inf"), 0))
+
+    def _page(self, inbox: str, last: tuple[bool, float, int]) -> tuple[list[Email], tuple[bool, float, int]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT id, inbox, message_id, date, subject, sender, body, folder, file, utc_offset_minutes, "
+                    "date IS NULL AS undated, coalesce(extract(epoch FROM date), 0)::float8 AS d FROM emails "
+                    "WHERE inbox = :inbox "
+                    "AND (date IS NULL, coalesce(extract(epoch FROM date), 0)::float8, id) > (:u, :d, :id) "
+                    "ORDER BY undated, d, id LIMIT 1000"
+                ),
+                {"inbox": inbox, "u": last[0], "d": last[1], "id": last[2]},
+            ).all()
+            recipients = self._recipients(conn, [row[0] for row in rows])
+        emails = [self._email(row, recipients.get(row[0], {})) for row in rows]
+        return emails, (rows[-1][10], rows[-1][11], rows[-1][0]) if rows else last
 
     def close(self) -> None:
         self.engine.dispose()

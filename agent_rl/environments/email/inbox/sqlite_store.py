@@ -11,17 +11,12 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import astuple
 from datetime import datetime
 from pathlib import Path
 
 from agent_rl.environments.email.inbox.backend_rules import (
-    clean_text,
-    content_hash,
-    email_from_row,
-    keyword_terms,
-    leading_snippet,
-    sender_key,
+    EMAIL_TEXT_COLUMNS, EMAIL_UNIQUE_KEYS, batches, clean_text, content_hash, email_from_row, group_recipients,
+    keyset_pages, keyword_terms, leading_snippet, recipient_entries, recipients_table, search_filters, sender_key,
 )
 from agent_rl.environments.email.inbox.store_interface import AddReport, InboxStore, SearchQuery
 from agent_rl.records import Email, SearchHit
@@ -44,34 +39,21 @@ TIE_WINDOW = 40
 # each extra segment costs every later search a seek, and merging a small addition is not worth it.
 OPTIMIZE_SHARE = 0.2
 
-SCHEMA = """
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS emails (
     id INTEGER PRIMARY KEY,
     inbox TEXT NOT NULL,
     message_id TEXT NOT NULL,
     date TEXT,              -- ISO 8601 with the original UTC offset
     date_ts REAL,           -- the same instant as Unix seconds, for filters and ordering
-    subject TEXT NOT NULL DEFAULT '',
-    sender TEXT NOT NULL DEFAULT '',
-    sender_key TEXT NOT NULL DEFAULT '',
-    body TEXT NOT NULL DEFAULT '',
-    folder TEXT NOT NULL DEFAULT '',
-    file TEXT NOT NULL DEFAULT '',
-    content_hash TEXT NOT NULL,
-    UNIQUE (inbox, message_id),
-    UNIQUE (inbox, content_hash)
+    {EMAIL_TEXT_COLUMNS}
+    {EMAIL_UNIQUE_KEYS}
 );
 CREATE INDEX IF NOT EXISTS emails_inbox_date ON emails (inbox, date_ts);
 CREATE INDEX IF NOT EXISTS emails_inbox_sender ON emails (inbox, sender_key, date_ts);
 -- What ranking reads for every match: small entries keep those lookups off the wide email rows.
 CREATE INDEX IF NOT EXISTS emails_rank ON emails (id, date_ts, sender_key);
-CREATE TABLE IF NOT EXISTS recipients (
-    email_id INTEGER NOT NULL REFERENCES emails (id) ON DELETE CASCADE,
-    address TEXT NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('to', 'cc', 'bcc')),
-    position INTEGER NOT NULL,
-    UNIQUE (email_id, kind, address)
-);
+{recipients_table('INTEGER')}
 -- One row per inbox: its slot names the inbox FTS table (fts_<slot>), so no address is ever SQL.
 CREATE TABLE IF NOT EXISTS inboxes (
     slot INTEGER PRIMARY KEY,
@@ -204,13 +186,7 @@ class SQLiteInboxStore(InboxStore):
     def add_emails(self, emails: Iterable[Email]) -> AddReport:
         report = AddReport()
         added: dict[str, int] = {}  # inbox -> emails indexed by this call
-        batch: list[Email] = []
-        for email in emails:
-            batch.append(email)
-            if len(batch) >= BATCH:
-                self._add_batch(batch, report, added)
-                batch = []
-        if batch:
+        for batch in batches(emails, BATCH):
             self._add_batch(batch, report, added)
         self._merge_grown_indexes(added)
         return report
@@ -231,9 +207,8 @@ class SQLiteInboxStore(InboxStore):
             ))
             # The content hash covers subject and body: one (inbox, hash) always has the same text.
             texts[inbox, digest] = (subject, body)
-            for kind, addresses in (("to", email.to), ("cc", email.cc), ("bcc", email.bcc)):
-                for position, address in enumerate(addresses):
-                    recipients.append((clean_text(address), kind, position, inbox, message_id, digest))
+            for kind, address, position in recipient_entries(email):
+                recipients.append((address, kind, position, inbox, message_id, digest))
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -270,20 +245,15 @@ class SQLiteInboxStore(InboxStore):
     # -- reading -------------------------------------------------------------------------------
 
     def _search(self, query: SearchQuery) -> list[SearchHit]:
-        inbox, keywords, sender, sent_after, sent_before, max_results = astuple(query)
-        inbox = clean_text(inbox)
+        inbox, keywords, max_results = clean_text(query.inbox), query.keywords, query.max_results
         keywords = [keywords] if isinstance(keywords, str) else keywords  # one keyword, not its letters
         phrases = [fts_phrase(terms) for terms in map(keyword_terms, keywords) if terms]
         filters, params = [], []
-        if sender:
-            filters.append("e.sender_key = ?")
-            params.append(sender_key(sender))
-        if sent_after is not None:
-            filters.append("e.date_ts >= ?")
-            params.append(as_utc(sent_after).timestamp())
-        if sent_before is not None:
-            filters.append("e.date_ts < ?")
-            params.append(as_utc(sent_before).timestamp())
+        for column, operator, value in search_filters(query):
+            if column == "date":  # compared as Unix seconds, the date_ts column
+                column, value = "date_ts", value.timestamp()
+            filters.append(f"e.{column} {operator} ?")
+            params.append(value)
         with self._lock:
             if not phrases:
                 rows = self._db.execute(
@@ -395,8 +365,7 @@ class SQLiteInboxStore(InboxStore):
                 f"ORDER BY email_id, kind, position",
                 chunk,
             )
-            for email_id, kind, address in rows:
-                found.setdefault(email_id, {}).setdefault(kind, []).append(address)
+            group_recipients(rows, found)
         return found
 
     @staticmethod
@@ -414,22 +383,21 @@ class SQLiteInboxStore(InboxStore):
             return self._db.execute("SELECT count(*) FROM emails WHERE inbox = ?", (inbox,)).fetchone()[0]
 
     def iter_emails(self, inbox: str) -> Iterator[Email]:
-        last = (0, float("-inf"), 0)  # keyset pagination: (date is null, date_ts, id)
-        while True:
-            with self._lock:
-                rows = self._db.execute(
-                    "SELECT id, inbox, message_id, date, subject, sender, body, folder, file, "
-                    "date_ts IS NULL AS undated, coalesce(date_ts, 0) AS ts FROM emails WHERE inbox = ? "
-                    "AND (date_ts IS NULL, coalesce(date_ts, 0), id) > (?, ?, ?) "
-                    "ORDER BY undated, ts, id LIMIT 1000",
-                    (inbox, *last),
-                ).fetchall()
-                recipients = self._recipients([row[0] for row in rows])
-            if not rows:
-                return
-            for row in rows:
-                yield self._email(row, recipients.get(row[0], {}))
-            last = (rows[-1][9], rows[-1][10], rows[-1][0])
+        # keyset pagination: (date is null, date_ts, id)
+        return keyset_pages(lambda last: self._page(inbox, last), (0, float("-inf"), 0))
+
+    def _page(self, inbox: str, last: tuple[int, float, int]) -> tuple[list[Email], tuple[int, float, int]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, inbox, message_id, date, subject, sender, body, folder, file, "
+                "date_ts IS NULL AS undated, coalesce(date_ts, 0) AS ts FROM emails WHERE inbox = ? "
+                "AND (date_ts IS NULL, coalesce(date_ts, 0), id) > (?, ?, ?) "
+                "ORDER BY undated, ts, id LIMIT 1000",
+                (inbox, *last),
+            ).fetchall()
+            recipients = self._recipients([row[0] for row in rows])
+        emails = [self._email(row, recipients.get(row[0], {})) for row in rows]
+        return emails, (rows[-1][9], rows[-1][10], rows[-1][0]) if rows else last
 
     def close(self) -> None:
         with self._lock:
