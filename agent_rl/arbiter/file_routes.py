@@ -41,6 +41,7 @@ from agent_rl.arbiter.files import (
 )
 from agent_rl.arbiter.gateway_wire import GatewayError, object_not_found, store_unavailable
 from agent_rl.arbiter.keys import ApiKey
+from agent_rl.arbiter.tenant_objects import found_or_404, listing, page_limit, page_or_400
 
 log = logging.getLogger("agent_rl.arbiter")
 
@@ -203,13 +204,11 @@ async def _receive_upload(request: Request, upload: _MultipartUpload) -> None:
 
 def _page_params(request: Request) -> tuple[str | None, int, str | None, str]:
     query = request.query_params
-    raw_limit = query.get("limit", str(MAX_PAGE))
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_PAGE:
-        raise GatewayError(400, f"limit must be a whole number from 1 to {MAX_PAGE}", param="limit")
+    limit = page_limit(query, MAX_PAGE, MAX_PAGE)
     order = query.get("order", "desc")
     if order not in ("asc", "desc"):
         raise GatewayError(400, "order must be \"asc\" or \"desc\"", param="order")
-    return query.get("purpose") or None, int(raw_limit), query.get("after") or None, order
+    return query.get("purpose") or None, limit, query.get("after") or None, order
 
 
 async def _stream(stream: Any) -> AsyncIterator[bytes]:
@@ -285,29 +284,23 @@ def add_file_routes(app: FastAPI, require_key: Callable[[Request], ApiKey], conf
     async def list_files(request: Request) -> dict[str, Any]:
         key = require_key(request)
         purpose, limit, after, order = _page_params(request)
-        try:
-            page = await store_call(request, lambda store: store.list(key.tenant, purpose, limit, after, order))
-        except KeyError as exc:  # `after` names no file of this tenant's (missing and foreign read the same)
-            raise GatewayError(400, "after must be the id of one of your files", param="after") from exc
-        data = [record.openai() for record in page.records]
-        return {"object": "list", "data": data, "has_more": page.has_more,
-                "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None}
+        # The store's KeyError: `after` names no file of this tenant's.
+        page = await page_or_400(lambda: store_call(
+            request, lambda store: store.list(key.tenant, purpose, limit, after, order)), KeyError, "your files")
+        return listing([record.openai() for record in page.records], page.has_more)
 
     @app.get(FILES_PATH + "/{file_id}", tags=["files"])
     async def retrieve_file(request: Request, file_id: str) -> dict[str, Any]:
         key = require_key(request)
-        record = await store_call(request, lambda store: store.get(key.tenant, file_id)) if is_file_id(file_id) else None
-        if record is None:
-            raise _not_found(file_id)
+        record = await found_or_404(file_id, is_file_id, lambda: store_call(
+            request, lambda store: store.get(key.tenant, file_id)), _not_found)
         return record.openai()
 
     @app.get(FILES_PATH + "/{file_id}/content", tags=["files"])
     async def file_content(request: Request, file_id: str) -> StreamingResponse:
         key = require_key(request)
-        found = await store_call(request, lambda store: store.open(key.tenant, file_id)) if is_file_id(file_id) else None
-        if found is None:
-            raise _not_found(file_id)
-        record, stream = found
+        record, stream = await found_or_404(file_id, is_file_id, lambda: store_call(
+            request, lambda store: store.open(key.tenant, file_id)), _not_found)
         quoted = urllib.parse.quote(record.filename, safe="")
         headers = {"Content-Length": str(record.bytes),
                    "Content-Disposition": f"attachment; filename*=UTF-8''{quoted}"}
@@ -316,8 +309,7 @@ def add_file_routes(app: FastAPI, require_key: Callable[[Request], ApiKey], conf
     @app.delete(FILES_PATH + "/{file_id}", tags=["files"])
     async def delete_file(request: Request, file_id: str) -> dict[str, Any]:
         key = require_key(request)
-        deleted = await store_call(request, lambda store: store.delete(key.tenant, file_id)) if is_file_id(file_id) else False
-        if not deleted:
-            raise _not_found(file_id)
+        await found_or_404(file_id, is_file_id, lambda: store_call(
+            request, lambda store: store.delete(key.tenant, file_id)), _not_found)
         log.info("file %s deleted by tenant %r", file_id, key.tenant)
         return {"id": file_id, "object": "file", "deleted": True}

@@ -30,6 +30,7 @@ from agent_rl.arbiter.file_routes import file_store_of
 from agent_rl.arbiter.files import FileRecord, FilesConfig, FileStore, StoreUnavailable, is_file_id
 from agent_rl.arbiter.gateway_wire import GatewayError, object_not_found, store_unavailable, too_deep_message
 from agent_rl.arbiter.keys import ApiKey
+from agent_rl.arbiter.tenant_objects import found_or_404, listing, page_limit, page_or_400
 from agent_rl.environments.openai_jobs.rows import JobRow, Method
 from agent_rl.finetuning.checks import (
     JobRequest,
@@ -110,15 +111,8 @@ def _page_params(request: Request, default_limit: int) -> tuple[str | None, int]
         if name == "metadata" or name.startswith("metadata["):
             raise GatewayError(400, "filtering jobs by metadata is not supported here", param="metadata",
                                code="unsupported_parameter")
-    raw = query.get("limit", str(default_limit))
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
-        raise GatewayError(400, f"limit must be a whole number from 1 to {MAX_PAGE}", param="limit")
-    return query.get("after") or None, int(raw)
-
-
-def _listing(items: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
-    return {"object": "list", "data": items, "has_more": has_more,
-            "first_id": items[0]["id"] if items else None, "last_id": items[-1]["id"] if items else None}
+    limit = page_limit(query, default_limit, MAX_PAGE)
+    return query.get("after") or None, limit
 
 
 def _checked_file(files: FileStore, tenant: str, file_id: str | None, param: str, method: Method) -> \
@@ -203,18 +197,15 @@ def add_job_routes(app: FastAPI, require_key: Callable[[Request], ApiKey], files
     async def list_jobs(request: Request) -> dict[str, Any]:
         key = require_key(request)
         after, limit = _page_params(request, 20)
-        try:
-            found, has_more = await store_call(request, lambda jobs: jobs.list(key.tenant, after, limit))
-        except UnknownAfter as exc:  # a missing job and another tenant's read the same
-            raise GatewayError(400, "after must be the id of one of your fine-tuning jobs", param="after") from exc
-        return _listing([job.to_openai() for job in found], has_more)
+        found, has_more = await page_or_400(lambda: store_call(
+            request, lambda jobs: jobs.list(key.tenant, after, limit)), UnknownAfter, "your fine-tuning jobs")
+        return listing([job.to_openai() for job in found], has_more)
 
     @app.get(JOBS_PATH + "/{job_id}", tags=["fine-tuning"])
     async def retrieve_job(request: Request, job_id: str) -> dict[str, Any]:
         key = require_key(request)
-        job = await store_call(request, lambda jobs: jobs.get(key.tenant, job_id)) if is_job_id(job_id) else None
-        if job is None:
-            raise _not_found(job_id)
+        job = await found_or_404(job_id, is_job_id, lambda: store_call(
+            request, lambda jobs: jobs.get(key.tenant, job_id)), _not_found)
         return job.to_openai()
 
     @app.post(JOBS_PATH + "/{job_id}/cancel", tags=["fine-tuning"])
@@ -234,9 +225,8 @@ def add_job_routes(app: FastAPI, require_key: Callable[[Request], ApiKey], files
         @app.post(JOBS_PATH + "/{job_id}/" + action, tags=["fine-tuning"], name=f"{action}_job")
         async def unsupported(request: Request, job_id: str) -> dict[str, Any]:
             key = require_key(request)
-            job = await store_call(request, lambda jobs: jobs.get(key.tenant, job_id)) if is_job_id(job_id) else None
-            if job is None:
-                raise _not_found(job_id)
+            await found_or_404(job_id, is_job_id, lambda: store_call(
+                request, lambda jobs: jobs.get(key.tenant, job_id)), _not_found)
             raise GatewayError(400, f"jobs cannot be {action}d here; cancel the job and create it again instead",
                                param="fine_tuning_job_id", code="unsupported_operation")
 
@@ -251,13 +241,12 @@ def add_job_routes(app: FastAPI, require_key: Callable[[Request], ApiKey], files
             if not is_job_id(job_id):
                 raise _not_found(job_id)
             try:
-                found, has_more = await store_call(
-                    request, lambda jobs: getattr(jobs, read)(key.tenant, job_id, after, limit))
+                found, has_more = await page_or_400(lambda: store_call(
+                    request, lambda jobs: getattr(jobs, read)(key.tenant, job_id, after, limit)), UnknownAfter,
+                    f"this job's {what}")
             except JobNotFound as exc:
                 raise _not_found(job_id) from exc
-            except UnknownAfter as exc:
-                raise GatewayError(400, f"after must be the id of one of this job's {what}", param="after") from exc
-            return _listing([item.to_openai() for item in found], has_more)
+            return listing([item.to_openai() for item in found], has_more)
 
     add_listing("events", "events", 20, "events")
     add_listing("checkpoints", "checkpoints", 10, "checkpoints")
