@@ -41,7 +41,7 @@ from agent_rl.arbiter.files import (
 )
 from agent_rl.arbiter.gateway_wire import GatewayError, object_not_found, store_unavailable
 from agent_rl.arbiter.keys import ApiKey
-from agent_rl.arbiter.tenant_objects import found_or_404, listing, page_limit, page_or_400
+from agent_rl.arbiter.tenant_objects import found_or_404, listing, opened_once, page_limit, page_or_400
 
 log = logging.getLogger("agent_rl.arbiter")
 
@@ -225,13 +225,7 @@ _store_lock = threading.Lock()
 def file_store_of(request: Request, config: FilesConfig) -> FileStore:
     """The app's file store, opened on first use, once per worker process (its directory is created then, not when
     the app is built); the fine-tuning job routes read the same one."""
-    store = getattr(request.app.state, "file_store", None)
-    if store is None:
-        with _store_lock:
-            store = getattr(request.app.state, "file_store", None)
-            if store is None:
-                store = request.app.state.file_store = FileStore.from_config(config)
-    return store
+    return opened_once(request, "file_store", _store_lock, lambda: FileStore.from_config(config))
 
 
 def add_file_routes(app: FastAPI, require_key: Callable[[Request], ApiKey], config: FilesConfig) -> None:
@@ -246,6 +240,12 @@ def add_file_routes(app: FastAPI, require_key: Callable[[Request], ApiKey], conf
             return await asyncio.to_thread(fn, store)
         except StoreUnavailable as exc:
             raise _unavailable(exc) from exc
+
+    async def tenant_file(request: Request, file_id: str, read: Callable[[FileStore, str], Any]) -> Any:
+        """`read(store, tenant)` for the caller's file `file_id`, or the file's 404 when it finds nothing."""
+        key = require_key(request)
+        return await found_or_404(file_id, is_file_id, lambda: store_call(
+            request, lambda store: read(store, key.tenant)), _not_found)
 
     upload_body = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
         "type": "object", "required": ["file", "purpose"],
@@ -291,16 +291,12 @@ def add_file_routes(app: FastAPI, require_key: Callable[[Request], ApiKey], conf
 
     @app.get(FILES_PATH + "/{file_id}", tags=["files"])
     async def retrieve_file(request: Request, file_id: str) -> dict[str, Any]:
-        key = require_key(request)
-        record = await found_or_404(file_id, is_file_id, lambda: store_call(
-            request, lambda store: store.get(key.tenant, file_id)), _not_found)
+        record = await tenant_file(request, file_id, lambda store, tenant: store.get(tenant, file_id))
         return record.openai()
 
     @app.get(FILES_PATH + "/{file_id}/content", tags=["files"])
     async def file_content(request: Request, file_id: str) -> StreamingResponse:
-        key = require_key(request)
-        record, stream = await found_or_404(file_id, is_file_id, lambda: store_call(
-            request, lambda store: store.open(key.tenant, file_id)), _not_found)
+        record, stream = await tenant_file(request, file_id, lambda store, tenant: store.open(tenant, file_id))
         quoted = urllib.parse.quote(record.filename, safe="")
         headers = {"Content-Length": str(record.bytes),
                    "Content-Disposition": f"attachment; filename*=UTF-8''{quoted}"}

@@ -30,7 +30,7 @@ from agent_rl.arbiter.file_routes import file_store_of
 from agent_rl.arbiter.files import FileRecord, FilesConfig, FileStore, StoreUnavailable, is_file_id
 from agent_rl.arbiter.gateway_wire import GatewayError, object_not_found, store_unavailable, too_deep_message
 from agent_rl.arbiter.keys import ApiKey
-from agent_rl.arbiter.tenant_objects import found_or_404, listing, page_limit, page_or_400
+from agent_rl.arbiter.tenant_objects import found_or_404, listing, opened_once, page_limit, page_or_400
 from agent_rl.environments.openai_jobs.rows import JobRow, Method
 from agent_rl.finetuning.checks import (
     JobRequest,
@@ -164,13 +164,7 @@ def add_job_routes(app: FastAPI, require_key: Callable[[Request], ApiKey], files
     lock = threading.Lock()
 
     def jobs_of(request: Request) -> JobStore:
-        store = getattr(request.app.state, "job_store", None)
-        if store is None:
-            with lock:
-                store = getattr(request.app.state, "job_store", None)
-                if store is None:
-                    store = request.app.state.job_store = JobStore.from_config(config)
-        return store
+        return opened_once(request, "job_store", lock, lambda: JobStore.from_config(config))
 
     async def store_call(request: Request, fn: Callable[[JobStore], Any]) -> Any:
         try:

@@ -1,15 +1,31 @@
 """What the Files API (file_routes.py) and the fine-tuning jobs API (job_routes.py) answer alike about a tenant's
-objects: one object by its id, and a page of them as OpenAI's list object. Written once so both APIs keep answering
-a missing object and another tenant's the same way."""
+objects: one object by its id, a page of them as OpenAI's list object, and the store they live in, opened on first
+use. Written once so both APIs keep answering a missing object and another tenant's the same way."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
+
+from fastapi import Request
 
 from agent_rl.arbiter.gateway_wire import GatewayError
 
 T = TypeVar("T")
+
+
+def opened_once(request: Request, attribute: str, lock: threading.Lock, open_store: Callable[[], T]) -> T:
+    """The store the app's state keeps as `attribute`, opened by the first request that needs it (once per worker
+    process, checked again under `lock`), so building the app opens nothing."""
+    store = getattr(request.app.state, attribute, None)
+    if store is None:
+        with lock:
+            store = getattr(request.app.state, attribute, None)
+            if store is None:
+                store = open_store()
+                setattr(request.app.state, attribute, store)
+    return store
 
 
 async def found_or_404(object_id: str, is_id: Callable[[str], bool], read: Callable[[], Awaitable[T | None]],
