@@ -8,15 +8,7 @@ from typing import Any
 
 from agent_rl.environments.email.tools import is_no_results
 from agent_rl.environments.hacking import (
-    Finding,
-    HackingConfig,
-    content_words,
-    example,
-    finding,
-    is_answered,
-    is_rewarded,
-    support_form,
-    tool_calls,
+    Finding, HackingConfig, content_words, example, finding, is_answered, is_rewarded, support_form, tool_calls,
 )
 
 
