@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 ENGINE_ENV = "AGENT_RL_ENGINE"
 VERSIONS_ENV = "AGENT_RL_ENGINE_VERSIONS"
 THREADS_ENV = "AGENT_RL_ENGINE_THREADS"  # cores the engine computes on (default: all)
-DTYPE_ENV = "AGENT_RL_ENGINE_DTYPE"  # bfloat16 (default) or float32 (token for token what our fp32 decoder gives)
+DTYPE_ENV = "AGENT_RL_ENGINE_DTYPE"  # auto (default), bfloat16 or float32 (token for token our fp32 decoder)
 EngineName = Literal["vllm", "torch"]
 BASE_NAME = "base"  # the served name of the base model itself (no adapter)
 
@@ -133,6 +133,21 @@ def versions_mode() -> Literal["merged", "adapters"]:
     return value  # type: ignore[return-value]
 
 
+def engine_dtype() -> str:
+    """The dtype the engine computes in: $AGENT_RL_ENGINE_DTYPE, else bf16 on a GPU and on CPUs that multiply bf16
+    faster than fp32 (AMX or AVX512_BF16, confirmed by agent/precision.py's measurement), fp32 on the rest. On 2
+    cores of an AMD EPYC with AVX2 only, torch multiplied bf16 at ~1 GFLOP/s against ~29 in fp32, and vLLM's bf16
+    engine fell behind its fp32 one (docs/experiments.md, 2026-11-29 evening): bf16 there is emulated."""
+    from agent_rl.agent.precision import resolve_dtype_name
+
+    requested = (os.environ.get(DTYPE_ENV) or "auto").strip().lower()
+    if requested != "auto":
+        return resolve_dtype_name(requested)
+    import torch
+
+    return resolve_dtype_name("auto", "cuda" if torch.cuda.is_available() else "cpu")
+
+
 class EngineConfig(BaseModel):
     """One engine process: the base model it holds and what it may serve at once."""
 
@@ -140,7 +155,7 @@ class EngineConfig(BaseModel):
 
     model: str = Field(min_length=1, description="checkpoint directory of the base model")
     dtype: Literal["bfloat16", "float32", "float16", "auto"] = Field(
-        "bfloat16", description="bf16: what the CPU's bf16 units run; held-out quality is checked against fp32 torch")
+        "bfloat16", description="bf16 where the hardware runs it fast (`engine_dtype()` chooses); fp32 elsewhere")
     max_model_len: PositiveInt = Field(8192, description="prompt + generation tokens of one request")
     lora: bool = Field(True, description="serve adapters on this engine (False: the checkpoint alone, faster on CPU)")
     max_lora_rank: Literal[8, 16, 32, 64, 128, 256] = Field(
@@ -550,9 +565,9 @@ def engine_policy(base_model: str | Path, adapters: list[str | Path], version: s
     tokenizer = AutoTokenizer.from_pretrained(path)
     if versions_mode() == "merged":
         checkpoint = merged_checkpoint(path, list(adapters)) if adapters else path
-        engine = shared_engine(checkpoint, lora=False, dtype=os.environ.get(DTYPE_ENV) or "bfloat16")
+        engine = shared_engine(checkpoint, lora=False, dtype=engine_dtype())
         return EnginePolicy(engine, tokenizer, version=version, settings=settings, owns="engine")
-    engine = shared_engine(path, dtype=os.environ.get(DTYPE_ENV) or "bfloat16")
+    engine = shared_engine(path, dtype=engine_dtype())
     name = None
     if adapters:
         name = adapter_name(version, adapters[-1])

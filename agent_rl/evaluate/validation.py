@@ -218,10 +218,10 @@ def _base_probe(base: Callable[[], Any], weights: str | None, items: list[ProbeI
 def _probe_key(items: list[ProbeItem] | None) -> str:
     """What a probe's answer depends on besides the weights: its questions and patterns, and how the model is served
     (the engine and its dtype: bf16 and fp32 may answer differently)."""
-    from agent_rl.agent.engine import DTYPE_ENV, ENGINE_ENV
+    from agent_rl.agent.engine import ENGINE_ENV, engine_dtype
 
     asked = [(i.question, list(i.expected)) for i in items] if items else "built-in"
-    served = [os.environ.get(ENGINE_ENV, ""), os.environ.get(DTYPE_ENV, "")]
+    served = [os.environ.get(ENGINE_ENV, ""), engine_dtype()]
     return hashlib.sha256(json.dumps([asked, served], default=str).encode()).hexdigest()
 
 

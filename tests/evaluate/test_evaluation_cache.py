@@ -77,6 +77,7 @@ def test_the_base_models_probe_is_measured_once_per_items_and_serving(tmp_path, 
         loads.append(1)
         return Answers()
 
+    monkeypatch.setenv(DTYPE_ENV, "float32")
     cache, log = EvaluationCache(tmp_path / "cache"), logging.getLogger("test")
     items = [ProbeItem(question="Capital of France?", expected=["paris"]),
              ProbeItem(question="Capital of Italy?", expected=["rome"])]
@@ -85,7 +86,7 @@ def test_the_base_models_probe_is_measured_once_per_items_and_serving(tmp_path, 
     assert validation._base_probe(base, weights, items, cache, 1, log) == 0.5
     assert len(loads) == 1
     validation._base_probe(base, weights, items[:1], cache, 1, log)  # other items: measured
-    monkeypatch.setenv(DTYPE_ENV, "float32")  # other serving precision: measured
+    monkeypatch.setenv(DTYPE_ENV, "bfloat16")  # other serving precision: measured
     validation._base_probe(base, weights, items, cache, 1, log)
     validation._base_probe(base, None, items, cache, 1, log)  # no fingerprint: never cached
     assert len(loads) == 4
