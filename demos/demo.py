@@ -48,9 +48,9 @@ from demos.run import (
 
 def replay(url: str, scenarios, n: int, concurrency: int, key_prefix: str, quiet: bool = False):
     from agent_rl.arbiter.replay import replay as replay_async
-    from agent_rl.arbiter.replay import select_scenarios
+    from agent_rl.arbiter.replay import select_tasks
 
-    chosen = select_scenarios(scenarios, None, n)
+    chosen = select_tasks(scenarios, None, n)
     summary = asyncio.run(replay_async(url, chosen, concurrency=concurrency, timeout_s=900, key_prefix=key_prefix))
     if not quiet:
         print(f"replayed {summary.sent}: ok {summary.ok}, per version {summary.per_version}, "

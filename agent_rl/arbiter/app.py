@@ -46,9 +46,9 @@ from agent_rl.arbiter.service import (
     ArbiterService,
     OutOfScope,
     PoolUnavailable,
-    ScenarioMismatch,
-    UnknownInbox,
-    UnknownScenario,
+    TaskMismatch,
+    UnknownContext,
+    UnknownTask,
 )
 from agent_rl.arbiter.text_checks import storable_keys_and_values, storable_text, visible_text
 from agent_rl.finetuning.serving import FineTunedModels
@@ -67,14 +67,16 @@ __all__ = ["ArbiterConfig", "create_app"]
 class AskRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    inbox: str = Field(min_length=1, max_length=320, description="address of the mailbox to answer from")
+    # On the wire the context is `inbox` and the task id `scenario_id` (the names callers already send).
+    context: str = Field(alias="inbox", min_length=1, max_length=320, description="address of the mailbox to answer from")
     question: str = Field(min_length=1, max_length=4000)
-    scenario_id: str | None = Field(
-        None, min_length=1, max_length=200, description="judge against this scenario (keys allowed to replay only)"
+    task_id: str | None = Field(
+        None, alias="scenario_id", min_length=1, max_length=200,
+        description="judge against this scenario (keys allowed to replay only)"
     )
     request_key: str | None = Field(None, min_length=1, max_length=200, description="same key, same policy version")
 
-    _check_text = field_validator("inbox", "question", "scenario_id", "request_key")(storable_text)
+    _check_text = field_validator("context", "question", "task_id", "request_key")(storable_text)
     _check_visible = field_validator("question")(visible_text)
 
 
@@ -443,18 +445,18 @@ def _add_episode_routes(app: FastAPI) -> None:
         key = _require_key(request, service)
         body = await _read_body(request, AskRequest)
         try:
-            served = await service.ask(key, body.inbox, body.question, body.scenario_id, body.request_key)
+            served = await service.ask(key, body.context, body.question, body.task_id, body.request_key)
         except OutOfScope as exc:
             raise ApiError(403, "forbidden", "this API key may not use the requested inbox",
                            log_detail=f"key {key.id!r} may not use the requested inbox") from exc
-        except UnknownInbox as exc:
-            raise ApiError(404, "unknown inbox", f"inbox {body.inbox!r} is not served by this arbiter",
+        except UnknownContext as exc:
+            raise ApiError(404, "unknown inbox", f"inbox {body.context!r} is not served by this arbiter",
                            log_detail="the requested inbox is not in the inbox store") from exc
-        except UnknownScenario as exc:
-            raise ApiError(404, "unknown scenario", f"scenario {body.scenario_id!r} is not known to this arbiter") from exc
-        except ScenarioMismatch as exc:
+        except UnknownTask as exc:
+            raise ApiError(404, "unknown scenario", f"scenario {body.task_id!r} is not known to this arbiter") from exc
+        except TaskMismatch as exc:
             raise ApiError(422, "scenario does not match inbox",
-                           f"scenario {body.scenario_id!r} belongs to another inbox than the one asked about") from exc
+                           f"scenario {body.task_id!r} belongs to another inbox than the one asked about") from exc
         except PolicyLoadError as exc:
             # Which policy failed, and why, is for the operators (it names specs and paths): the log has it.
             log.error("policy cannot be loaded for a request: %s", exc)

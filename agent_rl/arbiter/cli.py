@@ -29,8 +29,8 @@ def serve_command(
     host: Annotated[str, typer.Option(help="Interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port")] = 8700,
     pool_url: Annotated[Optional[str], typer.Option("--pool-url", help="Benchmark pool; default AGENT_RL_POOL_URL or AGENT_RL_HOME/pool.db")] = None,
-    inbox_url: Annotated[Optional[str], typer.Option("--inbox-url", help="Inbox store; default AGENT_RL_INBOX_URL or AGENT_RL_HOME/inbox.db")] = None,
-    scenarios: Annotated[Optional[Path], typer.Option(help="Scenarios JSONL for judging requests that name a scenario_id")] = None,
+    store_url: Annotated[Optional[str], typer.Option("--inbox-url", help="Inbox store; default AGENT_RL_INBOX_URL or AGENT_RL_HOME/inbox.db")] = None,
+    tasks_path: Annotated[Optional[Path], typer.Option("--scenarios", help="Scenarios JSONL for judging requests that name a scenario_id")] = None,
     env: Annotated[str, typer.Option("--env", envvar="AGENT_RL_ENV", help="Environment /v1/ask serves: email, support, or a plug-in import path 'package.module:Class'")] = "email",
     default_routing: Annotated[Optional[str], typer.Option("--default-routing", help='Weights while the routing table is empty, JSON, e.g. \'{"heuristic": 1}\'')] = None,
     batch_window_ms: Annotated[float, typer.Option(help="Wait this long to batch requests of one policy")] = 0.0,
@@ -52,7 +52,7 @@ def serve_command(
     from agent_rl.arbiter.keys import KeyConfigError, KeyRing
     from agent_rl.arbiter.server import default_workers, serve
 
-    options: dict = {"pool_url": pool_url, "inbox_url": inbox_url, "scenarios_path": scenarios, "environment": env,
+    options: dict = {"pool_url": pool_url, "store_url": store_url, "tasks_path": tasks_path, "environment": env,
                      "batch_window_ms": batch_window_ms, "api_keys_file": api_keys,
                      "gateway_idle_s": gateway_idle_s, "gateway_rate_per_s": gateway_rate_per_s,
                      "gateway_rate_burst": max(1, int(2 * gateway_rate_per_s))}
@@ -136,7 +136,7 @@ def replay_command(
     split: Annotated[Optional[str], typer.Option(help="Only scenarios of this split: train or test")] = None,
     n: Annotated[Optional[int], typer.Option(help="Number of requests (cycles through the scenarios); default one per scenario")] = None,
     concurrency: Annotated[int, typer.Option(help="Requests in flight at once")] = 16,
-    scenarios: Annotated[Optional[Path], typer.Option(help="Scenarios JSONL of an environment that reads one (email); default the scenarios asset's (AGENT_RL_HOME/artifacts/scenarios/all/scenarios.jsonl)")] = None,
+    tasks_path: Annotated[Optional[Path], typer.Option("--scenarios", help="Scenarios JSONL of an environment that reads one (email); default the scenarios asset's (AGENT_RL_HOME/artifacts/scenarios/all/scenarios.jsonl)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the summary as JSON")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar")] = True,
     api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="AGENT_RL_API_KEY", show_envvar=True, help="API key allowed to replay scenarios (better given through the environment)")] = None,
@@ -146,14 +146,14 @@ def replay_command(
     summary (sent, ok, errors by status, per-version counts)."""
     from tqdm import tqdm
 
-    from agent_rl.arbiter.replay import replay, select_scenarios
+    from agent_rl.arbiter.replay import replay, select_tasks
     from agent_rl.environments.core import EnvironmentError
     from agent_rl.records import Split
 
     if split is not None and split not in {s.value for s in Split}:
         raise typer.BadParameter(f"{split!r}: choose train or test", param_hint="--split")
     try:
-        chosen = select_scenarios(_replayable_tasks(env, scenarios), split, n)
+        chosen = select_tasks(_replayable_tasks(env, tasks_path), split, n)
     except (EnvironmentError, OSError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -179,13 +179,13 @@ def replay_command(
         raise typer.Exit(1)
 
 
-def _replayable_tasks(env: str, scenarios: Path | None) -> list:
+def _replayable_tasks(env: str, tasks_path: Path | None) -> list:
     """The tasks of `env` a replay may send, from the scenarios file when one is named (an environment that reads
     none refuses it rather than sending something else)."""
     from agent_rl.environments.core import EnvironmentError
     from agent_rl.environments.registry import accepted_options, load_environment
 
-    options = {"scenarios_path": str(scenarios)} if scenarios else {}
+    options = {"scenarios_path": str(tasks_path)} if tasks_path else {}
     if options and not accepted_options(env, options):
         raise EnvironmentError(env, "reads no scenarios file (--scenarios): it brings its own tasks")
     environment = load_environment(env, **options)

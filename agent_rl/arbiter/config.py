@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from agent_rl.agent.runner import RunnerConfig
 from agent_rl.arbiter.files import FilesConfig
@@ -17,7 +17,11 @@ class ArbiterConfig(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     pool_url: str | None = Field(None, description="benchmark pool; default AGENT_RL_POOL_URL or SQLite under AGENT_RL_HOME")
-    inbox_url: str | None = Field(None, description="inbox store; default AGENT_RL_INBOX_URL or SQLite under AGENT_RL_HOME")
+    # Settable as `inbox_url` too (its first name, kept for existing configurations).
+    store_url: str | None = Field(
+        None, validation_alias=AliasChoices("store_url", "inbox_url"),
+        description="the store of the world the environment's contexts live in, for an environment that takes one "
+                    "(the email assistant's inbox store); default AGENT_RL_INBOX_URL or SQLite under AGENT_RL_HOME")
     admin_token_env: str = Field(
         "AGENT_RL_ADMIN_TOKEN", description="environment variable holding the bearer token for routing changes"
     )
@@ -35,8 +39,11 @@ class ArbiterConfig(BaseModel):
     environment: str = Field(
         "email", description="the environment /v1/ask serves: 'email' (inboxes and scenarios) or a plug-in by name "
                              "or import path, whose tasks are the replayable references and whose contexts callers name")
-    scenarios_path: Path | None = Field(
-        None, description="JSONL of Scenario records; requests naming a scenario_id are judged against it"
+    # Settable as `scenarios_path` too (its first name, kept for existing configurations).
+    tasks_path: Path | None = Field(
+        None, validation_alias=AliasChoices("tasks_path", "scenarios_path"),
+        description="the replayable tasks' file, for an environment that reads one (the email assistant: JSONL of "
+                    "Scenario records); requests naming a scenario_id are judged against it"
     )
     batch_window_ms: float = Field(
         0.0, ge=0, le=1000, description="how long to wait for more requests of the same version before running a batch"

@@ -1,10 +1,10 @@
-"""Replay scenarios as traffic through a running arbiter, with bounded concurrency, and summarize what came back.
+"""Replay an environment's tasks as traffic through a running arbiter, with bounded concurrency, and summarize what
+came back.
 
-This is how the benchmark pool fills up without real users: each scenario becomes one
-`POST /v1/ask` (with its scenario_id, so the episode is judged), cycling through the scenarios
-when more requests than scenarios are asked for. The API key must be allowed to replay and to use
-the scenarios' inboxes; without that the arbiter serves the requests as unjudged live traffic or
-refuses them.
+This is how the benchmark pool fills up without real users: each replayable task (the email assistant's scenarios)
+becomes one `POST /v1/ask` (with its id as the wire's `scenario_id`, so the episode is judged), cycling through the
+tasks when more requests than tasks are asked for. The API key must be allowed to replay and to use the tasks'
+contexts; without that the arbiter serves the requests as unjudged live traffic or refuses them.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import httpx
 
-from agent_rl.records import Scenario, Split
+from agent_rl.records import Split
 
 API_KEY_ENV = "AGENT_RL_API_KEY"
 
@@ -50,9 +50,23 @@ class ReplaySummary:
         }
 
 
-def select_scenarios(scenarios: Sequence[Scenario], split: Split | str | None, n: int | None) -> list[Scenario]:
-    """The scenarios of `split` (all when None), repeated in order until there are `n` of them."""
-    chosen = [s for s in scenarios if split is None or s.split == Split(split)]
+class Replayable(Protocol):
+    """What a replay sends: an environment's `Task` (its `context` and `prompt`), or a record that carries them under
+    the email assistant's older names (`records.Scenario`: `inbox_id` and `question`)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def split(self) -> Split: ...
+
+
+ReplayableT = TypeVar("ReplayableT", bound=Replayable)
+
+
+def select_tasks(tasks: Sequence[ReplayableT], split: Split | str | None, n: int | None) -> list[ReplayableT]:
+    """The tasks of `split` (all when None), repeated in order until there are `n` of them."""
+    chosen = [t for t in tasks if split is None or t.split == Split(split)]
     if not chosen:
         raise ValueError(f"no scenarios{f' in split {split!r}' if split else ''} to replay")
     if n is None:
@@ -64,14 +78,14 @@ def select_scenarios(scenarios: Sequence[Scenario], split: Split | str | None, n
 
 async def replay(
     url: str,
-    scenarios: Sequence[Scenario],
+    tasks: Sequence[Replayable],
     concurrency: int = 16,
     timeout_s: float = 120.0,
     on_done: Callable[[bool], None] | None = None,
     key_prefix: str = "replay",
     api_key: str | None = None,
 ) -> ReplaySummary:
-    """Send one request per scenario (in order) with at most `concurrency` in flight; never raises on HTTP errors.
+    """Send one request per task (in order) with at most `concurrency` in flight; never raises on HTTP errors.
 
     `api_key` defaults to $AGENT_RL_API_KEY.
     """
@@ -90,12 +104,11 @@ async def replay(
     headers = {"Authorization": f"Bearer {api_key}"}
     async with httpx.AsyncClient(base_url=url.rstrip("/"), timeout=timeout_s, limits=limits, headers=headers) as client:
 
-        async def send(i: int, scenario: Scenario) -> None:
-            body = {
-                # A scenario of the email assistant, or a plug-in's task (its context and prompt).
-                "inbox": getattr(scenario, "context", None) or scenario.inbox_id,
-                "question": getattr(scenario, "prompt", None) or scenario.question,
-                "scenario_id": scenario.id,
+        async def send(i: int, task: Replayable) -> None:
+            body = {  # the wire's names: /v1/ask takes a context as `inbox` and a task id as `scenario_id`
+                "inbox": _field(task, "context", "inbox_id"),
+                "question": _field(task, "prompt", "question"),
+                "scenario_id": task.id,
                 # A distinct key per request spreads requests over the split like independent users.
                 "request_key": f"{key_prefix}-{i}",
             }
@@ -121,16 +134,22 @@ async def replay(
         # A fixed set of workers pulling the next index: bounded concurrency without one task per request.
         async def worker() -> None:
             nonlocal next_index
-            while next_index < len(scenarios):
+            while next_index < len(tasks):
                 i = next_index
                 next_index += 1
-                await send(i, scenarios[i])
+                await send(i, tasks[i])
 
         started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(min(concurrency, max(1, len(scenarios))))))
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, max(1, len(tasks))))))
         summary.elapsed_s = time.perf_counter() - started
 
     summary.errors_by_status = dict(statuses)
     summary.per_version = dict(versions)
     summary.outcomes = dict(outcomes)
     return summary
+
+
+def _field(task: Replayable, name: str, record_name: str) -> Any:
+    """A task's field, or the same field of a `records.Scenario` under its own name (when the task's is missing or
+    empty)."""
+    return getattr(task, name, None) or getattr(task, record_name)

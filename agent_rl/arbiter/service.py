@@ -35,23 +35,23 @@ from agent_rl.records import Episode
 
 log = logging.getLogger(__name__)
 
-INBOX_REFRESH_S = 2.0
+CONTEXT_REFRESH_S = 2.0
 
 
 class PoolUnavailable(RuntimeError):
     """The episode could not be written to the benchmark pool."""
 
 
-class UnknownInbox(LookupError):
-    pass
+class UnknownContext(LookupError):
+    """No context (for the email assistant: inbox) by that name in the served environment."""
 
 
-class UnknownScenario(LookupError):
-    """No scenario by that id that the caller may see (one outside its contexts reads the same)."""
+class UnknownTask(LookupError):
+    """No replayable task by that id that the caller may see (one outside its contexts reads the same)."""
 
 
-class ScenarioMismatch(ValueError):
-    pass
+class TaskMismatch(ValueError):
+    """The named task runs in another context than the one asked about."""
 
 
 class OutOfScope(PermissionError):
@@ -59,10 +59,10 @@ class OutOfScope(PermissionError):
 
 
 def serving_environment(config: ArbiterConfig) -> Environment:
-    """The environment /v1/ask serves, from the registry. The world and tasks the configuration names (inbox store,
-    scenarios file) go to an environment that takes them by those names (the email assistant); others bring their
-    own."""
-    named = {"store_url": config.inbox_url, "scenarios_path": config.scenarios_path}
+    """The environment /v1/ask serves, from the registry. The world store and tasks file the configuration names
+    go to an environment that takes them by the options `store_url` and `scenarios_path` (the email assistant: its
+    inbox store and scenarios file); others bring their own."""
+    named = {"store_url": config.store_url, "scenarios_path": config.tasks_path}
     options = {key: str(value) for key, value in named.items() if value}
     return load_environment(config.environment, **accepted_options(config.environment, options))
 
@@ -97,9 +97,9 @@ class ArbiterService:
         )
         self._stats_lock = threading.Lock()
         self.episodes_written = 0
-        self._inboxes: frozenset[str] = frozenset()
-        self._inboxes_at = float("-inf")
-        self._refresh_inboxes()
+        self._contexts: frozenset[str] = frozenset()
+        self._contexts_at = float("-inf")
+        self._refresh_contexts()
         self._warm_up()
         self.router.start_refreshing()  # requests then never wait for a routing read
 
@@ -115,9 +115,9 @@ class ArbiterService:
 
     # -- blocking helpers (run on executor threads) -------------------------------------------
 
-    def _refresh_inboxes(self) -> None:
-        self._inboxes = self.environment.contexts()
-        self._inboxes_at = time.monotonic()
+    def _refresh_contexts(self) -> None:
+        self._contexts = self.environment.contexts()
+        self._contexts_at = time.monotonic()
 
     def _run_batch(self, specs: list[str], tasks: list[Play]) -> tuple[list[Episode], float]:
         """Play a batch and commit its episodes in one transaction, on the same thread.
@@ -183,44 +183,45 @@ class ArbiterService:
     async def _blocking(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
-    async def check_inbox(self, inbox: str) -> None:
-        if inbox in self._inboxes:
+    async def check_context(self, context: str) -> None:
+        if context in self._contexts:
             return
-        # A mailbox ingested after start-up becomes servable, but unknown names don't hit the DB each time.
-        if time.monotonic() - self._inboxes_at >= INBOX_REFRESH_S:
-            await self._blocking(self._refresh_inboxes)
-        if inbox not in self._inboxes:
-            raise UnknownInbox(inbox)
+        # A context added after start-up (a mailbox ingested) becomes servable, but unknown names don't hit the
+        # world's store each time.
+        if time.monotonic() - self._contexts_at >= CONTEXT_REFRESH_S:
+            await self._blocking(self._refresh_contexts)
+        if context not in self._contexts:
+            raise UnknownContext(context)
 
-    def reference(self, key: ApiKey, inbox: str, question: str, scenario_id: str | None) -> Task | None:
+    def reference(self, key: ApiKey, context: str, question: str, task_id: str | None) -> Task | None:
         """The task to judge the episode against, or None: then it is live traffic without a reference.
 
-        A judged episode becomes a training label, so a scenario is honoured only for keys allowed to
-        replay, and only with the scenario's own question: anyone else naming a scenario (or a replay
-        asking something else under its name) would otherwise have an answer to their question stored
-        as the golden answer's `correct`. Callers that may not replay learn nothing about scenarios.
+        A judged episode becomes a training label, so a replayable task is honoured only for keys allowed to
+        replay, and only with the task's own prompt: anyone else naming a task (or a replay asking something
+        else under its id) would otherwise have an answer to their question stored as the reference answer's
+        `correct`. Callers that may not replay learn nothing about the tasks.
         """
-        if scenario_id is None or not key.replay:
+        if task_id is None or not key.replay:
             return None
-        task = self.tasks.get(scenario_id)
+        task = self.tasks.get(task_id)
         if task is None or not key.may_use(task.context):
-            raise UnknownScenario(scenario_id)
-        if task.context != inbox:
-            raise ScenarioMismatch(scenario_id)
+            raise UnknownTask(task_id)
+        if task.context != context:
+            raise TaskMismatch(task_id)
         return task if question == task.prompt else None
 
     async def ask(
-        self, key: ApiKey, inbox: str, question: str, scenario_id: str | None, request_key: str | None
+        self, key: ApiKey, context: str, question: str, task_id: str | None, request_key: str | None
     ) -> Served:
-        if not key.may_use(inbox):  # before any lookup: whether the inbox exists is not the caller's business
-            raise OutOfScope(inbox)
-        await self.check_inbox(inbox)
-        reference = self.reference(key, inbox, question, scenario_id)
+        if not key.may_use(context):  # before any lookup: whether the context exists is not the caller's business
+            raise OutOfScope(context)
+        await self.check_context(context)
+        reference = self.reference(key, context, question, task_id)
         version, spec = self.router.choose(request_key)
         if not self.policies.is_loaded(spec):
             await self._blocking(self.policies.get, spec)  # load once, off the loop; errors name the spec
         task = reference or Task(id=f"live-{uuid.uuid4().hex[:12]}", environment=self.environment.name,
-                                 context=inbox, prompt=question)  # live traffic: nothing to judge it against
+                                 context=context, prompt=question)  # live traffic: nothing to judge it against
         play = Play(task, policy_version=version, tenant=key.tenant)
         episode, seconds = await self.batcher.submit(spec, play, lane=self.lane_of(spec))
         return Served(episode=episode, episode_seconds=seconds)

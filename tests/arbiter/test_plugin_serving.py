@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from agent_rl.arbiter.config import ArbiterConfig
-from agent_rl.arbiter.replay import replay, select_scenarios
+from agent_rl.arbiter.replay import replay, select_tasks
 from agent_rl.arbiter.server import running_arbiter
 from agent_rl.environments.support import SupportEnvironment
 from agent_rl.pool import PoolRepository
@@ -40,7 +40,7 @@ def support_arbiter(sqlite_url, monkeypatch):
 def test_replayed_support_tasks_are_played_in_the_store_and_judged_by_its_state(support_arbiter):
     url, client, pool = support_arbiter
     env = SupportEnvironment()
-    tasks = select_scenarios(env.tasks(Split.TEST), None, None)
+    tasks = select_tasks(env.tasks(Split.TEST), None, None)
     summary = asyncio.run(replay(url, tasks, concurrency=4, api_key=API_TOKEN))
     assert summary.sent == summary.ok == len(tasks), summary.as_dict()
     stored = [pool.get(episode_id) for episode_id, _ in summary.answered]

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from agent_rl.arbiter.cli import app as arbiter_app
 from agent_rl.arbiter.cli import traffic_app
-from agent_rl.arbiter.replay import replay, select_scenarios
+from agent_rl.arbiter.replay import replay, select_tasks
 from arbiter_fixtures import API_TOKEN, arbiter, demo_world, start_arbiter  # noqa: F401  (pytest fixtures)
 
 ADMIN_TOKEN = "s3cret-admin-token-4f1c9a"  # set as AGENT_RL_ADMIN_TOKEN by the tests that need it
@@ -43,7 +43,7 @@ def test_ninety_ten_split_over_replayed_traffic(start_arbiter, demo_world, store
             specs={"champion": "heuristic", "challenger": 'heuristic:{"wrong_rate": 0.3, "seed": 1}'},
             weights={"champion": 0.9, "challenger": 0.1},
         )
-        scenarios = select_scenarios(demo_world.scenarios, "train", n)
+        scenarios = select_tasks(demo_world.scenarios, "train", n)
         summary = asyncio.run(replay(arbiter.url, scenarios, concurrency=8, api_key=API_TOKEN))
         counts = _check_pool(arbiter, summary, n)
     assert counts == summary.per_version
@@ -92,7 +92,7 @@ def test_tiny_local_policy_takes_ten_percent(start_arbiter, demo_world, monkeypa
             specs={"heuristic": "heuristic", "tiny": str(tiny)},
             weights={"heuristic": 0.9, "tiny": 0.1},
         )
-        summary = asyncio.run(replay(arbiter.url, select_scenarios(demo_world.scenarios, "test", n), concurrency=8,
+        summary = asyncio.run(replay(arbiter.url, select_tasks(demo_world.scenarios, "test", n), concurrency=8,
                                      api_key=API_TOKEN))
         counts = _check_pool(arbiter, summary, n)
     assert set(counts) == {"heuristic", "tiny"}
