@@ -229,7 +229,7 @@ class ArbiterService:
     async def feedback(self, key: ApiKey, episode_id: str, verdict: str) -> None:
         """Record a verdict on an episode of the key's tenant and contexts (any other reads as unknown)."""
         await self._blocking(
-            lambda: self.pool.record_feedback(episode_id, verdict, tenant=key.tenant, inbox_ids=key.context_filter())
+            lambda: self.pool.record_feedback(episode_id, verdict, tenant=key.tenant, contexts=key.context_filter())
         )
 
     async def routing(self) -> tuple[Routing, bool]:

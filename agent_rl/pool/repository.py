@@ -364,11 +364,11 @@ class PoolRepository:
             return {version: int(n) for version, n in conn.execute(stmt)}
 
     def record_feedback(
-        self, episode_id: str, verdict: str, tenant: str | None = None, inbox_ids: Collection[str] | None = None
+        self, episode_id: str, verdict: str, tenant: str | None = None, contexts: Collection[str] | None = None
     ) -> None:
         """Attach a user's verdict to an episode (a later verdict replaces an earlier one).
 
-        With `tenant` and/or `inbox_ids` only an episode of that tenant and those inboxes qualifies;
+        With `tenant` and/or `contexts` only an episode of that tenant and those contexts qualifies;
         any other is reported exactly like a missing one, so a caller learns nothing outside its scope.
         """
         if not isinstance(verdict, str) or not verdict.strip():
@@ -379,8 +379,8 @@ class PoolRepository:
         where = [c.episode_id == episode_id]
         if tenant is not None:
             where.append(c.tenant == tenant)
-        if inbox_ids is not None:
-            where.append(c.context.in_(sorted(inbox_ids)))
+        if contexts is not None:
+            where.append(c.context.in_(sorted(contexts)))
         stmt = update(schema.episodes).where(*where).values(feedback=verdict.strip(), feedback_at=utcnow())
         with self.engine.begin() as conn:
             if conn.execute(stmt).rowcount == 0:

@@ -59,7 +59,7 @@ def test_an_old_pool_is_upgraded_in_place_and_loses_nothing(store_url):
                                            task_category="refuse_by_policy", sources=[])])
         new = pool.get("ep-00001")
         assert (new.environment, new.context, new.task_category) == ("support", "store-1", "refuse_by_policy")
-        pool.record_feedback("old-1", "thumbs_down", inbox_ids=["jane1@example.com"])
+        pool.record_feedback("old-1", "thumbs_down", contexts=["jane1@example.com"])
         assert pool.get("old-1").feedback == "thumbs_down"
     finally:
         pool.close()
