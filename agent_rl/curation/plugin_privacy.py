@@ -1,6 +1,7 @@
-"""The privacy pass for a plug-in environment: the same Anonymizer and independent auditor as the email
-assistant's (privacy.py), fed by what the environment declares (`Environment.privacy()`), applied to the week's
-episodes, the environment's tasks and its world (`Environment.anonymized`).
+"""The privacy pass for a plug-in environment: the same Anonymizer and independent auditor (privacy.py's audit
+helpers) as the email assistant's (environments/email/privacy.py), fed by what the environment declares
+(`Environment.privacy()`), applied to the week's episodes, the environment's tasks and its world
+(`Environment.anonymized`).
 
 One Anonymizer for all three keeps pseudonyms consistent: a customer's surrogate name and email in an
 anonymized episode are the ones in the anonymized database, so a task replays to the same outcome. The auditor

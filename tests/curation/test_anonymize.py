@@ -213,7 +213,8 @@ def test_a_capitalised_particle_that_is_a_first_name_opens_a_name():
 def test_the_privacy_pass_catches_its_own_canaries_in_the_demo_world(demo_env, seed, monkeypatch):
     """The canaries a privacy pass plants depend on its input: these draws once leaked (1 in 300, 2 in 1,200 and
     1 in 600 of sweeps over seeds), and a leaked canary fails the pass's gate, so the weekly job registers nothing."""
-    from agent_rl.curation import leak_check, privacy
+    from agent_rl.curation import leak_check
+    from agent_rl.environments.email import privacy
     from agent_rl.environments.email.inbox.demo_world import public_terms_of
 
     planted = leak_check.plant_canaries

@@ -11,7 +11,7 @@ import pytest
 
 from agent_rl.curation.anonymize import AnonymizerConfig, episode_texts
 from agent_rl.curation.datasets import grpo_rows, sft_rows
-from agent_rl.curation.privacy import anonymize_partition
+from agent_rl.environments.email.privacy import anonymize_partition
 from agent_rl.records import Email, Scenario
 
 # Full names of varied origins, only ever written in bodies; none is in any header or among the surrogates.
@@ -222,7 +222,7 @@ def test_a_canary_shares_no_word_with_the_input_or_the_surrogates(demo_env):
     the input ("Creek" of a site's name) or of the surrogates ("Ramon") would make that word all over the output
     read as a leaked canary: a fast demo's week once failed no_pii_leak with 296 such findings."""
     from agent_rl.curation.leak_check import input_words, plant_canaries
-    from agent_rl.curation.privacy import email_texts, scenario_texts
+    from agent_rl.environments.email.privacy import email_texts, scenario_texts
     from agent_rl.curation.surrogates import FIRST_NAMES, LAST_NAMES
 
     texts = [*(t for e in demo_env.emails for t in email_texts(e)), *(t for s in demo_env.scenarios

@@ -61,13 +61,14 @@ def test_an_ingested_corpus_without_an_endpoint_is_refused(email, tmp_path):
 
 
 def test_the_email_privacy_pass_is_curations_email_pass(tmp_path):
-    """Same episodes, inbox and scenarios as `curation.privacy.anonymize_partition` called as the curation asset
-    called it: the directory from every inbox's headers, the demo world's public terms after the configured ones."""
+    """Same episodes, inbox and scenarios as `environments.email.privacy.anonymize_partition` called as the curation
+    asset called it: the directory from every inbox's headers, the demo world's public terms after the configured
+    ones."""
     from agent_rl.curation.anonymize import AnonymizerConfig
     from agent_rl.curation.datasets import load_jsonl
-    from agent_rl.curation.privacy import anonymize_partition
     from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
     from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
+    from agent_rl.environments.email.privacy import anonymize_partition
     from agent_rl.environments.email.inbox.demo_world import public_terms_of
 
     env = EmailEnvironment(store_url=f"sqlite:///{tmp_path / 'inbox.db'}", scenarios_path=str(tmp_path / "s.jsonl"))

@@ -1,7 +1,7 @@
 """The email assistant's privacy pass (`EmailEnvironment.privacy_pass`): its world is an inbox store, too large to
-copy whole and pickle, whose every header says who is a person. So it runs curation's email pass itself
-(`curation.privacy.anonymize_partition`: one Anonymizer over the episodes, the inboxes they and the scenarios
-touch, and the scenarios; the directory from every inbox's headers; a canary email planted in the world) and
+copy whole and pickle, whose every header says who is a person. So it runs its own pass (privacy.py's
+`anonymize_partition`: one Anonymizer over the episodes, the inboxes they and the scenarios touch, and the
+scenarios; the directory from every inbox's headers; a canary email planted in the world) and
 writes the anonymized inbox (`inbox.db`, replaced whole) and scenarios (`scenarios.jsonl`) where training and
 evaluation open them."""
 
@@ -11,10 +11,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agent_rl.curation.privacy import anonymize_partition
 from agent_rl.environments.core import AnonymizerConfig, WorldPrivacy
 from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.environments.email.inbox.store_interface import InboxStore
+from agent_rl.environments.email.privacy import anonymize_partition
 from agent_rl.jsonl import save_jsonl
 from agent_rl.records import Scenario
 

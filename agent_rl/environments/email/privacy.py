@@ -1,0 +1,101 @@
+"""The email assistant's privacy pass over its records: anonymize the episodes, the emails and the scenarios with
+one Anonymizer, then have curation's independent auditor (curation/leak_check.py) scan every record that will be
+written for original values. It lives here, not in curation, because only the email world has inboxes and
+scenarios; privacy_pass.py runs it over the whole inbox store and writes what it returns.
+
+One Anonymizer for all three keeps pseudonyms consistent between the trajectories, the inbox and the golden
+answers, so rewards computed on anonymized data stay valid. The auditor learns what is personal from the raw input
+by its own detectors, plus canaries this pass plants in its own input on every run (a canary email and episode,
+dropped again before anything is written): a miss fails the gate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent_rl.curation.anonymize import Anonymizer, build_directory, episode_texts
+from agent_rl.curation.leak_check import Finding, input_words, plant_canaries
+from agent_rl.curation.privacy import EPISODES_FILE, canary_seed, count_kinds, leak_auditor, scan_records
+from agent_rl.curation.surrogates import pseudonym_key
+from agent_rl.environments.core import AnonymizerConfig
+from agent_rl.records import Email, Scenario
+
+# Where the email world's records are written (assets/curation.py); findings name these.
+EMAILS_FILE = "anonymized_environment/inbox.db"
+SCENARIOS_FILE = "anonymized_environment/scenarios.jsonl"
+
+
+@dataclass
+class PrivacyResult:
+    episodes: list[dict[str, Any]]
+    emails: list[Email]
+    scenarios: list[Scenario]
+    report: dict[str, Any]
+    leaks: list[Finding] = field(default_factory=list)
+
+
+def email_texts(email: Email) -> list[str]:
+    return [email.inbox, email.sender, email.subject, email.body, *email.to, *email.cc, *email.bcc]
+
+
+def scenario_texts(scenario: Scenario) -> list[str]:
+    return [scenario.inbox_id, scenario.question, scenario.answer]
+
+
+def anonymize_partition(
+    episodes: list[dict[str, Any]],
+    emails: list[Email],
+    scenarios: list[Scenario],
+    canaries: list[str] | None = None,
+    config: AnonymizerConfig | None = None,
+    directory_emails: Iterable[Email] | None = None,
+    plant: bool = True,
+) -> PrivacyResult:
+    """Anonymized copies of everything training will see, with the independent leak scan over all of it.
+
+    `directory_emails` (default: `emails`) are the emails whose headers say who is a person: pass every
+    inbox of the store, so a name from another mailbox's headers is known here too. `canaries` are extra
+    values that must not survive; `plant` adds this pass's own canary email and episode.
+    """
+    config = config or AnonymizerConfig()
+    header_emails = list(directory_emails) if directory_emails is not None else list(emails)
+    directory = build_directory(header_emails)
+    anonymizer = Anonymizer(config, directory)
+    key = pseudonym_key(config.key.get_secret_value() if config.key else None)
+    planted = plant_canaries(canary_seed(key, episodes, (e.message_id for e in emails)), avoid=input_words(
+        [*(t for e in emails for t in email_texts(e)), *(t for e in episodes for t in episode_texts(e)),
+         *(t for s in scenarios for t in scenario_texts(s))])) if plant else None
+    work_emails = list(emails) + ([Email.model_validate(planted.email)] if planted else [])
+    work_episodes = list(episodes) + ([planted.episode] if planted else [])
+
+    anon_emails, anon_scenarios = anonymizer.anonymize_environment(work_emails, scenarios)
+    anon_episodes = anonymizer.anonymize_episodes(work_episodes)
+
+    auditor = leak_auditor(key, config.public_terms)
+    auditor.learn_headers([*header_emails, *work_emails])
+    for email in work_emails:
+        for text in email_texts(email):
+            auditor.learn_text(text)
+    for episode in work_episodes:
+        for text in episode_texts(episode):
+            auditor.learn_text(text)
+    for scenario in scenarios:
+        for text in scenario_texts(scenario):
+            auditor.learn_text(text)
+    auditor.add_literals([*(canaries or []), *(planted.values if planted else ())])
+
+    kept_episodes, leaks = scan_records(auditor, anon_episodes, EPISODES_FILE, "line", planted is not None)
+    kept_emails, email_leaks = scan_records(auditor, anon_emails, EMAILS_FILE, "row", planted is not None,
+                                            lambda email: email.model_dump(mode="json"))
+    leaks += email_leaks
+    for i, scenario in enumerate(anon_scenarios):
+        leaks += auditor.scan(SCENARIOS_FILE, f"line {i + 1}", scenario.model_dump(mode="json"))
+
+    report = {**anonymizer.privacy_report(), "directory_entries": len(directory.originals()),
+              "canaries": len(canaries or []), "planted_canaries": len(planted.values) if planted else 0,
+              "originals_known_to_check": len(auditor.parts) + len(auditor.addresses) + len(auditor.phones),
+              "records_scanned": len(anon_episodes) + len(anon_emails) + len(anon_scenarios),
+              "leaks": len(leaks), "leaks_by_kind": count_kinds(f.kind for f in leaks)}
+    return PrivacyResult(kept_episodes, kept_emails, anon_scenarios, report, leaks)
