@@ -241,6 +241,7 @@ def planted_scores(anonymizer, bodies: list[str], planted: list[list], outputs: 
 
 def run_planted(n_bodies: int, seed: int) -> dict:
     from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, build_directory
+    from agent_rl.environments.email.privacy import anonymize_world
     from agent_rl.records import Email
 
     bodies, planted = build_planted(n_bodies, seed)
@@ -250,7 +251,7 @@ def run_planted(n_bodies: int, seed: int) -> dict:
               for i, b in enumerate(bodies)]
     anonymizer = Anonymizer(AnonymizerConfig(key="bench-planted-key"), build_directory(emails))
     t = time.perf_counter()
-    out_emails, _ = anonymizer.anonymize_environment(emails, [])
+    out_emails, _ = anonymize_world(anonymizer, emails, [])
     seconds = time.perf_counter() - t
     table = planted_scores(anonymizer, bodies, planted, [e.body for e in out_emails])
     parts = {p.lower() for items in planted for kind, _v, ps in items if kind == "PERSON" for p in ps}

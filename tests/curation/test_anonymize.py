@@ -11,6 +11,7 @@ from agent_rl.curation.anonymize import (
     scan_for_leaks,
 )
 from agent_rl.curation.surrogates import Surrogates, luhn_valid
+from agent_rl.environments.email.privacy import anonymize_world
 from agent_rl.records import Category, Email
 
 
@@ -22,7 +23,7 @@ def directory(demo_env):
 @pytest.fixture(scope="module")
 def anonymized(demo_env, directory):
     anonymizer = Anonymizer(AnonymizerConfig(key="test-key"), directory)
-    emails, scenarios = anonymizer.anonymize_environment(demo_env.emails, demo_env.scenarios)
+    emails, scenarios = anonymize_world(anonymizer, demo_env.emails, demo_env.scenarios)
     episodes = anonymizer.anonymize_episodes(demo_env.episodes)
     return anonymizer, emails, scenarios, episodes
 
@@ -234,7 +235,7 @@ def test_the_demo_worlds_places_departments_and_sites_survive_while_its_people_d
     terms = public_terms_of({e.inbox for e in demo_env.emails})
     assert terms == public_terms() and public_terms_of(["jeff.skilling@enron.com"]) == ()
     a = Anonymizer(AnonymizerConfig(key="test-key", public_terms=terms), directory)
-    _, scenarios = a.anonymize_environment(demo_env.emails, demo_env.scenarios)
+    _, scenarios = anonymize_world(a, demo_env.emails, demo_env.scenarios)
     pairs = list(zip(demo_env.scenarios, scenarios))  # ids lose the names inside them: pair by position
     locations = [(o, s) for o, s in pairs if s.category == Category.LOCATION]
     assert locations and all(s.answer == o.answer for o, s in locations)

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_rl.curation.anonymize import Anonymizer, build_directory, episode_texts
+from agent_rl.curation.anonymize import Anonymizer, RecordLayout, build_directory, episode_texts
 from agent_rl.curation.leak_check import Finding, input_words, plant_canaries
 from agent_rl.curation.privacy import EPISODES_FILE, canary_seed, count_kinds, leak_auditor, scan_records
 from agent_rl.curation.surrogates import pseudonym_key
@@ -26,6 +26,13 @@ from agent_rl.records import Email, Scenario
 EMAILS_FILE = "anonymized_environment/inbox.db"
 SCENARIOS_FILE = "anonymized_environment/scenarios.jsonl"
 
+# Which fields of the email world's records hold personal data: an email's headers and text (message ids, folders and
+# file paths such as `<...phillip.allen@enron.com>` and `allen-p/...` keep their shape), a scenario's question,
+# answer and inbox (its id and source email ids keep theirs).
+EMAIL_LAYOUT = RecordLayout(texts=("inbox", "subject", "sender", "body"), text_lists=("to", "cc", "bcc"),
+                            ids=("message_id", "folder", "file"))
+SCENARIO_LAYOUT = RecordLayout(texts=("question", "answer", "inbox_id", "inbox"), ids=("id", "source_ids"))
+
 
 @dataclass
 class PrivacyResult:
@@ -34,6 +41,13 @@ class PrivacyResult:
     scenarios: list[Scenario]
     report: dict[str, Any]
     leaks: list[Finding] = field(default_factory=list)
+
+
+def anonymize_world(anonymizer: Anonymizer, emails: list[Email], scenarios: list[Scenario]
+                    ) -> tuple[list[Email], list[Scenario]]:
+    """The inbox and its scenarios in one pass of `anonymizer`, so every name they share maps the same way."""
+    anon_emails, anon_scenarios = anonymizer.anonymize_records([(emails, EMAIL_LAYOUT), (scenarios, SCENARIO_LAYOUT)])
+    return anon_emails, anon_scenarios
 
 
 def email_texts(email: Email) -> list[str]:
@@ -70,7 +84,7 @@ def anonymize_partition(
     work_emails = list(emails) + ([Email.model_validate(planted.email)] if planted else [])
     work_episodes = list(episodes) + ([planted.episode] if planted else [])
 
-    anon_emails, anon_scenarios = anonymizer.anonymize_environment(work_emails, scenarios)
+    anon_emails, anon_scenarios = anonymize_world(anonymizer, work_emails, scenarios)
     anon_episodes = anonymizer.anonymize_episodes(work_episodes)
 
     auditor = leak_auditor(key, config.public_terms)
