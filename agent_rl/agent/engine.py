@@ -136,7 +136,7 @@ def versions_mode() -> Literal["merged", "adapters"]:
 def engine_dtype() -> str:
     """The dtype the engine computes in: $AGENT_RL_ENGINE_DTYPE, else bf16 on a GPU and on CPUs that multiply bf16
     faster than fp32 (AMX or AVX512_BF16, confirmed by agent/precision.py's measurement), fp32 on the rest. On 2
-    cores of an AMD EPYC with AVX2 only, torch multiplied bf16 at ~1 GFLOP/s against ~29 in fp32, and vLLM's bf16
+    cores of an AMD EPYC with AVX2 only, torch multiplied bf16 at ~1 GFLOP/s against ~100 in fp32, and vLLM's bf16
     engine fell behind its fp32 one (docs/experiments.md, 2026-11-29 evening): bf16 there is emulated."""
     from agent_rl.agent.precision import resolve_dtype_name
 

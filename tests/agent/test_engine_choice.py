@@ -41,7 +41,7 @@ def test_auto_without_vllm_is_our_decoder_and_asking_for_it_says_so(monkeypatch)
 
 
 def test_the_engine_computes_in_bf16_only_where_the_hardware_runs_it_fast(monkeypatch):
-    """bf16 on a CPU without AMX or AVX512_BF16 is emulated (~30x slower than fp32 on an AVX2-only EPYC): the engine
+    """bf16 on a CPU without AMX or AVX512_BF16 is emulated (~80x slower than fp32 on an AVX2-only EPYC): the engine
     serves fp32 there, bf16 where the CPU multiplies it faster; an explicit choice wins."""
     from agent_rl.agent import precision
     from agent_rl.agent.engine import DTYPE_ENV, engine_dtype

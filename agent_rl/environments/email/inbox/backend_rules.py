@@ -11,8 +11,8 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any
 from email.utils import parseaddr
+from typing import Any
 
 from agent_rl.environments.email.inbox.store_interface import SearchQuery
 from agent_rl.records import Email
