@@ -25,6 +25,16 @@ class RecordLayout:
     text_lists: tuple[str, ...] = ()
     ids: tuple[str, ...] = ()
 
+    def texts_of(self, record: Any) -> list[str]:
+        """The record's free texts as this layout names them (its texts, then its lists' items): what a leak
+        auditor learns personal values from, so it reads exactly the fields the anonymizer rewrites."""
+        get = record.get if isinstance(record, Mapping) else lambda name: getattr(record, name, None)
+        texts = [value for value in map(get, self.texts) if isinstance(value, str)]
+        for value in map(get, self.text_lists):
+            if isinstance(value, (list, tuple)):
+                texts += [item for item in value if isinstance(item, str)]
+        return texts
+
 
 class RecordWalker:
     """The Anonymizer's record walkers (a mixin: it needs the Anonymizer's `_detect`, `_render`, `config` and

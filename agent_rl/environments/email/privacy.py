@@ -51,11 +51,11 @@ def anonymize_world(anonymizer: Anonymizer, emails: list[Email], scenarios: list
 
 
 def email_texts(email: Email) -> list[str]:
-    return [email.inbox, email.sender, email.subject, email.body, *email.to, *email.cc, *email.bcc]
+    return EMAIL_LAYOUT.texts_of(email)
 
 
 def scenario_texts(scenario: Scenario) -> list[str]:
-    return [scenario.inbox_id, scenario.question, scenario.answer]
+    return SCENARIO_LAYOUT.texts_of(scenario)
 
 
 def anonymize_partition(
