@@ -224,8 +224,8 @@ def anonymization(context: dg.AssetExecutionContext, inbox_store: InboxStoreReso
     try:
         # An environment whose world the loop cannot copy whole runs the pass itself and writes its world here (the
         # email assistant's inbox store); it trains alone. Any other goes through the loop's pass below.
-        own = (envs[0].privacy_pass(episodes, AnonymizedEnvironment(partition).folder, curation.canaries,
-                                    curation.anonymizer()) if len(envs) == 1 else None)
+        own = (envs[0].world().anonymize(episodes, AnonymizedEnvironment(partition).folder, curation.canaries,
+                                         curation.anonymizer()) if len(envs) == 1 else None)
         if own is None:
             yield from _anonymize_plugin(partition, episodes, envs, curation)
             return

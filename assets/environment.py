@@ -1,6 +1,6 @@
 """The environment the agent acts in: its world (`inbox`: the email assistant's inbox store, nothing for a plug-in
 whose world comes with it) and its tasks (`scenarios`: questions with golden answers). Both ask the environment
-(`Environment.build_world`, `build_tasks`); the asset names are the lineage every run's graph has always had."""
+(`World.build`, `World.build_tasks`); the asset names are the lineage every run's graph has always had."""
 
 
 from collections import Counter
@@ -15,7 +15,7 @@ from resources.stores import InboxStoreResource
 
 
 class CorpusConfig(dg.Config):
-    """The world's settings, passed to the environment's `build_world` and `build_tasks` (each takes what it uses:
+    """The world's settings, passed to the environment's world (`World.build`, `World.build_tasks`) (each takes what it uses:
     the email assistant all of them, a plug-in whose world comes with it none). The demo corpus is generated from
     a seed, so its scenarios can be regenerated without reading it back."""
 
@@ -44,7 +44,7 @@ def _built(environment: EnvironmentResource, inbox_store: InboxStoreResource, bu
     try:
         for env in envs:
             try:
-                meta.update(getattr(env, build)(**config.model_dump()))
+                meta.update(getattr(env.world(), build)(**config.model_dump()))
             except ValueError as exc:  # the options cannot build this world: say so, not a stack trace
                 raise dg.Failure(f"environment {env.name!r}: {exc}") from exc
     finally:
@@ -59,7 +59,7 @@ def inbox(context: dg.AssetExecutionContext, config: CorpusConfig, inbox_store: 
           environment: EnvironmentResource):
     if not environment.capabilities.world:
         return dg.MaterializeResult(metadata={"environment": environment.name, "inboxes": 0, "note": NO_WORLD})
-    envs, meta = _built(environment, inbox_store, "build_world", config)
+    envs, meta = _built(environment, inbox_store, "build", config)
     if not meta:
         return dg.MaterializeResult(metadata={"environment": ", ".join(e.name for e in envs), "inboxes": 0,
                                               "note": "the world comes with the environment: nothing to build"})

@@ -11,8 +11,9 @@ from agent_rl.environments.core import (
     StoredWorld,
     Task,
     Trajectory,
+    World,
     WorldPrivacy,
 )
 
 __all__ = ["Capabilities", "Environment", "EnvironmentError", "FinalAnswer", "Judgement", "PrivacySpec", "ProbeItem",
-           "StoredWorld", "Task", "Trajectory", "WorldPrivacy"]
+           "StoredWorld", "Task", "Trajectory", "World", "WorldPrivacy"]

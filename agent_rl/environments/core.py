@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import inspect
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -108,7 +109,7 @@ ID_KEYS = ("id", "message_id", "citations", "sources", "source_ids", "scenario_i
 
 
 class AnonymizerConfig(BaseModel):
-    """Curation's anonymizer settings (agent_rl/curation/anonymize.py), handed to an environment's own `privacy_pass`:
+    """Curation's anonymizer settings (agent_rl/curation/anonymize.py), handed to a world's own `World.anonymize`:
     what to look for and how; the key comes from AGENT_RL_PSEUDONYM_KEY unless given here."""
 
     model_config = ConfigDict(frozen=True)
@@ -132,7 +133,7 @@ class AnonymizerConfig(BaseModel):
 
 @dataclass
 class WorldPrivacy:
-    """What an environment's own privacy pass (`Environment.privacy_pass`) gives curation: the anonymized episodes,
+    """What a world's own privacy pass (`World.anonymize`) gives curation: the anonymized episodes,
     the privacy report and the auditor's findings (the blocking gate reads them), and what it wrote of its world."""
 
     episodes: list[dict[str, Any]]
@@ -161,10 +162,99 @@ class Capabilities:
 
 @dataclass
 class StoredWorld:
-    """The anonymized world an environment's own `privacy_pass` wrote under a folder, as the loop opens it again."""
+    """The anonymized world an environment's own `World.anonymize` wrote under a folder, as the loop opens it again."""
 
     environment: Environment  # reopened on that world: its tasks are the anonymized ones (GRPO rows, validation)
     store_url: str  # the store GRPO's training process rolls out in (staged for a pod like any other input)
+
+
+class World:
+    """Where an environment's tasks run, when the environment object does not carry it whole (the email assistant's
+    inbox store: built from a corpus, too large to copy): built before anything plays, anonymized whole with the
+    week's episodes, reopened for GRPO and validation. `Environment.world()` returns it. Every default means "the
+    world comes with the environment": nothing to build, the loop's privacy pass over `Environment.privacy()` and
+    `anonymized()`, the saved copy reopened, the loop's GRPO rows and rollouts."""
+
+    # True for a world that is a store of its own (the email assistant's), anonymized whole and rolled out in
+    # alone, or none to share (the gateway's live traffic): a run that trains it trains nothing else.
+    trains_alone: bool = False
+
+    def build(self, **options: Any) -> dict[str, Any]:
+        """Build the world the tasks run in (a store filled from a corpus) before anything plays in it; `options`
+        are the run's world settings (a seed, a corpus to ingest), each taken by the worlds that use it. Returns
+        what was built, for the run's metadata."""
+        return {}
+
+    def build_tasks(self, **options: Any) -> dict[str, Any]:
+        """Write the tasks `Environment.tasks(split)` gives from the world `build` built (generated questions with
+        their answers), with the same `options`; returns what was written, for the run's metadata."""
+        return {}
+
+    def anonymize(self, episodes: list[dict[str, Any]], out_dir: Path, canaries: list[str],
+                  config: AnonymizerConfig) -> WorldPrivacy | None:
+        """Curation's privacy pass run by the world itself, for one the loop cannot copy whole: anonymize the
+        week's episodes with the world under one set of pseudonyms, audit both, write the anonymized world under
+        `out_dir` and return the rest. None: the loop's pass (curation/plugin_privacy.py)."""
+        return None
+
+    def reopen(self, out_dir: Path) -> StoredWorld | None:
+        """The anonymized world `anonymize` wrote under `out_dir` and the environment reopened on it, for GRPO and
+        validation to play what curation left. None: the loop reopens the copy it saved (`environments.worlds`)."""
+        return None
+
+    def grpo_rows(self, tasks: list[Task]) -> list[dict[str, Any]] | None:
+        """GRPO rows for `tasks` in the shape this world's own `rollout_factory` reads (its rollouts'
+        `reset(**row)`). None: the loop's rows, each carrying its task (train/plugin_rollouts.task_rows)."""
+        return None
+
+    def rollout_factory(self, max_turns: int) -> Callable[[], Any] | None:
+        """TRL's `environment_factory` for GRPO rollouts of this world's rows, if it has its own: objects with
+        `reset(**row)`, the tools as public methods, and `_observe(completion)` giving an
+        `agent_rl.environments.rollouts.JudgedRollout`. None: the loop's rollouts over `Environment.open`, judged
+        by `Environment.judge` (train/plugin_rollouts.py)."""
+        return None
+
+
+# The world hooks an environment class declared itself before `World` gathered them: name -> World method.
+LEGACY_WORLD_HOOKS = {"build_world": "build", "build_tasks": "build_tasks", "privacy_pass": "anonymize",
+                      "stored_world": "reopen", "grpo_rows": "grpo_rows", "rollout_factory": "rollout_factory"}
+
+
+class _EnvironmentHooks(World):
+    """The world of a plug-in written before `World`: its environment's own hooks (and `trains_alone`), each one it
+    defines called in place of World's default. Kept for one release."""
+
+    def __init__(self, environment: Environment) -> None:
+        self._environment = environment
+        self.trains_alone = bool(getattr(environment, "trains_alone", False))
+
+    def _hook(self, name: str) -> Callable[..., Any] | None:
+        return getattr(self._environment, name, None)
+
+    def build(self, **options: Any) -> dict[str, Any]:
+        hook = self._hook("build_world")
+        return hook(**options) if hook else {}
+
+    def build_tasks(self, **options: Any) -> dict[str, Any]:
+        hook = self._hook("build_tasks")
+        return hook(**options) if hook else {}
+
+    def anonymize(self, episodes: list[dict[str, Any]], out_dir: Path, canaries: list[str],
+                  config: AnonymizerConfig) -> WorldPrivacy | None:
+        hook = self._hook("privacy_pass")
+        return hook(episodes, out_dir, canaries, config) if hook else None
+
+    def reopen(self, out_dir: Path) -> StoredWorld | None:
+        hook = self._hook("stored_world")
+        return hook(out_dir) if hook else None
+
+    def grpo_rows(self, tasks: list[Task]) -> list[dict[str, Any]] | None:
+        hook = self._hook("grpo_rows")
+        return hook(tasks) if hook else None
+
+    def rollout_factory(self, max_turns: int) -> Callable[[], Any] | None:
+        hook = self._hook("rollout_factory")
+        return hook(max_turns) if hook else None
 
 
 class EnvironmentError(RuntimeError):  # noqa: A001 - the loop's own error for a broken plug-in
@@ -185,10 +275,6 @@ class Environment(abc.ABC):
     system_prompt: ClassVar[str] = ""
     # Lowest and highest reward the judge gives: curation quarantines episodes outside it as corrupt.
     reward_range: ClassVar[tuple[float, float]] = (-2.0, 1.5)
-    # True for an environment whose world is a store of its own (the email assistant's inbox store): its privacy pass
-    # sees the whole week with its world, and GRPO plays it alone on that store with its own rows, so a run that
-    # trains it trains nothing else.
-    trains_alone: ClassVar[bool] = False
     # True for a chat agent whose reply in words is its answer (an OpenAI fine-tuning job's rows): a turn with no
     # tool call ends the episode with that text as its FinalAnswer instead of breaking the format, and the
     # session may offer no tools at all.
@@ -255,43 +341,16 @@ class Environment(abc.ABC):
         anonymized task still plays to the same outcome. Default: the world holds no personal data."""
         return self
 
-    def privacy_pass(self, episodes: list[dict[str, Any]], out_dir: Path, canaries: list[str],
-                     config: AnonymizerConfig) -> WorldPrivacy | None:
-        """Curation's privacy pass run by the environment itself, for a world the loop cannot copy whole: anonymize
-        the week's episodes with the world under one set of pseudonyms, audit both, write the anonymized world
-        under `out_dir` and return the rest. Default None: the loop's pass over `privacy()` and `anonymized()`,
-        with the anonymized copy saved for training (curation/plugin_privacy.py)."""
-        return None
-
-    def stored_world(self, out_dir: Path) -> StoredWorld | None:
-        """Where the anonymized world this environment's `privacy_pass` wrote under `out_dir` lives, and the
-        environment reopened on it, for GRPO and validation to play what curation left. Default None: the loop
-        saved the anonymized copy itself (`environments.worlds`) and reopens that."""
-        return None
-
-    def grpo_rows(self, tasks: list[Task]) -> list[dict[str, Any]] | None:
-        """GRPO rows for `tasks` in the shape this environment's own `rollout_factory` reads (its rollouts'
-        `reset(**row)`). Default None: the loop's rows, each carrying its task (train/plugin_rollouts.task_rows)."""
-        return None
-
-    def build_world(self, **options: Any) -> dict[str, Any]:
-        """Build the world the tasks run in (a store filled from a corpus) before anything plays in it; `options`
-        are the run's world settings (a seed, a corpus to ingest), each taken by the environments that use it.
-        Returns what was built, for the run's metadata. Default: the world comes with the environment."""
-        return {}
-
-    def build_tasks(self, **options: Any) -> dict[str, Any]:
-        """Write the tasks `tasks(split)` gives from the world `build_world` built (generated questions with their
-        answers), with the same `options`; returns what was written, for the run's metadata. Default: the tasks
-        come with the environment."""
-        return {}
-
-    def rollout_factory(self, max_turns: int) -> Callable[[], Any] | None:
-        """TRL's `environment_factory` for GRPO rollouts of this environment's rows, if it has its own: objects with
-        `reset(**row)`, the tools as public methods, and `_observe(completion)` giving an
-        `agent_rl.environments.rollouts.JudgedRollout` (one whose `rubric` is set is scored by the rubric's reward
-        groups). Default None: the loop's rollouts over `open`, judged by `judge` (train/plugin_rollouts.py)."""
-        return None
+    def world(self) -> World:
+        """Where the tasks run, when the environment does not carry it whole (a store built from a corpus, its own
+        privacy pass, its own GRPO rows and rollouts): see `World`. Default: the world comes with the environment."""
+        legacy = sorted(name for name in [*LEGACY_WORLD_HOOKS, "trains_alone"] if hasattr(type(self), name))
+        if legacy:
+            warnings.warn(f"environment {self.name!r} defines {', '.join(legacy)} on the environment: return a "
+                          f"World from world() instead (the environment-level hooks go in the next release)",
+                          DeprecationWarning, stacklevel=2)
+            return _EnvironmentHooks(self)
+        return World()
 
     def teacher(self) -> Policy | None:
         """A policy that plays the tasks well (seeding a pool before any model is trained), if there is one."""

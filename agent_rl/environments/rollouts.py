@@ -5,7 +5,7 @@ bookkeeping reads, and the dataset row's query date.
 TRL 1.16 `GRPOTrainer(environment_factory=...)` makes one rollout object per generation, calls `reset(**row)` with
 the dataset row, offers its public methods as tools and hands the objects to the reward functions, which call
 `_observe(completion)` for a `JudgedRollout`. An environment offers its own factory through
-`Environment.rollout_factory`; without one the loop builds it from the session type (train/plugin_rollouts.py).
+`World.rollout_factory`; without one the loop builds it from the session type (train/plugin_rollouts.py).
 """
 
 from __future__ import annotations

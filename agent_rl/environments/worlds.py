@@ -4,7 +4,7 @@ Curation builds the anonymized copy of a plug-in (`Environment.anonymized`) once
 another process (Dagster Pipes, Kubernetes) and must roll out in exactly that copy, not in the raw world. The
 copy is saved with pickle: it is written and read only by the pipeline's own steps on the artifact store, never
 taken from users or the network. An environment whose world is a store of its own writes the anonymized copy
-itself (`Environment.privacy_pass`) and says where it lives (`Environment.stored_world`); `reopen` gives either
+itself (`World.anonymize`) and says where it lives (`World.reopen`); `reopen` gives either
 kind back to GRPO's rows and validation.
 """
 
@@ -76,9 +76,9 @@ def saved_tasks(out_dir: str | Path) -> list[Task]:
 
 
 def stored_world(environments: list[Environment], out_dir: str | Path) -> StoredWorld | None:
-    """The anonymized world a run's environment wrote itself under `out_dir` (`Environment.stored_world`): only
-    an environment that trains alone runs its own privacy pass, so only a run of one has such a world."""
-    return environments[0].stored_world(Path(out_dir)) if len(environments) == 1 else None
+    """The anonymized world a run's environment wrote itself under `out_dir` (`World.reopen`): only a world that
+    trains alone runs its own privacy pass, so only a run of one has such a world."""
+    return environments[0].world().reopen(Path(out_dir)) if len(environments) == 1 else None
 
 
 @dataclass
@@ -91,7 +91,7 @@ class AnonymizedWorld:
 
 def reopen(environments: list[Environment], out_dir: str | Path) -> list[AnonymizedWorld]:
     """The run's environments on the anonymized worlds curation left under `out_dir`, with their tasks of every
-    split: the world an environment's own privacy pass wrote (`stored_world`), else the copies the loop saved
+    split: the world an environment's own privacy pass wrote (`World.reopen`), else the copies the loop saved
     with the tasks it anonymized. GRPO's rows and validation play these, never the raw world; close each
     environment when done."""
     stored = stored_world(environments, out_dir)

@@ -1,6 +1,6 @@
 """Where GRPO's training process finds the run's anonymized worlds: the stage config entries that name them. The
 rollouts themselves live with the environments: the shared pieces in `agent_rl.environments.rollouts` (plug-ins may
-import them), an environment's own behind `Environment.rollout_factory`."""
+import them), a world's own behind `World.rollout_factory`."""
 
 from __future__ import annotations
 

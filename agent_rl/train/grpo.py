@@ -414,7 +414,7 @@ def _report(result: GRPOResult, stage: Any, max_completion_length: int, group_na
 
 def _plugin_environments(environment: Any) -> tuple[list, str | None]:
     """The plug-ins GRPO rolls out in with the loop's task rows, and the spec of an environment given that trains
-    alone instead (`Environment.trains_alone`: played on `inbox_store_url` with its own rows; no plug-ins then)."""
+    alone instead (`World.trains_alone`: played on `inbox_store_url` with its own rows; no plug-ins then)."""
     from agent_rl.environments.registry import load_environment
 
     if environment is None:
@@ -422,7 +422,7 @@ def _plugin_environments(environment: Any) -> tuple[list, str | None]:
     many = list(environment) if isinstance(environment, (list, tuple)) else [environment]
     loaded = [load_environment(e) if isinstance(e, str) else e for e in many]
     names = [e.name for e in loaded]
-    alone = [e for e in loaded if e.trains_alone]
+    alone = [e for e in loaded if e.world().trains_alone]
     if alone and len(loaded) == 1:
         return [], many[0] if isinstance(many[0], str) else loaded[0].name
     if alone:
@@ -434,7 +434,7 @@ def _plugin_environments(environment: Any) -> tuple[list, str | None]:
 
 
 def _factory(played: list, max_turns: int) -> Any:
-    """TRL's environment_factory: the environment's own rollouts (`Environment.rollout_factory`) or the loop's
+    """TRL's environment_factory: its world's own rollouts (`World.rollout_factory`) or the loop's
     plug-in rollouts; several environments by name."""
     if len(played) == 1:
         return rollout_factory(played[0], max_turns)

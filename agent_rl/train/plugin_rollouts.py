@@ -2,7 +2,7 @@
 methods are the tools and whose `reset(**row)` binds it to a dataset row. `rollout_class(env)` builds that class
 from the environment's session type: each tool delegates to a fresh session `env.open(task)` per row (so writes
 never leak between rollouts), and the finished rollout is judged by the environment's own judge, the same one the
-episode runner uses. This is the default of `Environment.rollout_factory`: an environment that offers its own
+episode runner uses. This is the default of `World.rollout_factory`: an environment whose world offers its own
 (the email assistant, scored by the rubric's groups) is rolled out in that instead.
 """
 
@@ -34,9 +34,9 @@ def task_rows(environment: Environment, tasks: list[Task]) -> list[dict[str, Any
 
 def training_rows(environment: Environment, tasks: list[Task]) -> list[dict[str, Any]]:
     """GRPO rows of the training tasks among `tasks`: the rows the environment's own rollouts read
-    (`Environment.grpo_rows`), else the loop's task rows."""
+    (`World.grpo_rows`), else the loop's task rows."""
     train = [task for task in tasks if task.split == Split.TRAIN]
-    own = environment.grpo_rows(train)
+    own = environment.world().grpo_rows(train)
     return task_rows(environment, train) if own is None else own
 
 
@@ -160,9 +160,9 @@ def _delegate(name: str, original: Any) -> Any:
 
 
 def rollout_factory(environment: Environment, max_turns: int) -> Any:
-    """TRL's environment_factory for `environment`: its own (`Environment.rollout_factory`), else its rollout
+    """TRL's environment_factory for `environment`: its world's own (`World.rollout_factory`), else its rollout
     class built here."""
-    return environment.rollout_factory(max_turns) or rollout_class(environment, max_turns)
+    return environment.world().rollout_factory(max_turns) or rollout_class(environment, max_turns)
 
 
 def rollout_class(environment: Environment, max_turns: int) -> type[PluginRollout]:

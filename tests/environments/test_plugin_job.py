@@ -190,7 +190,7 @@ def test_several_environments_are_named_in_one_setting_and_refused_with_email_or
 
     monkeypatch.setenv("AGENT_RL_ENV", f"support, {TIMETABLE[0]}")
     env = resources_for("fast")["environment"]
-    assert env.names == ["support", TIMETABLE[0]] and not any(e.trains_alone for e in env.loads())
+    assert env.names == ["support", TIMETABLE[0]] and not any(e.world().trains_alone for e in env.loads())
     assert [e.name for e in env.loads()] == ["support", "timetable"]
     for bad in (dict(name="email", also=["support"]), dict(name="support", also=["gateway"]),
                 dict(name="support", also=["support"])):

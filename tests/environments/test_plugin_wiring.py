@@ -20,9 +20,9 @@ from resources.environment import EnvironmentResource
 
 
 def test_the_resource_names_a_loadable_environment_or_fails_when_built():
-    assert EnvironmentResource().load().name == "email" and EnvironmentResource().load().trains_alone
+    assert EnvironmentResource().load().name == "email" and EnvironmentResource().load().world().trains_alone
     resource = EnvironmentResource(name="support")
-    assert not resource.load().trains_alone and resource.load().name == "support"
+    assert not resource.load().world().trains_alone and resource.load().name == "support"
     with pytest.raises(Exception, match="environment 'suport': unknown; known: email, gateway, openai_job, support"):
         EnvironmentResource(name="suport")
 

@@ -1,6 +1,8 @@
-"""The world is the environment's concern: building it (`build_world`, `build_tasks`), its own privacy pass
-(`privacy_pass`) and its GRPO rollouts (`rollout_factory`) are contract methods whose defaults leave a plug-in's
-world as it came; the email assistant implements each with what the Dagster assets used to do by name."""
+"""The world is the environment's concern, gathered in one object (`Environment.world()`): building it (`build`,
+`build_tasks`), its own privacy pass (`anonymize`), reopening what that wrote (`reopen`) and its GRPO rows and
+rollouts; the defaults leave a plug-in's world as it came, the email assistant's EmailWorld does each with what the
+Dagster assets used to do by name, and a plug-in that still defines the old environment-level hooks keeps working
+for one release, warned."""
 
 from __future__ import annotations
 
@@ -22,9 +24,11 @@ def test_a_plugin_whose_world_comes_with_it_builds_nothing_and_rolls_out_in_the_
     from agent_rl.train.plugin_rollouts import PluginRollout, rollout_factory
 
     env = TimetableEnvironment()
-    assert env.build_world(**SMALL, ingest_path="") == {} and env.build_tasks(**SMALL) == {}
-    assert env.privacy_pass([], tmp_path, [], AnonymizerConfig()) is None
-    assert env.rollout_factory(4) is None
+    world = env.world()
+    assert world.build(**SMALL, ingest_path="") == {} and world.build_tasks(**SMALL) == {}
+    assert world.anonymize([], tmp_path, [], AnonymizerConfig()) is None and world.reopen(tmp_path) is None
+    assert world.rollout_factory(4) is None and world.grpo_rows(env.tasks(Split.TRAIN)) is None
+    assert not world.trains_alone
     made = rollout_factory(env, 4)
     assert issubclass(made, PluginRollout) and made._max_turns == 4
 
@@ -37,13 +41,13 @@ def email(tmp_path):
 
 
 def test_the_email_world_is_the_seeded_demo_corpus_and_its_scenarios(email, tmp_path):
-    built = email.build_world(**SMALL)
+    built = email.world().build(**SMALL)
     corpus = generate_demo_corpus(**SMALL)
     assert built["generated_emails"] == built["emails"] == len(corpus.emails) and built["inboxes"] == 2
     assert "| inbox | emails |" in built["per_inbox"]
-    assert email.build_world(**SMALL)["emails"] == len(corpus.emails)  # idempotent
+    assert email.world().build(**SMALL)["emails"] == len(corpus.emails)  # idempotent
 
-    written = email.build_tasks(**SMALL)
+    written = email.world().build_tasks(**SMALL)
     expected = generate_scenarios(corpus, seed=SMALL["seed"])
     assert written["path"] == str(tmp_path / "s.jsonl") and len(written["content_hash"]) == 64
     assert email.tasks(Split.TRAIN) + email.tasks(Split.TEST) == [
@@ -55,9 +59,9 @@ def test_the_email_world_is_the_seeded_demo_corpus_and_its_scenarios(email, tmp_
 def test_an_ingested_corpus_without_an_endpoint_is_refused(email, tmp_path):
     from tests.conftest import ENRON_CSV
 
-    assert email.build_world(ingest_path=str(ENRON_CSV))["inserted"] == 103
+    assert email.world().build(ingest_path=str(ENRON_CSV))["inserted"] == 103
     with pytest.raises(ValueError, match="needs an LLM endpoint"):
-        email.build_tasks(ingest_path=str(ENRON_CSV))
+        email.world().build_tasks(ingest_path=str(ENRON_CSV))
 
 
 def test_the_email_privacy_pass_is_curations_email_pass(tmp_path):
@@ -73,15 +77,15 @@ def test_the_email_privacy_pass_is_curations_email_pass(tmp_path):
 
     env = EmailEnvironment(store_url=f"sqlite:///{tmp_path / 'inbox.db'}", scenarios_path=str(tmp_path / "s.jsonl"))
     try:
-        env.build_world(**SMALL)
-        env.build_tasks(**SMALL)
+        env.world().build(**SMALL)
+        env.world().build_tasks(**SMALL)
         store, scenarios = env._inbox_store(), env._all_scenarios()
         train = [s for s in scenarios if s.split == Split.TRAIN][:12]
         policy = HeuristicPolicy(HeuristicConfig(scenarios=train, wrong_rate=0.2, seed=1), store=store)
         episodes = [e.model_dump(mode="json")
                     for e in run_episodes(policy, [EpisodeTask.from_scenario(s) for s in train], store)]
         config = AnonymizerConfig(public_terms=("Acme Widget",))
-        own = env.privacy_pass(episodes, tmp_path / "anon", ["4111 1111 1111 1111"], config)
+        own = env.world().anonymize(episodes, tmp_path / "anon", ["4111 1111 1111 1111"], config)
 
         inboxes = sorted({e["context"] for e in episodes} | {s.inbox_id for s in scenarios})
         direct = anonymize_partition(
@@ -96,3 +100,39 @@ def test_the_email_privacy_pass_is_curations_email_pass(tmp_path):
     with sqlite3.connect(tmp_path / "anon" / "inbox.db") as db:
         assert db.execute("select count(*) from emails").fetchone()[0] == len(direct.emails) == own.world["emails"]
     assert own.world["scenarios"] == len(scenarios) and own.world["inboxes"] == len(inboxes)
+
+
+def test_a_plugin_with_the_old_environment_level_world_hooks_still_builds_and_trains_alone_warned(tmp_path):
+    """A plug-in written against the previous contract (hooks on the environment itself) keeps its behaviour for
+    one release: the loop reaches its hooks through `world()`, which says, once per call, what to move where."""
+    from agent_rl.environments.core import World
+
+    built = []
+
+    class OldStyle(TimetableEnvironment):
+        name = "old-style"
+        trains_alone = True
+
+        def build_world(self, **options):
+            built.append(options)
+            return {"stops": 3}
+
+        def grpo_rows(self, tasks):
+            return [{"task_id": t.id} for t in tasks]
+
+    env = OldStyle()
+    with pytest.warns(DeprecationWarning, match=r"build_world, grpo_rows, trains_alone.*World from world\(\)"):
+        world = env.world()
+    assert isinstance(world, World) and world.trains_alone
+    assert world.build(seed=4) == {"stops": 3} and built == [{"seed": 4}]
+    train = env.tasks(Split.TRAIN)[:2]
+    assert world.grpo_rows(train) == [{"task_id": t.id} for t in train]
+    assert world.build_tasks(seed=4) == {} and world.reopen(tmp_path) is None  # hooks it lacks: the defaults
+
+
+def test_the_email_world_trains_alone_and_reopens_what_it_wrote(email, tmp_path):
+    world = email.world()
+    assert world.trains_alone and type(world).__name__ == "EmailWorld"
+    stored = world.reopen(tmp_path / "anon")
+    assert stored.store_url == f"sqlite:///{tmp_path / 'anon' / 'inbox.db'}"
+    assert stored.environment.scenarios_path == str(tmp_path / "anon" / "scenarios.jsonl")

@@ -1,5 +1,5 @@
 """The week's validation as a library (agent_rl/evaluate/validation.py) over the anonymized world the environment's own
-privacy pass left (`Environment.stored_world`): what the `evaluation_report` asset, GRPO's rows and GRPO's stage
+privacy pass left (`World.reopen`): what the `evaluation_report` asset, GRPO's rows and GRPO's stage
 config read, asked of the contract and the run's capabilities rather than of the environment's name."""
 
 from __future__ import annotations

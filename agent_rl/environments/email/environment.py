@@ -3,7 +3,7 @@
 
 Its world is an inbox store; a task is a question about one inbox (`context`: the inbox address) as seen
 on the scenario's query date. Its task records and their judging are in tasks.py, its GRPO rollouts in
-rollouts.py, its privacy pass in privacy_pass.py: this class hands the loop each of them.
+rollouts.py, its privacy pass in privacy_pass.py: EmailWorld hands the loop each of them.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from agent_rl.environments.core import (
     StoredWorld,
     Task,
     Trajectory,
+    World,
     WorldPrivacy,
 )
 from agent_rl.environments.email.inbox.store import open_inbox_store
@@ -41,7 +42,6 @@ class EmailEnvironment(Environment):
     categories: ClassVar[tuple[str, ...]] = tuple(c.value for c in Category)
     refusal_categories: ClassVar[tuple[str, ...]] = (Category.UNANSWERABLE.value,)
     system_prompt: ClassVar[str] = SYSTEM_PROMPT
-    trains_alone: ClassVar[bool] = True  # its world is an inbox store, anonymized and reopened whole
 
     def __init__(self, store: InboxStore | None = None, scenarios: list[Scenario] | None = None,
                  tools: ToolConfig | None = None, rubric: RubricWeights | None = None,
@@ -155,55 +155,9 @@ class EmailEnvironment(Environment):
         return PrivacySpec(id_fields=("scenario_id", "citations"),
                            public_terms=public_terms_of(self._inbox_store().inboxes()))
 
-    def privacy_pass(self, episodes: list[dict[str, Any]], out_dir: Path, canaries: list[str],
-                     config: AnonymizerConfig) -> WorldPrivacy:
-        """The episodes, the inboxes and the scenarios under one set of pseudonyms (privacy_pass.py): the inbox
-        store is written anonymized to `out_dir` (inbox.db, scenarios.jsonl) rather than copied with the
-        environment. The demo world's public terms join the configured ones."""
-        from agent_rl.environments.email.privacy_pass import anonymize_inboxes
-
-        public = self.privacy().public_terms
-        config = config.model_copy(update={"public_terms": tuple(dict.fromkeys([*config.public_terms, *public]))})
-        return anonymize_inboxes(self._inbox_store(), self._all_scenarios(), episodes, out_dir, canaries, config)
-
-    def stored_world(self, out_dir: Path) -> StoredWorld:
-        """The anonymized inbox store and scenarios `privacy_pass` wrote under `out_dir` (inbox.db, scenarios.jsonl),
-        reopened with the default tools, rubric and judge."""
-        from agent_rl.environments.email.privacy_pass import SCENARIOS_FILE, STORE_FILE
-
-        url = f"sqlite:///{Path(out_dir) / STORE_FILE}"
-        return StoredWorld(EmailEnvironment(store_url=url, scenarios_path=str(Path(out_dir) / SCENARIOS_FILE)), url)
-
-    def grpo_rows(self, tasks: list[Task]) -> list[dict[str, Any]]:
-        """The scenarios of `tasks` as the rows its rollouts read (inbox, golden answer, gold sources, query date:
-        `curation.datasets.grpo_rows`), in the order given."""
-        from agent_rl.curation.datasets import grpo_rows
-
-        scenarios = {scenario.id: scenario for scenario in self._all_scenarios()}
-        return grpo_rows([scenarios[task.id] for task in tasks], split=None)
-
-    def build_world(self, **options: Any) -> dict[str, Any]:
-        """The inbox store: a real export ingested (`ingest_path`), else the demo corpus of `seed`, `n_inboxes`,
-        `n_emails` (world.py)."""
-        from agent_rl.environments.email.world import build_inboxes
-
-        return build_inboxes(self._inbox_store(), **options)
-
-    def build_tasks(self, **options: Any) -> dict[str, Any]:
-        """The scenarios about the inboxes `build_world` built, written where `tasks` reads them (world.py)."""
-        from agent_rl.environments.email.scenarios.demo import scenarios_path
-        from agent_rl.environments.email.world import write_scenarios
-
-        path = Path(self.scenarios_path) if self.scenarios_path else scenarios_path()
-        self._scenarios, meta = write_scenarios(self._inbox_store(), path, **options)
-        return meta
-
-    def rollout_factory(self, max_turns: int) -> Any:
-        """InboxEnvironments on this environment's inbox store (rollouts.py), scored by the rubric's groups."""
-        from agent_rl.environments.email.rollouts import InboxEnvironment
-
-        store, config = self._inbox_store(), self.tool_config
-        return lambda: InboxEnvironment(store, config=config, max_turns=max_turns)
+    def world(self) -> EmailWorld:
+        """Its inbox store and scenarios: built from a corpus, anonymized whole, reopened (EmailWorld)."""
+        return EmailWorld(self)
 
     def teacher(self, **options: Any) -> Any:
         """The rule-based reader; `options` are HeuristicConfig's (error rates, seed, version): with error rates
@@ -217,3 +171,65 @@ class EmailEnvironment(Environment):
         from agent_rl.environments.email.hacking import DETECTORS
 
         return dict(DETECTORS)
+
+
+class EmailWorld(World):
+    """The email assistant's world: an inbox store built from a corpus (world.py), anonymized whole with the week's
+    episodes under one set of pseudonyms (privacy_pass.py) and reopened from the folder curation wrote; GRPO plays
+    it alone on that store with its own rows and rollouts (rollouts.py)."""
+
+    trains_alone = True
+
+    def __init__(self, environment: EmailEnvironment) -> None:
+        self.env = environment
+
+    def anonymize(self, episodes: list[dict[str, Any]], out_dir: Path, canaries: list[str],
+                  config: AnonymizerConfig) -> WorldPrivacy:
+        """The episodes, the inboxes and the scenarios under one set of pseudonyms (privacy_pass.py): the inbox
+        store is written anonymized to `out_dir` (inbox.db, scenarios.jsonl) rather than copied with the
+        environment. The demo world's public terms join the configured ones."""
+        from agent_rl.environments.email.privacy_pass import anonymize_inboxes
+
+        public = self.env.privacy().public_terms
+        config = config.model_copy(update={"public_terms": tuple(dict.fromkeys([*config.public_terms, *public]))})
+        env = self.env
+        return anonymize_inboxes(env._inbox_store(), env._all_scenarios(), episodes, out_dir, canaries, config)
+
+    def reopen(self, out_dir: Path) -> StoredWorld:
+        """The anonymized inbox store and scenarios `anonymize` wrote under `out_dir` (inbox.db, scenarios.jsonl),
+        reopened with the default tools, rubric and judge."""
+        from agent_rl.environments.email.privacy_pass import SCENARIOS_FILE, STORE_FILE
+
+        url = f"sqlite:///{Path(out_dir) / STORE_FILE}"
+        return StoredWorld(EmailEnvironment(store_url=url, scenarios_path=str(Path(out_dir) / SCENARIOS_FILE)), url)
+
+    def grpo_rows(self, tasks: list[Task]) -> list[dict[str, Any]]:
+        """The scenarios of `tasks` as the rows its rollouts read (inbox, golden answer, gold sources, query date:
+        `curation.datasets.grpo_rows`), in the order given."""
+        from agent_rl.curation.datasets import grpo_rows
+
+        scenarios = {scenario.id: scenario for scenario in self.env._all_scenarios()}
+        return grpo_rows([scenarios[task.id] for task in tasks], split=None)
+
+    def build(self, **options: Any) -> dict[str, Any]:
+        """The inbox store: a real export ingested (`ingest_path`), else the demo corpus of `seed`, `n_inboxes`,
+        `n_emails` (world.py)."""
+        from agent_rl.environments.email.world import build_inboxes
+
+        return build_inboxes(self.env._inbox_store(), **options)
+
+    def build_tasks(self, **options: Any) -> dict[str, Any]:
+        """The scenarios about the inboxes `build` built, written where `tasks` reads them (world.py)."""
+        from agent_rl.environments.email.scenarios.demo import scenarios_path
+        from agent_rl.environments.email.world import write_scenarios
+
+        path = Path(self.env.scenarios_path) if self.env.scenarios_path else scenarios_path()
+        self.env._scenarios, meta = write_scenarios(self.env._inbox_store(), path, **options)
+        return meta
+
+    def rollout_factory(self, max_turns: int) -> Any:
+        """InboxEnvironments on this environment's inbox store (rollouts.py), scored by the rubric's groups."""
+        from agent_rl.environments.email.rollouts import InboxEnvironment
+
+        store, config = self.env._inbox_store(), self.env.tool_config
+        return lambda: InboxEnvironment(store, config=config, max_turns=max_turns)

@@ -1,4 +1,4 @@
-"""The email assistant's privacy pass (`EmailEnvironment.privacy_pass`): its world is an inbox store, too large to
+"""The email assistant's privacy pass (`EmailWorld.anonymize`): its world is an inbox store, too large to
 copy whole and pickle, whose every header says who is a person. So it runs its own pass (privacy.py's
 `anonymize_partition`: one Anonymizer over the episodes, the inboxes they and the scenarios touch, and the
 scenarios; the directory from every inbox's headers; a canary email planted in the world) and
@@ -18,7 +18,7 @@ from agent_rl.environments.email.privacy import anonymize_partition
 from agent_rl.jsonl import save_jsonl
 from agent_rl.records import Scenario
 
-# The anonymized world this pass writes under a partition's folder, where `EmailEnvironment.stored_world` reopens it.
+# The anonymized world this pass writes under a partition's folder, where `EmailWorld.reopen` reopens it.
 STORE_FILE = "inbox.db"
 SCENARIOS_FILE = "scenarios.jsonl"
 

@@ -1,6 +1,6 @@
 """Building the email assistant's world for a run: the inbox store (the seeded demo corpus, or a real export
 ingested) and the scenarios about it (generated from the demo corpus's facts, or written by an LLM for a real
-corpus, ART-E style). `EmailEnvironment.build_world` / `build_tasks` call these; the Dagster assets only ask the
+corpus, ART-E style). `EmailWorld.build` / `build_tasks` call these; the Dagster assets only ask the
 environment."""
 
 from __future__ import annotations

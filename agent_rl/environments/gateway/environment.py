@@ -21,11 +21,19 @@ from agent_rl.environments.core import (
     Split,
     Task,
     Trajectory,
+    World,
 )
 
 
 class _ClientTools:
     """The session a live episode has on our side: none; its tools are the client's (declared per request)."""
+
+
+class ClientWorld(World):
+    """None of ours: the client's agent acts in its own. Its episodes come without a world to share with other
+    plug-ins' in one run, so a run that trains the gateway trains nothing else."""
+
+    trains_alone = True
 
 
 class GatewayEnvironment(Environment):
@@ -34,8 +42,6 @@ class GatewayEnvironment(Environment):
     name: ClassVar[str] = "gateway"
     categories: ClassVar[tuple[str, ...]] = (UNCATEGORIZED,)
     capabilities: ClassVar[Capabilities] = Capabilities(world=False, judged_by_users=True)
-    # Its episodes come without a world to share with other plug-ins' in one run.
-    trains_alone: ClassVar[bool] = True
     answers_in_words: ClassVar[bool] = True  # its client's agent may answer in words; the tools are the client's
     reward_range: ClassVar[tuple[float, float]] = (-1.0, 1.0)  # users' feedback, as curation/live.py reads it
 
@@ -54,6 +60,9 @@ class GatewayEnvironment(Environment):
 
     def session_type(self) -> type:
         return _ClientTools
+
+    def world(self) -> World:
+        return ClientWorld()
 
     def demonstration_quality(self, reward: float) -> float:
         """A rated-good live episode is a whole demonstration: the user approved the conversation as it went."""
