@@ -164,6 +164,8 @@ class EngineConfig(BaseModel):
     max_num_seqs: PositiveInt = Field(64, description="requests decoded together")
     kv_cache_gb: PositiveInt = Field(2, description="KV cache size (VLLM_CPU_KVCACHE_SPACE on CPU)")
     threads: PositiveInt | None = Field(None, description="cores the engine computes on (default: all of them)")
+    cores: tuple[int, ...] | None = Field(
+        None, description="the CPU ids the engine binds its threads to, one thread each (default: the first `threads`)")
     startup_timeout_s: PositiveFloat = 600.0
 
 
@@ -175,11 +177,13 @@ def _free_port() -> int:
 
 def _engine_env(config: EngineConfig) -> dict[str, str]:
     env = dict(os.environ)
-    threads = config.threads or int(os.environ.get(THREADS_ENV) or 0) or os.cpu_count() or 1
+    threads = (len(config.cores) if config.cores else
+               config.threads or int(os.environ.get(THREADS_ENV) or 0) or os.cpu_count() or 1)
+    cores = config.cores or tuple(range(threads))
     env.update(
         VLLM_CPU_KVCACHE_SPACE=str(config.kv_cache_gb),
         # vLLM's 'auto' binding keeps one core for its front end: on 2 cores that halves the engine.
-        VLLM_CPU_OMP_THREADS_BIND=f"0-{threads - 1}" if threads > 1 else "0",
+        VLLM_CPU_OMP_THREADS_BIND=",".join(str(c) for c in cores),
         VLLM_CPU_NUM_OF_RESERVED_CPU="0",
         VLLM_ALLOW_RUNTIME_LORA_UPDATING="True",
         # vLLM's AOT-compiled graph never loads back on CPU ("'function' object has no attribute

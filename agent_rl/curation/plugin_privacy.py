@@ -1,7 +1,7 @@
 """The privacy pass for a plug-in environment: the same Anonymizer and independent auditor (privacy.py's audit
 helpers) as the email assistant's (environments/email/privacy.py), fed by what the environment declares
-(`Environment.privacy()`), applied to the week's episodes, the environment's tasks and its world
-(`Environment.anonymized`).
+(its world's `World.privacy()`), applied to the week's episodes, the environment's tasks and its world
+(`World.anonymized`).
 
 One Anonymizer for all three keeps pseudonyms consistent: a customer's surrogate name and email in an
 anonymized episode are the ones in the anonymized database, so a task replays to the same outcome. The auditor
@@ -67,16 +67,14 @@ def _strings(value: Any) -> Iterable[str]:
 
 
 def has_personal_world(environment: Environment) -> bool:
-    """Whether the environment declares personal data in its tasks and world (people it knows, or its own
-    `anonymized`)."""
-    return (environment.privacy().known_people is not None
-            or getattr(type(environment), "anonymized", None) is not Environment.anonymized)
+    """Whether the environment declares personal data in its tasks and world (`World.holds_personal_data`)."""
+    return environment.world().holds_personal_data()
 
 
 def directory_of(environment: Environment, contexts: Iterable[str]) -> tuple[Directory, list[tuple[str, str]]]:
     """The people the environment declares in these contexts, as the Anonymizer's directory."""
     directory, people = Directory(), []
-    known = environment.privacy().known_people
+    known = environment.world().privacy().known_people
     if known is not None:
         for context in sorted(set(contexts)):
             for name, address in known(context):
@@ -100,7 +98,7 @@ def anonymize_plugin_partition(
     `environment` None: episodes of an environment with no world (the gateway's live traffic), with no tasks;
     `name` is then the environment its episodes carry, for the report."""
     config = config or AnonymizerConfig()
-    public = tuple(environment.privacy().public_terms) if environment is not None else ()
+    public = tuple(environment.world().privacy().public_terms) if environment is not None else ()
     if public:
         config = config.model_copy(update={"public_terms": tuple(dict.fromkeys(config.public_terms + public))})
     contexts = [str(e.get("context") or "") for e in episodes] + [t.context for t in tasks]
@@ -123,7 +121,8 @@ def anonymize_plugin_partition(
         "reference": anonymizer.anonymize_text(task.reference) if task.reference else task.reference,
         "metadata": anonymizer.anonymize_json(dict(task.metadata)),
     }) for task in tasks] if personal_world else list(tasks)
-    anon_environment = environment.anonymized(anonymizer.anonymize_text) if personal_world else environment
+    anon_environment = ((environment.world().anonymized(anonymizer.anonymize_text) or environment) if personal_world
+                        else environment)
 
     auditor = leak_auditor(key, config.public_terms)
     if planted:

@@ -172,12 +172,28 @@ class World:
     """Where an environment's tasks run, when the environment object does not carry it whole (the email assistant's
     inbox store: built from a corpus, too large to copy): built before anything plays, anonymized whole with the
     week's episodes, reopened for GRPO and validation. `Environment.world()` returns it. Every default means "the
-    world comes with the environment": nothing to build, the loop's privacy pass over `Environment.privacy()` and
-    `anonymized()`, the saved copy reopened, the loop's GRPO rows and rollouts."""
+    world comes with the environment": no personal data declared, nothing to build, the loop's privacy pass, the saved
+    copy reopened, the loop's GRPO rows and rollouts."""
 
     # True for a world that is a store of its own (the email assistant's), anonymized whole and rolled out in
     # alone, or none to share (the gateway's live traffic): a run that trains it trains nothing else.
     trains_alone: bool = False
+
+    def privacy(self) -> PrivacySpec:
+        """Which of the world's data is personal (the people it knows, the names that are nobody's): curation's
+        anonymizer reads it. Default: none declared (episodes are anonymized all the same)."""
+        return PrivacySpec()
+
+    def anonymized(self, transform: Callable[[str], str]) -> Environment | None:
+        """The environment on a copy of this world (a customer database, its tasks) whose personal values went
+        through `transform`, curation's pseudonymizer: the same function rewrites the episodes, so an anonymized task
+        still plays to the same outcome. None: the world holds no personal data and stays as it is."""
+        return None
+
+    def holds_personal_data(self) -> bool:
+        """Whether curation rewrites the world and tasks too (people declared, or an `anonymized` of its own), not
+        only the episodes: pseudonymizing a timetable's station names would break it."""
+        return self.privacy().known_people is not None or type(self).anonymized is not World.anonymized
 
     def build(self, **options: Any) -> dict[str, Any]:
         """Build the world the tasks run in (a store filled from a corpus) before anything plays in it; `options`
@@ -216,8 +232,9 @@ class World:
 
 
 # The world hooks an environment class declared itself before `World` gathered them: name -> World method.
-LEGACY_WORLD_HOOKS = {"build_world": "build", "build_tasks": "build_tasks", "privacy_pass": "anonymize",
-                      "stored_world": "reopen", "grpo_rows": "grpo_rows", "rollout_factory": "rollout_factory"}
+LEGACY_WORLD_HOOKS = {"privacy": "privacy", "anonymized": "anonymized", "build_world": "build",
+                      "build_tasks": "build_tasks", "privacy_pass": "anonymize", "stored_world": "reopen",
+                      "grpo_rows": "grpo_rows", "rollout_factory": "rollout_factory"}
 
 
 class _EnvironmentHooks(World):
@@ -230,6 +247,17 @@ class _EnvironmentHooks(World):
 
     def _hook(self, name: str) -> Callable[..., Any] | None:
         return getattr(self._environment, name, None)
+
+    def privacy(self) -> PrivacySpec:
+        hook = self._hook("privacy")
+        return hook() if hook else PrivacySpec()
+
+    def anonymized(self, transform: Callable[[str], str]) -> Environment | None:
+        hook = self._hook("anonymized")
+        return hook(transform) if hook else None
+
+    def holds_personal_data(self) -> bool:
+        return self.privacy().known_people is not None or self._hook("anonymized") is not None
 
     def build(self, **options: Any) -> dict[str, Any]:
         hook = self._hook("build_world")
@@ -331,15 +359,6 @@ class Environment(abc.ABC):
         """How good a demonstration a correct episode with `reward` is, in [0, 1]: SFT keeps the correct episodes
         at or above curation's min_quality. Default 1.0: the judge said correct, and that is all it says."""
         return 1.0
-
-    def privacy(self) -> PrivacySpec:
-        return PrivacySpec()
-
-    def anonymized(self, transform: Callable[[str], str]) -> Environment:
-        """A copy of the environment whose world (a customer database, ...) has every personal value passed
-        through `transform`, curation's pseudonymizer: the same function rewrites the episodes and tasks, so an
-        anonymized task still plays to the same outcome. Default: the world holds no personal data."""
-        return self
 
     def world(self) -> World:
         """Where the tasks run, when the environment does not carry it whole (a store built from a corpus, its own

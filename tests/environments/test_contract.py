@@ -203,11 +203,11 @@ def test_the_email_worlds_public_terms_come_with_its_privacy_spec(tmp_path):
     store.close()
     env = load_environment("email", store_url=url)
     try:
-        assert env.privacy().public_terms == public_terms() and "Reno" in public_terms()
+        assert env.world().privacy().public_terms == public_terms() and "Reno" in public_terms()
     finally:
         env.close()
     other = open_inbox_store(f"sqlite:///{tmp_path / 'real.db'}")
     other.add_emails([Email(message_id="<1@x>", inbox="jeff@enron.com", sender="ken@enron.com", to=["jeff@enron.com"],
                             subject="Reno", body="Meet in Reno.", date="2001-05-01T10:00:00Z")])
-    assert EmailEnvironment(store=other).privacy().public_terms == ()
+    assert EmailEnvironment(store=other).world().privacy().public_terms == ()
     other.close()

@@ -163,7 +163,7 @@ def test_grpo_rollouts_of_a_job_take_the_reply_in_words_as_the_answer(tmp_path):
 
 def test_the_anonymized_copy_rewrites_rows_and_grades_against_the_rewritten_item(tmp_path):
     env = OpenAIJobEnvironment(job_dir=str(job(tmp_path)))
-    copy = env.anonymized(lambda text: text.replace("Paris", "Lutetia"))
+    copy = env.world().anonymized(lambda text: text.replace("Paris", "Lutetia"))
     task = next(t for t in copy.tasks(Split.TRAIN) + copy.tasks(Split.TEST) if "France" in t.prompt)
     assert task.metadata["item"]["capital"] == "Lutetia"
     episode, = play_episodes(Atlas(), copy, [Play(task)])
@@ -174,7 +174,7 @@ def test_a_job_survives_the_pickle_curation_saves_its_anonymized_world_with(tmp_
     import pickle
 
     env = OpenAIJobEnvironment(job_dir=str(job(tmp_path)))
-    again = pickle.loads(pickle.dumps(env.anonymized(lambda text: text.replace("Paris", "PARIS"))))
+    again = pickle.loads(pickle.dumps(env.world().anonymized(lambda text: text.replace("Paris", "PARIS"))))
     task = next(t for t in again.tasks(Split.TRAIN) + again.tasks(Split.TEST) if "France" in t.prompt)
     episode, = play_episodes(Atlas(), again, [Play(task)])
     assert episode.outcome == Outcome.CORRECT  # ilike: "paris" matches the rewritten "PARIS"

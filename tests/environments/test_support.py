@@ -365,7 +365,7 @@ def leaks(value: Any, originals: set[str]) -> list[str]:
 
 
 def test_known_people_and_privacy_spec(env):
-    spec = env.privacy()
+    spec = env.world().privacy()
     people = list(spec.known_people("store-0"))
     assert len(people) == len(env.database.customers)
     assert all("@" in email and " " in name for name, email in people)
@@ -393,7 +393,8 @@ def test_pseudonymized_world_prompts_and_episodes_keep_no_personal_data(env, tea
     assert db.products == env.database.products and text(env.system_prompt) == env.system_prompt
     saved = pickle.loads(pickle.dumps(anonymous))  # curation hands the anonymized world to training pickled
     assert saved.database == db and saved.tasks(Split.TEST) == anonymous.tasks(Split.TEST)
-    assert anonymous.known_people("store-0") == [(text(n), text(e)) for n, e in env.known_people("store-0")]
+    people = [(text(n), text(e)) for n, e in env.world().known_people("store-0")]
+    assert anonymous.world().known_people("store-0") == people
 
     tasks = env.tasks(Split.TRAIN) + env.tasks(Split.TEST)
     anonymous_tasks = anonymous.tasks(Split.TRAIN) + anonymous.tasks(Split.TEST)
@@ -425,7 +426,7 @@ def test_pseudonymized_episode_replays_to_the_same_outcome(env, teacher_test_epi
 
 
 def test_anonymized_accepts_any_transform(env):
-    shouted = env.anonymized(str.upper)
+    shouted = env.world().anonymized(str.upper)
     customer = next(iter(shouted.database.customers.values()))
     assert customer.name.isupper() and customer.email.isupper() and customer.id.startswith("C")
     assert env.database.customers[customer.id].name.upper() == customer.name

@@ -105,7 +105,7 @@ def test_the_email_privacy_pass_is_curations_email_pass(tmp_path):
 def test_a_plugin_with_the_old_environment_level_world_hooks_still_builds_and_trains_alone_warned(tmp_path):
     """A plug-in written against the previous contract (hooks on the environment itself) keeps its behaviour for
     one release: the loop reaches its hooks through `world()`, which says, once per call, what to move where."""
-    from agent_rl.environments.core import World
+    from agent_rl.environments.core import PrivacySpec, World
 
     built = []
 
@@ -120,10 +120,14 @@ def test_a_plugin_with_the_old_environment_level_world_hooks_still_builds_and_tr
         def grpo_rows(self, tasks):
             return [{"task_id": t.id} for t in tasks]
 
+        def privacy(self):
+            return PrivacySpec(known_people=lambda context: [("Ada Byron", "ada@example.org")])
+
     env = OldStyle()
-    with pytest.warns(DeprecationWarning, match=r"build_world, grpo_rows, trains_alone.*World from world\(\)"):
+    with pytest.warns(DeprecationWarning, match=r"build_world, grpo_rows, privacy, trains_alone.*World from world\(\)"):
         world = env.world()
-    assert isinstance(world, World) and world.trains_alone
+    assert isinstance(world, World) and world.trains_alone and world.holds_personal_data()
+    assert list(world.privacy().known_people("any")) == [("Ada Byron", "ada@example.org")]
     assert world.build(seed=4) == {"stops": 3} and built == [{"seed": 4}]
     train = env.tasks(Split.TRAIN)[:2]
     assert world.grpo_rows(train) == [{"task_id": t.id} for t in train]

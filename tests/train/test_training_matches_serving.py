@@ -104,7 +104,7 @@ def _plugin(root, spec: str, teacher: Policy | None) -> Curated:
     policy = Recording(teacher or env.teacher())
     episodes = play_episodes(policy, env, [Play(task) for task in tasks])
     directory, _ = directory_of(env, [task.context for task in tasks])
-    anonymizer = Anonymizer(AnonymizerConfig(key="k", public_terms=env.privacy().public_terms), directory)
+    anonymizer = Anonymizer(AnonymizerConfig(key="k", public_terms=env.world().privacy().public_terms), directory)
     return _curate(root, _through_pool(root, episodes), anonymizer, policy.seen, tools=env.tool_schemas())
 
 

@@ -146,15 +146,6 @@ class EmailEnvironment(Environment):
         result = score(observation, self.rubric)
         return Judgement(outcome, result.total, result.components)
 
-    def privacy(self) -> PrivacySpec:
-        # Who is a person comes from every inbox's headers: curation's anonymizer builds that directory itself
-        # (curation/anonymize.py build_directory), so no second reader of the headers here. The demo world's
-        # sites, departments and cities are task answers, never a person's: they survive anonymization.
-        from agent_rl.environments.email.inbox.demo_world import public_terms_of
-
-        return PrivacySpec(id_fields=("scenario_id", "citations"),
-                           public_terms=public_terms_of(self._inbox_store().inboxes()))
-
     def world(self) -> EmailWorld:
         """Its inbox store and scenarios: built from a corpus, anonymized whole, reopened (EmailWorld)."""
         return EmailWorld(self)
@@ -183,6 +174,15 @@ class EmailWorld(World):
     def __init__(self, environment: EmailEnvironment) -> None:
         self.env = environment
 
+    def privacy(self) -> PrivacySpec:
+        # Who is a person comes from every inbox's headers: curation's anonymizer builds that directory itself
+        # (curation/anonymize.py build_directory), so no second reader of the headers here. The demo world's
+        # sites, departments and cities are task answers, never a person's: they survive anonymization.
+        from agent_rl.environments.email.inbox.demo_world import public_terms_of
+
+        return PrivacySpec(id_fields=("scenario_id", "citations"),
+                           public_terms=public_terms_of(self.env._inbox_store().inboxes()))
+
     def anonymize(self, episodes: list[dict[str, Any]], out_dir: Path, canaries: list[str],
                   config: AnonymizerConfig) -> WorldPrivacy:
         """The episodes, the inboxes and the scenarios under one set of pseudonyms (privacy_pass.py): the inbox
@@ -190,7 +190,7 @@ class EmailWorld(World):
         environment. The demo world's public terms join the configured ones."""
         from agent_rl.environments.email.privacy_pass import anonymize_inboxes
 
-        public = self.env.privacy().public_terms
+        public = self.privacy().public_terms
         config = config.model_copy(update={"public_terms": tuple(dict.fromkeys([*config.public_terms, *public]))})
         env = self.env
         return anonymize_inboxes(env._inbox_store(), env._all_scenarios(), episodes, out_dir, canaries, config)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agent_rl.environments.core import Environment, EnvironmentError, FinalAnswer, Judgement, Task, Trajectory
+from agent_rl.environments.core import Environment, EnvironmentError, FinalAnswer, Judgement, Task, Trajectory, World
 from agent_rl.environments.openai_jobs.rows import JobFileError, JobRow, Method, read_rows
 from agent_rl.graders import (
     AnyGrader,
@@ -152,6 +152,18 @@ class OpenAIJobEnvironment(Environment):
         self.__dict__.update(state)
         self._context = GraderContext(**settings)
 
+    def world(self) -> JobWorld:
+        """The job's rows: curation rewrites them with the episodes (JobWorld)."""
+        return JobWorld(self)
+
+
+class JobWorld(World):
+    """An OpenAI job's world is its rows: prompts, references and grader items may name people, so curation's
+    pseudonymizer rewrites them (`anonymized`) as it rewrites the episodes."""
+
+    def __init__(self, environment: OpenAIJobEnvironment) -> None:
+        self.env = environment
+
     def anonymized(self, transform: Callable[[str], str]) -> OpenAIJobEnvironment:
         """A copy whose rows went through curation's pseudonymizer: the same one rewrites the episodes, so a graded
         reply still matches its anonymized reference."""
@@ -160,9 +172,10 @@ class OpenAIJobEnvironment(Environment):
                                         reference=transform(r.reference) if r.reference is not None else None,
                                         item=rewrite_strings(r.item, transform)) for r in values]
 
-        return OpenAIJobEnvironment(method=self.method.value, train_rows=rows(self.train_rows),
-                                    validation_rows=rows(self.validation_rows), grader=self.grader_json,
-                                    pass_threshold=self.pass_threshold, grader_context=self._context)
+        env = self.env
+        return OpenAIJobEnvironment(method=env.method.value, train_rows=rows(env.train_rows),
+                                    validation_rows=rows(env.validation_rows), grader=env.grader_json,
+                                    pass_threshold=env.pass_threshold, grader_context=env._context)
 
 
 def load_job(folder: Path) -> tuple[dict[str, Any], list[JobRow], list[JobRow]]:

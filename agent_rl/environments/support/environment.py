@@ -15,7 +15,7 @@ from datetime import date
 from typing import Any, ClassVar
 
 from agent_rl.environments.core import (Environment, EnvironmentError, FinalAnswer, Judgement, PrivacySpec, ProbeItem,
-                                        Task, Trajectory)
+                                        Task, Trajectory, World)
 from agent_rl.environments.policy import Conversation, Policy, PolicyTurn, ToolCall, ToolSchema
 from agent_rl.environments.support.policy import POLICY_TEXT, can_cancel, can_change_address, can_return
 from agent_rl.environments.support.session import ORDER_ID, SupportSession
@@ -127,39 +127,15 @@ class SupportEnvironment(Environment):
 
     # -- privacy ---------------------------------------------------------------------------------
 
-    def privacy(self) -> PrivacySpec:
-        # Product names and cities are the store's, not anyone's: a name detector must leave them be.
-        public = sorted({p.name for p in self.database.products.values()}
-                        | {c.address.city for c in self.database.customers.values()})
-        return PrivacySpec(id_fields=("scenario_id", "citations"), known_people=self.known_people,
-                           public_terms=tuple(public))
-
-    def known_people(self, context: str) -> list[tuple[str, str]]:
-        """(name, email) of every customer of the store `context`."""
-        if context != self.database.id:
-            return []
-        return [(c.name, c.email) for c in self.database.customers.values()]
-
-    def anonymized(self, transform: Callable[[str], str]) -> SupportEnvironment:
-        """A copy whose customers' names, emails, phones and streets (and orders' shipping streets) and whose
-        tasks went through `transform`; ids, products, cities and zip codes stay, so tasks still play the same."""
-        data = self.database.to_dict()
-        for customer in data["customers"].values():
-            for key in ("name", "email", "phone"):
-                customer[key] = transform(customer[key])
-            customer["address"]["street"] = transform(customer["address"]["street"])
-        for order in data["orders"].values():
-            order["shipping_address"]["street"] = transform(order["shipping_address"]["street"])
-        tasks = [t.model_copy(update={"prompt": transform(t.prompt), "metadata": map_strings(dict(t.metadata), transform),
-                                      "reference": None if t.reference is None else transform(t.reference)})
-                 for t in self._tasks]
-        return SupportEnvironment(database=Database.from_dict(data), tasks=tasks)
+    def world(self) -> SupportWorld:
+        """The store's database: its customers are people, rewritten whole by curation (SupportWorld)."""
+        return SupportWorld(self)
 
     def pseudonymized(self, secret: str) -> tuple[SupportEnvironment, Callable[[str], str]]:
         """This environment with its personal data replaced by keyed surrogates (`store.Pseudonymizer`), and the
         text function that replaces the same data the same way in prompts, episodes and answers."""
         pseudonymizer = Pseudonymizer(secret)
-        return self.anonymized(pseudonymizer.text), pseudonymizer.text
+        return self.world().anonymized(pseudonymizer.text), pseudonymizer.text
 
     # -- teacher and probe -----------------------------------------------------------------------
 
@@ -180,6 +156,42 @@ class SupportEnvironment(Environment):
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 NAME_ZIP = re.compile(r"(?:name is|This is) (.+?)(?:,| and) (?:my )?zip code (?:is )?(\d{5})")
 NEW_ADDRESS = re.compile(r" to (\d+ [^,]+), ([^,]+), (\d{5})")
+
+
+class SupportWorld(World):
+    """The store's database as curation sees it: customers are people (`privacy`: who, and which names are the
+    store's), rewritten with their orders' streets and the tasks by `anonymized`."""
+
+    def __init__(self, environment: SupportEnvironment) -> None:
+        self.env = environment
+
+    def privacy(self) -> PrivacySpec:
+        # Product names and cities are the store's, not anyone's: a name detector must leave them be.
+        public = sorted({p.name for p in self.env.database.products.values()}
+                        | {c.address.city for c in self.env.database.customers.values()})
+        return PrivacySpec(id_fields=("scenario_id", "citations"), known_people=self.known_people,
+                           public_terms=tuple(public))
+
+    def known_people(self, context: str) -> list[tuple[str, str]]:
+        """(name, email) of every customer of the store `context`."""
+        if context != self.env.database.id:
+            return []
+        return [(c.name, c.email) for c in self.env.database.customers.values()]
+
+    def anonymized(self, transform: Callable[[str], str]) -> SupportEnvironment:
+        """A copy whose customers' names, emails, phones and streets (and orders' shipping streets) and whose
+        tasks went through `transform`; ids, products, cities and zip codes stay, so tasks still play the same."""
+        data = self.env.database.to_dict()
+        for customer in data["customers"].values():
+            for key in ("name", "email", "phone"):
+                customer[key] = transform(customer[key])
+            customer["address"]["street"] = transform(customer["address"]["street"])
+        for order in data["orders"].values():
+            order["shipping_address"]["street"] = transform(order["shipping_address"]["street"])
+        tasks = [t.model_copy(update={"prompt": transform(t.prompt), "metadata": map_strings(dict(t.metadata), transform),
+                                      "reference": None if t.reference is None else transform(t.reference)})
+                 for t in self.env._tasks]
+        return SupportEnvironment(database=Database.from_dict(data), tasks=tasks)
 
 
 class SupportTeacher(Policy):
