@@ -46,7 +46,7 @@ class EnvironmentResource(ConfigurableResource):
             return self
         # Live traffic, and an environment whose world is a store of its own, each make a run of their own.
         envs = [(n, load_environment(n)) for n in self.names]
-        alone = [n for n, env in envs if env.trains_alone or not env.capabilities.world]
+        alone = [n for n, env in envs if env.world().trains_alone or not env.capabilities.world]
         if alone:
             raise ValueError(f"{', '.join(repr(n) for n in alone)}: the gateway's live traffic and an environment "
                              "whose world is a store of its own train alone; 'also' combines plug-ins only "
