@@ -33,6 +33,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "min_samples_per_arm": ("min_samples_per_arm",),
     "min_samples_per_step": ("min_samples_per_step",),
     "max_step_hours": ("max_step_duration",),
+    "ramp_on": ("ramp_on",),
     "guardrails": ("guardrails",),
     "use_labels": ("labels", "use"),
     "labels_min_rated_per_arm": ("labels", "min_rated_per_arm"),
@@ -65,6 +66,7 @@ class RolloutResource(ConfigurableResource):
     min_samples_per_step: int = Field(default=_DEFAULT.min_samples_per_step, description=_doc("min_samples_per_step"))
     max_step_hours: float = Field(default=_DEFAULT.max_step_duration / _HOUR,
                                   description="RolloutConfig.max_step_duration in hours. " + _doc("max_step_duration"))
+    ramp_on: str = Field(default=_DEFAULT.ramp_on, description=_doc("ramp_on"))
     guardrails: dict[str, Any] = Field(
         default_factory=_DEFAULT.guardrails.model_dump, description="RolloutConfig.guardrails, a table naming what "
         "changes: failure_rate and latency_p95 as {kind = 'absolute' or 'relative', value}, and alpha")

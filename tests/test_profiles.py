@@ -13,7 +13,7 @@ CORES = max(1, os.cpu_count() or 1)
 EXPECTED = {
     "default": {},
     "demo": {
-        "rollout": {"min_samples_per_arm": 20, "min_samples_per_step": 20, "tau_squared": 0.09},
+        "rollout": {"min_samples_per_arm": 20, "min_samples_per_step": 20, "tau_squared": 0.09, "ramp_on": "safety"},
         "evaluation": {"max_scenarios": 94, "torch_threads": CORES, "batch_size": 32},
         "compute": {"omp_num_threads": CORES},
         "training": {"sft_overrides": {},

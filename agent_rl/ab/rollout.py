@@ -18,6 +18,11 @@ always-valid test runs on it, the minimum samples count episodes (rated or label
 `labels.min_rated_per_arm` rated ones. Where the ratings' lift and the labels' lift disagree in sign beyond their
 noise, the rollout holds and says why; a labeler that failed its check leaves the test on ratings alone.
 
+`ramp_on = "safety"` relaxes the steps short of the last: the challenger moves up once the step's minimum samples
+show no harm, and only promotion wants the significant win. The bound on false promotion is the same (promotion is
+still the always-valid test rejecting); what changes is exposure: a challenger no better than the champion reaches
+the larger share before the test knows, where the rollback tests and the guardrails watch it as before.
+
 Rollback is on the first significant degradation of the success rate, on a significant guardrail
 breach (always-valid tests of "worse than the champion by more than the margin"), or when a step
 runs past `max_step_duration` without being won. Promotion, the irreversible step, additionally
@@ -71,6 +76,7 @@ Cause = Literal[
     "better_waiting_for_step_samples",
     "better_but_guardrail_outside_margin",
     "significantly_better",
+    "safe_at_step",
     "significantly_worse",
     "guardrail_breach",
     "labels_disagree_with_ratings",
@@ -151,6 +157,11 @@ class RolloutConfig(BaseModel):
         "back. 72 hours: the two steps a test runs (10% and 50%; the last share is the promotion) end within six "
         "days, before the weekly retraining registers the next challenger, which waits while a test runs."
     )
+    ramp_on: Literal["significance", "safety"] = Field(
+        "significance", description="What moves the challenger up a step short of the last: 'significance', the "
+        "win that promotes (every advance and the promotion then one alpha-level event); 'safety', the step's "
+        "minimum samples with no sign of harm (no guardrail breach, not significantly worse), so the test reaches "
+        "the larger share, where it learns fastest, sooner. Promotion wants the significant win either way.")
     guardrails: Guardrails = Guardrails()
     labels: LabelSettings = LabelSettings()
 
@@ -547,6 +558,16 @@ def decide(
             f"advance to {next_share:.0%}: lift {test.lift:+.3f}, p={test.p_value:.4f}",
         )
 
+    if config.ramp_on == "safety" and next_share < 1.0 and short >= config.min_samples_per_step:
+        # Short of promotion a step only has to show no harm: the rollback tests keep watching at the larger share,
+        # and promotion still wants the always-valid win, so P(false promotion) <= alpha holds as before.
+        return out(
+            "advance",
+            "safe_at_step",
+            state.weights_at(next_share),
+            f"advance to {next_share:.0%}: {short} {unit} at {state.step_share:.0%} and no sign of harm (lift "
+            f"{test.lift:+.3f}, p={test.p_value:.4f}); promotion still wants a significant win",
+        )
     if elapsed >= config.max_step_duration:
         # Whatever kept the step from finishing (no win, thin traffic, a guardrail over its margin),
         # a step may not run forever: the champion keeps the traffic.

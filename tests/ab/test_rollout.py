@@ -142,6 +142,43 @@ def test_a_step_without_a_significant_win_times_out_into_rollback():
     assert (late.action, late.cause, late.new_weights) == ("rollback", "timeout", {"v1": 1.0})
 
 
+SAFETY = RolloutConfig(max_step_duration=timedelta(days=2), ramp_on="safety")
+
+
+def test_ramping_on_safety_moves_up_on_no_harm_but_promotes_only_on_a_significant_win():
+    state = RolloutState.start("v1", "v2", SAFETY, now=T0)
+    # 200 episodes at 10%, the same rate as the champion's: no win, no harm.
+    flat = (ArmStats(990, 1800), ArmStats(110, 200))
+    assert decide(state, *flat, CONFIG, now=T0 + timedelta(hours=1)).cause == "no_difference_yet"
+    up = decide(state, *flat, SAFETY, now=T0 + timedelta(hours=1))
+    assert (up.action, up.cause, up.new_weights) == ("advance", "safe_at_step", {"v1": 0.5, "v2": 0.5})
+    assert "promotion still wants a significant win" in up.reason
+    state = apply_decision(state, up)
+    # At the last step short of promotion no significance means no promotion, however many episodes.
+    still = decide(state, ArmStats(1540, 2800), ArmStats(660, 1200), SAFETY, now=T0 + timedelta(hours=2))
+    assert (still.action, still.cause, still.new_weights) == ("hold", "no_difference_yet", {"v1": 0.5, "v2": 0.5})
+    won = decide(state, ArmStats(1540, 2800), ArmStats(780, 1200), SAFETY, now=T0 + timedelta(hours=3))
+    assert won.action == "promote" and won.stats["test"]["p_value"] <= SAFETY.alpha
+
+
+def test_ramping_on_safety_waits_for_the_steps_samples_and_still_rolls_back_on_harm():
+    state = RolloutState.start("v1", "v2", SAFETY, now=T0)
+    short = decide(state, ArmStats(990, 1800), ArmStats(100, 180), SAFETY, now=T0 + timedelta(hours=1))
+    assert short.action == "hold"  # 180 episodes at 10%: below min_samples_per_step
+    worse = decide(state, ArmStats(990, 1800), ArmStats(60, 200), SAFETY, now=T0 + timedelta(hours=1))
+    assert (worse.action, worse.cause) == ("rollback", "significantly_worse")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_ramping_on_safety_promotes_a_clearly_better_challenger_with_fewer_episodes_and_never_a_worse_one(seed):
+    _, _, served_significance = drive(Arm(0.55), Arm(0.75), seed=seed)
+    state, _, served_safety = drive(Arm(0.55), Arm(0.75), SAFETY, seed=seed)
+    assert state.status == "promoted" and [e.step_share for e in state.history] == [0.10, 0.50, 1.00]
+    assert sum(served_safety.values()) <= sum(served_significance.values())
+    worse, _, _ = drive(Arm(0.55), Arm(0.45), SAFETY, seed=seed)
+    assert worse.status == "rolled_back"
+
+
 def test_state_round_trips_through_json_and_refuses_misuse():
     state = RolloutState.start("v1", "v2", CONFIG, now=T0)
     assert RolloutState.model_validate_json(state.model_dump_json()) == state
