@@ -404,3 +404,47 @@ def test_sqlite_file_from_a_newer_version_is_refused_clearly(tmp_path):
     db.close()
     with pytest.raises(RuntimeError, match=r"schema version 99, newer than"):
         open_inbox_store(f"sqlite:///{path}")
+
+
+def test_switching_to_wal_waits_out_another_process_holding_the_file(tmp_path):
+    """Several arbiter workers open one store at start-up: one of them switching the file to WAL while another holds
+    it failed with "database is locked" at once. The switch now waits (here a connection with no busy timeout of its
+    own, so only the retry can wait) until the lock is gone."""
+    import threading
+    import time
+
+    from agent_rl.environments.email.inbox.sqlite_store import _use_wal
+
+    path = tmp_path / "inbox.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("create table t (x)")
+    holder.execute("begin exclusive")
+    impatient = sqlite3.connect(path, isolation_level=None, timeout=0)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        impatient.execute("PRAGMA journal_mode=WAL")  # what the store did before
+    release = threading.Timer(0.3, lambda: holder.execute("commit"))
+    release.start()
+    started = time.monotonic()
+    _use_wal(impatient, wait_s=10)
+    assert time.monotonic() - started >= 0.2
+    assert impatient.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    release.join()
+    impatient.close()
+    holder.close()
+
+
+def test_many_processes_open_one_new_store_together(tmp_path):
+    import multiprocessing
+
+    url = f"sqlite:///{tmp_path / 'shared' / 'inbox.db'}"
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(6) as pool:
+        assert pool.map(_open_and_count, [url] * 6) == [0] * 6
+
+
+def _open_and_count(url: str) -> int:
+    store = open_inbox_store(url)
+    try:
+        return len(store.inboxes())
+    finally:
+        store.close()
