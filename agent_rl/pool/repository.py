@@ -25,6 +25,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
 from agent_rl import settings
+from agent_rl.disk import use_wal
 from agent_rl.pool import migrations, schema
 from agent_rl.records import Episode, utcnow
 from agent_rl.spec_credentials import credential_problem
@@ -135,7 +136,7 @@ def _make_engine(url: str) -> Engine:
         def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
             cursor = dbapi_conn.cursor()
             if not in_memory:
-                cursor.execute("PRAGMA journal_mode=WAL")
+                use_wal(dbapi_conn, SQLITE_BUSY_TIMEOUT_S)
                 # NORMAL is durable against process crashes in WAL mode; only a power cut loses the last commits.
                 cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")

@@ -413,7 +413,7 @@ def test_switching_to_wal_waits_out_another_process_holding_the_file(tmp_path):
     import threading
     import time
 
-    from agent_rl.environments.email.inbox.sqlite_store import _use_wal
+    from agent_rl.disk import use_wal
 
     path = tmp_path / "inbox.db"
     holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -425,7 +425,7 @@ def test_switching_to_wal_waits_out_another_process_holding_the_file(tmp_path):
     release = threading.Timer(0.3, lambda: holder.execute("commit"))
     release.start()
     started = time.monotonic()
-    _use_wal(impatient, wait_s=10)
+    use_wal(impatient, wait_s=10)
     assert time.monotonic() - started >= 0.2
     assert impatient.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     release.join()

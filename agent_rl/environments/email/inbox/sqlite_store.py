@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 
+from agent_rl.disk import use_wal
 from agent_rl.environments.email.inbox.backend_rules import (
     EMAIL_TEXT_COLUMNS, EMAIL_UNIQUE_KEYS, batches, clean_text, content_hash, email_from_row, group_recipients,
     keyset_pages, keyword_terms, leading_snippet, recipient_entries, recipients_table, search_filters, sender_key,
@@ -92,22 +92,6 @@ def _path_of(url: str) -> Path:
     raise ValueError(f"SQLite inbox URL {url!r}: expected sqlite:///PATH/TO/inbox.db")
 
 
-def _use_wal(db: sqlite3.Connection, wait_s: float = 30.0) -> None:
-    """Put the file in WAL mode, once: asked again on a file already in WAL it takes no lock. Several processes
-    opening one store together (an arbiter's workers at start-up) were seen to fail at once with "database is
-    locked" on the switch, the connection's busy timeout notwithstanding: retry for up to `wait_s`."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            if str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
-                db.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.05)
-
-
 class SQLiteInboxStore(InboxStore):
     """InboxStore on a SQLite file (WAL mode, safe to share between threads of one process)."""
 
@@ -118,7 +102,7 @@ class SQLiteInboxStore(InboxStore):
         self._slots: dict[str, int] = {}  # inbox -> slot; a slot never changes once given
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
         try:
-            _use_wal(self._db)
+            use_wal(self._db)
         except BaseException:
             self._db.close()
             raise
