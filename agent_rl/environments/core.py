@@ -231,58 +231,54 @@ class World:
         return None
 
 
-# The world hooks an environment class declared itself before `World` gathered them: name -> World method.
-LEGACY_WORLD_HOOKS = {"privacy": "privacy", "anonymized": "anonymized", "build_world": "build",
-                      "build_tasks": "build_tasks", "privacy_pass": "anonymize", "stored_world": "reopen",
+# The hooks an environment class declared itself before `World` gathered them: World method -> the old name.
+LEGACY_WORLD_HOOKS = {"privacy": "privacy", "anonymized": "anonymized", "build": "build_world",
+                      "build_tasks": "build_tasks", "anonymize": "privacy_pass", "reopen": "stored_world",
                       "grpo_rows": "grpo_rows", "rollout_factory": "rollout_factory"}
 
 
 class _EnvironmentHooks(World):
-    """The world of a plug-in written before `World`: its environment's own hooks (and `trains_alone`), each one it
-    defines called in place of World's default. Kept for one release."""
+    """The world of a plug-in written before `World`: each hook its environment defines (and `trains_alone`) called
+    in place of World's own method, World's default where it defines none. Kept for one release."""
 
     def __init__(self, environment: Environment) -> None:
         self._environment = environment
         self.trains_alone = bool(getattr(environment, "trains_alone", False))
 
-    def _hook(self, name: str) -> Callable[..., Any] | None:
-        return getattr(self._environment, name, None)
+    def _hook(self, method: str) -> Callable[..., Any] | None:
+        return getattr(self._environment, LEGACY_WORLD_HOOKS[method], None)
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        hook = self._hook(method)
+        return hook(*args, **kwargs) if hook else getattr(World, method)(self, *args, **kwargs)
 
     def privacy(self) -> PrivacySpec:
-        hook = self._hook("privacy")
-        return hook() if hook else PrivacySpec()
+        return self._call("privacy")
 
     def anonymized(self, transform: Callable[[str], str]) -> Environment | None:
-        hook = self._hook("anonymized")
-        return hook(transform) if hook else None
+        return self._call("anonymized", transform)
 
     def holds_personal_data(self) -> bool:
         return self.privacy().known_people is not None or self._hook("anonymized") is not None
 
     def build(self, **options: Any) -> dict[str, Any]:
-        hook = self._hook("build_world")
-        return hook(**options) if hook else {}
+        return self._call("build", **options)
 
     def build_tasks(self, **options: Any) -> dict[str, Any]:
-        hook = self._hook("build_tasks")
-        return hook(**options) if hook else {}
+        return self._call("build_tasks", **options)
 
     def anonymize(self, episodes: list[dict[str, Any]], out_dir: Path, canaries: list[str],
                   config: AnonymizerConfig) -> WorldPrivacy | None:
-        hook = self._hook("privacy_pass")
-        return hook(episodes, out_dir, canaries, config) if hook else None
+        return self._call("anonymize", episodes, out_dir, canaries, config)
 
     def reopen(self, out_dir: Path) -> StoredWorld | None:
-        hook = self._hook("stored_world")
-        return hook(out_dir) if hook else None
+        return self._call("reopen", out_dir)
 
     def grpo_rows(self, tasks: list[Task]) -> list[dict[str, Any]] | None:
-        hook = self._hook("grpo_rows")
-        return hook(tasks) if hook else None
+        return self._call("grpo_rows", tasks)
 
     def rollout_factory(self, max_turns: int) -> Callable[[], Any] | None:
-        hook = self._hook("rollout_factory")
-        return hook(max_turns) if hook else None
+        return self._call("rollout_factory", max_turns)
 
 
 class EnvironmentError(RuntimeError):  # noqa: A001 - the loop's own error for a broken plug-in
@@ -363,7 +359,7 @@ class Environment(abc.ABC):
     def world(self) -> World:
         """Where the tasks run, when the environment does not carry it whole (a store built from a corpus, its own
         privacy pass, its own GRPO rows and rollouts): see `World`. Default: the world comes with the environment."""
-        legacy = sorted(name for name in [*LEGACY_WORLD_HOOKS, "trains_alone"] if hasattr(type(self), name))
+        legacy = sorted(name for name in [*LEGACY_WORLD_HOOKS.values(), "trains_alone"] if hasattr(type(self), name))
         if legacy:
             warnings.warn(f"environment {self.name!r} defines {', '.join(legacy)} on the environment: return a "
                           f"World from world() instead (the environment-level hooks go in the next release)",

@@ -103,15 +103,11 @@ class SQLiteInboxStore(InboxStore):
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
         try:
             use_wal(self._db)
-        except BaseException:
-            self._db.close()
-            raise
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.execute("PRAGMA cache_size=-65536")  # 64 MB: bulk FTS inserts touch many index pages
-        # Reads map the file instead of copying each page through the 64 MB cache (SQLite caps it at 2 GB).
-        self._db.execute("PRAGMA mmap_size=2147483648")
-        try:
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.execute("PRAGMA cache_size=-65536")  # 64 MB: bulk FTS inserts touch many index pages
+            # Reads map the file instead of copying each page through the 64 MB cache (SQLite caps it at 2 GB).
+            self._db.execute("PRAGMA mmap_size=2147483648")
             with self._lock:
                 self._prepare_schema()
         except BaseException:
