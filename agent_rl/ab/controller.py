@@ -172,7 +172,7 @@ class RolloutController:
             for episode in page.episodes
             if episode.policy_version in (state.champion, state.challenger)
         ]
-        stats = arm_stats_from_episodes(episodes, since=state.test_started_at)
+        stats = arm_stats_from_episodes(episodes, since=state.test_started_at, step_starts=state.step_starts())
         decision = decide(
             state, stats.get(state.champion, ArmStats(0, 0)), stats.get(state.challenger, ArmStats(0, 0)),
             self.config, now=now, labels=self.labels(state, episodes),

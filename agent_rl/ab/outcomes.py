@@ -19,8 +19,9 @@ their outcome by the rules above.
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from agent_rl.ab.evidence import LabeledArm
@@ -75,8 +76,9 @@ def _created_at(value: Any, row_index: int) -> datetime:
 
 
 def _checked_rows(episodes: Iterable[Mapping[str, Any] | Episode], since: datetime | None
-                  ) -> Iterator[tuple[Mapping[str, Any] | Episode, Mapping[str, Any], str]]:
-    """Each episode created at or after `since` as (the item, its row as a mapping, its outcome's name); a
+                  ) -> Iterator[tuple[Mapping[str, Any] | Episode, Mapping[str, Any], str, datetime]]:
+    """Each episode created at or after `since` as (the item, its row as a mapping, its outcome's name, when it
+    was recorded in UTC); a
     ValueError naming the row for one without policy_version, outcome or created_at, or with an unknown outcome."""
     since_utc = _created_at(since, -1) if since is not None else None
     for index, item in enumerate(episodes):
@@ -84,36 +86,45 @@ def _checked_rows(episodes: Iterable[Mapping[str, Any] | Episode], since: dateti
         for key in ("policy_version", "outcome", "created_at"):
             if key not in row or row[key] is None:
                 raise ValueError(f"episode row {index}: missing {key!r}")
-        if since_utc is not None and _created_at(row["created_at"], index) < since_utc:
+        created = _created_at(row["created_at"], index)
+        if since_utc is not None and created < since_utc:
             continue
         outcome = str(getattr(row["outcome"], "value", row["outcome"]))
         if outcome not in KNOWN_OUTCOMES:
             raise ValueError(
                 f"episode row {index}: unknown outcome {outcome!r}; expected one of {sorted(KNOWN_OUTCOMES)}"
             )
-        yield item, row, outcome
+        yield item, row, outcome, created
 
 
 def arm_stats_from_episodes(
-    episodes: Iterable[Mapping[str, Any] | Episode], since: datetime | None = None
+    episodes: Iterable[Mapping[str, Any] | Episode], since: datetime | None = None,
+    step_starts: Sequence[datetime] = (),
 ) -> dict[str, ArmStats]:
     """Counts per policy_version over pool rows created at or after `since` (naive = UTC).
 
     Rows are dicts (or mappings, e.g. SQLAlchemy row mappings) with policy_version, outcome,
     latency_ms, created_at and feedback, or `Episode` records as the pool's export returns
-    them; other keys are ignored."""
+    them; other keys are ignored. `step_starts`: when each rollout step began, oldest first; each latency is
+    then tagged with the step its request was routed in (a row is recorded when its episode ends, so the
+    request began `latency_ms` before `created_at`)."""
+    starts = sorted(as_utc(start) for start in step_starts)
     tallies: dict[str, dict[str, Any]] = {}
-    for _, row, outcome in _checked_rows(episodes, since):
+    for _, row, outcome, created in _checked_rows(episodes, since):
         verdict = feedback_verdict(row.get("feedback"))
         if outcome == UNJUDGED and verdict is None:
             continue  # no evidence either way
         tally = tallies.setdefault(
-            str(row["policy_version"]), {"successes": 0, "trials": 0, "hallucinations": 0, "errors": 0, "lat": []}
+            str(row["policy_version"]),
+            {"successes": 0, "trials": 0, "hallucinations": 0, "errors": 0, "lat": [], "steps": []},
         )
         tally["trials"] += 1
         latency = row.get("latency_ms")
         if latency is not None:
             tally["lat"].append(float(latency))
+            if starts:
+                began = created - timedelta(milliseconds=float(latency))
+                tally["steps"].append(max(bisect_right(starts, began) - 1, 0))
         if outcome in ERROR_OUTCOMES:
             tally["errors"] += 1
             continue
@@ -129,6 +140,7 @@ def arm_stats_from_episodes(
             hallucinations=t["hallucinations"],
             errors=t["errors"],
             latencies_ms=tuple(t["lat"]),
+            latency_steps=tuple(t["steps"]),
         )
         for version, t in tallies.items()
     }
@@ -146,7 +158,7 @@ def labeled_arms_from_episodes(
     ratable: list[tuple[str, Mapping[str, Any] | Episode, int | None]] = []
     judged: dict[str, list[int]] = {}
     versions: dict[str, None] = {}
-    for item, row, outcome in _checked_rows(episodes, since):
+    for item, row, outcome, _ in _checked_rows(episodes, since):
         version = str(row["policy_version"])
         versions[version] = None
         verdict = feedback_verdict(row.get("feedback"))

@@ -245,6 +245,11 @@ class RolloutState(BaseModel):
         "test started); None: none was, `labeler_note` says why.")
     labeler_note: str = ""
 
+    def step_starts(self) -> tuple[datetime, ...]:
+        """When each step of this test began, oldest first (the test's start, then each advance)."""
+        starts = tuple(event.at for event in self.history if event.action in ("start", "advance"))
+        return starts or (self.test_started_at,)
+
     @model_validator(mode="after")
     def _distinct_versions(self) -> RolloutState:
         if self.champion == self.challenger:
@@ -361,7 +366,7 @@ def _guardrails(champion: ArmStats, challenger: ArmStats, config: RolloutConfig)
             g.failure_rate.limit(champion.failure_rate) - champion.failure_rate,
             **common,
         ),
-        latency_guardrail(champion.latencies_ms, challenger.latencies_ms, g.latency_p95.limit, **common),
+        latency_guardrail(champion, challenger, g.latency_p95.limit, **common),
     ]
 
 

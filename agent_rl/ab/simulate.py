@@ -77,19 +77,25 @@ class _Tally:
     def __init__(self) -> None:
         self.counts = np.zeros(4, dtype=np.int64)  # success, hallucination, error, idk
         self.latencies: list[np.ndarray] = []
+        self.steps: list[np.ndarray] = []
 
-    def add(self, rng: np.random.Generator, arm: Arm, n: int) -> None:
+    def add(self, rng: np.random.Generator, arm: Arm, n: int, step: int = 0, load: float = 1.0) -> None:
+        """`n` more episodes served at rollout step `step`, their latencies `load` times the arm's own (the load
+        the step's shares put on the machine slows both arms alike)."""
         if n == 0:
             return
         probs = [arm.success, arm.hallucination, arm.error]
         self.counts += rng.multinomial(n, [*probs, max(0.0, 1.0 - sum(probs))])
         if arm.latency_median_ms is not None:
-            self.latencies.append(rng.lognormal(np.log(arm.latency_median_ms), 0.5, size=n))
+            self.latencies.append(rng.lognormal(np.log(arm.latency_median_ms * load), 0.5, size=n))
+            self.steps.append(np.full(n, step))
 
     def stats(self) -> ArmStats:
         latencies = tuple(np.concatenate(self.latencies).tolist()) if self.latencies else ()
+        steps = tuple(int(x) for x in np.concatenate(self.steps)) if self.steps else ()
         s, h, e, _ = (int(c) for c in self.counts)
-        return ArmStats(successes=s, trials=int(self.counts.sum()), hallucinations=h, errors=e, latencies_ms=latencies)
+        return ArmStats(successes=s, trials=int(self.counts.sum()), hallucinations=h, errors=e, latencies_ms=latencies,
+                        latency_steps=steps)
 
 
 def simulate_rollouts(

@@ -31,6 +31,9 @@ Verdict = Literal["better", "worse", "continue"]
 
 # The latency guardrail is about the 95th percentile: 5% of requests are above it.
 P95_EXCEEDANCE = 0.05
+# The champion latencies a step needs before its p95 sets the challenger's limit there: with fewer than 20, no
+# request lies above the 95th percentile and the "percentile" is the slowest request.
+MIN_LATENCIES_FOR_P95 = 20
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,9 @@ class ArmStats:
     hallucinations: int = 0
     errors: int = 0
     latencies_ms: tuple[float, ...] = field(default=(), repr=False)
+    # The rollout step (0 = the first share) each latency was served in, parallel to `latencies_ms`; empty: one
+    # step. Latency depends on the load and the load moves with the shares, so the guardrail compares step by step.
+    latency_steps: tuple[int, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         if self.trials < 0:
@@ -60,6 +66,21 @@ class ArmStats:
             object.__setattr__(self, "latencies_ms", tuple(float(x) for x in self.latencies_ms))
         if any(not math.isfinite(x) or x < 0 for x in self.latencies_ms):
             raise ValueError("ArmStats.latencies_ms must be finite and >= 0")
+        if not isinstance(self.latency_steps, tuple):
+            object.__setattr__(self, "latency_steps", tuple(int(x) for x in self.latency_steps))
+        if self.latency_steps and len(self.latency_steps) != len(self.latencies_ms):
+            raise ValueError(f"ArmStats.latency_steps has {len(self.latency_steps)} entries for "
+                             f"{len(self.latencies_ms)} latencies: give one step per latency, or none")
+        if any(x < 0 for x in self.latency_steps):
+            raise ValueError("ArmStats.latency_steps must be >= 0")
+
+    def latencies_by_step(self) -> dict[int, np.ndarray]:
+        """This arm's latencies grouped by the step they were served in (all in step 0 without steps)."""
+        values = np.asarray(self.latencies_ms, dtype=float)
+        if not self.latency_steps:
+            return {0: values} if values.size else {}
+        steps = np.asarray(self.latency_steps)
+        return {int(step): values[steps == step] for step in np.unique(steps)}
 
     @property
     def success_rate(self) -> float:
@@ -384,8 +405,8 @@ def rate_guardrail(
 
 
 def latency_guardrail(
-    champion_latencies_ms: tuple[float, ...],
-    challenger_latencies_ms: tuple[float, ...],
+    champion: ArmStats,
+    challenger: ArmStats,
     limit_ms_for: Callable[[float], float],
     *,
     alpha: float,
@@ -393,26 +414,40 @@ def latency_guardrail(
 ) -> GuardrailResult:
     """Is the challenger's p95 latency above the allowed limit (derived from the champion's p95)?
 
-    A p95 above the limit means more than 5% of the challenger's requests are slower than the
-    limit, so the breach test is an always-valid one-sample test of 'exceedance rate <= 5%'.
-    The champion's p95 is taken as known (it has most of the traffic until the last step)."""
-    if not champion_latencies_ms or not challenger_latencies_ms:
-        return GuardrailResult("latency_p95_ms", None, None, None, False, True, None, "no latencies recorded")
-    champion_p95 = float(np.percentile(champion_latencies_ms, 95))
-    challenger = np.asarray(challenger_latencies_ms, dtype=float)
-    challenger_p95 = float(np.percentile(challenger, 95))
-    limit = float(limit_ms_for(champion_p95))
-    n = challenger.size
-    excess = float(np.mean(challenger > limit)) - P95_EXCEEDANCE
-    variance = P95_EXCEEDANCE * (1 - P95_EXCEEDANCE) / n
-    lower = excess - _scalar_radius(variance, tau_squared, alpha)
+    A p95 above the limit means more than 5% of the challenger's requests are slower than the limit, so the breach
+    test is an always-valid one-sample test of 'exceedance rate <= 5%'. Compared step by step: a request's latency
+    depends on the load it met, and the load moves with the shares (at 10% the champion's requests fill the
+    machine's batches; at 50% two versions share it), so each challenger request is held against the limit from
+    the champion's p95 in the same step, never against a p95 measured under another load. A step where the
+    champion served fewer than MIN_LATENCIES_FOR_P95 requests sets no limit; its challenger requests wait. The
+    champion's p95 in a step is taken as known (it has at least as much traffic until the last step). Reported
+    values are the latest compared step's."""
+    champion_steps, challenger_steps = champion.latencies_by_step(), challenger.latencies_by_step()
+    compared: list[tuple[int, float, float, float, int]] = []  # step, champion p95, challenger p95, limit, over
+    for step, latencies in sorted(challenger_steps.items()):
+        reference = champion_steps.get(step)
+        if reference is None or reference.size < MIN_LATENCIES_FOR_P95:
+            continue
+        champion_p95 = float(np.percentile(reference, 95))
+        limit = float(limit_ms_for(champion_p95))
+        compared.append((step, champion_p95, float(np.percentile(latencies, 95)), limit, int(np.sum(latencies > limit))))
+    if not compared:
+        why = ("no latencies recorded" if not champion.latencies_ms or not challenger.latencies_ms else
+               f"no step yet where the champion served {MIN_LATENCIES_FOR_P95} requests beside the challenger's")
+        return GuardrailResult("latency_p95_ms", None, None, None, False, True, None, why)
+    n = sum(challenger_steps[step].size for step, *_ in compared)
+    excess = sum(over for *_, over in compared) / n - P95_EXCEEDANCE
+    lower = excess - _scalar_radius(P95_EXCEEDANCE * (1 - P95_EXCEEDANCE) / n, tau_squared, alpha)
+    _, champion_p95, challenger_p95, limit, _ = compared[-1]
+    per_step = "; ".join(f"step {step}: {mine:.0f} vs champion {theirs:.0f} ms (limit {cap:.0f}), {over} of "
+                         f"{challenger_steps[step].size} over" for step, theirs, mine, cap, over in compared)
     return GuardrailResult(
         name="latency_p95_ms",
         champion_value=champion_p95,
         challenger_value=challenger_p95,
         limit=limit,
         breached=lower > 0,
-        within_margin=challenger_p95 <= limit,
+        within_margin=excess <= 0,
         degradation_lower_bound=lower,
-        note="lower bound is on the share of challenger requests above the limit, minus 5%",
+        note=f"lower bound is on the share of challenger requests above their step's limit, minus 5%; {per_step}",
     )

@@ -38,6 +38,21 @@ def test_outcomes_map_to_success_hallucination_and_error():
     assert stats["b"].successes == 1 and stats["b"].latencies_ms == (300.0,)
 
 
+def test_each_latency_is_tagged_with_the_step_its_request_began_in():
+    """A row is recorded when its episode ends: one that began before an advance and ended after it belongs to the
+    step it was routed in."""
+    advanced = START + timedelta(minutes=10)
+    rows = [
+        row("a", "correct", minutes=5),  # began and ended in step 0
+        row("a", "correct", minutes=10, latency=60_000.0),  # began a minute before the advance
+        row("a", "correct", minutes=12),  # step 1
+        row("a", "correct", minutes=-1),  # before the test: not counted
+    ]
+    stats = arm_stats_from_episodes(rows, since=START, step_starts=[START, advanced])
+    assert stats["a"].latency_steps == (0, 0, 1)
+    assert arm_stats_from_episodes(rows, since=START)["a"].latency_steps == ()
+
+
 def test_feedback_verdict_overrides_the_judged_outcome_but_not_errors():
     rows = [
         row("a", "correct", feedback="wrong"),  # user says the answer was wrong: a hallucination

@@ -18,8 +18,10 @@ T0 = datetime(2025, 3, 3, tzinfo=timezone.utc)
 CONFIG = RolloutConfig(max_step_duration=timedelta(days=2))
 
 
-def drive(champion: Arm, challenger: Arm, config: RolloutConfig = CONFIG, seed: int = 0, batch: int = 100):
-    """Serve simulated traffic hour by hour, deciding after every batch, until the rollout ends.
+def drive(champion: Arm, challenger: Arm, config: RolloutConfig = CONFIG, seed: int = 0, batch: int = 100,
+          load: tuple[float, ...] = (1.0, 1.0)):
+    """Serve simulated traffic hour by hour, deciding after every batch, until the rollout ends; `load`: how much
+    slower every request is at each step short of the last (the shares change the machine's load).
     Returns the final state, every decision, and the episodes served per arm."""
     rng = np.random.default_rng(seed)
     state = RolloutState.start("v1", "v2", config, now=T0)
@@ -27,8 +29,9 @@ def drive(champion: Arm, challenger: Arm, config: RolloutConfig = CONFIG, seed: 
     decisions = []
     for hour in range(1, 24 * 30):
         to_challenger = int(rng.binomial(batch, state.step_share))
-        tallies["v2"].add(rng, challenger, to_challenger)
-        tallies["v1"].add(rng, champion, batch - to_challenger)
+        step = config.step_index(state.step_share)
+        tallies["v2"].add(rng, challenger, to_challenger, step=step, load=load[step])
+        tallies["v1"].add(rng, champion, batch - to_challenger, step=step, load=load[step])
         decision = decide(state, tallies["v1"].stats(), tallies["v2"].stats(), config, now=T0 + timedelta(hours=hour))
         decisions.append(decision)
         state = apply_decision(state, decision)
@@ -109,6 +112,18 @@ def test_slower_p95_latency_rolls_back_even_when_success_is_better():
     assert "latency_p95_ms" in decisions[-1].reason
     # The same challenger with unchanged latency goes all the way.
     assert drive(Arm(0.55, latency_median_ms=1000), Arm(0.75, latency_median_ms=1000))[0].status == "promoted"
+
+
+def test_latency_is_compared_within_each_step_so_a_heavier_load_at_50_percent_does_not_roll_back():
+    """At 50% both versions are twice as slow as at 10% (two engines share the machine): the challenger's pooled
+    p95, half served at 50%, is far above the champion's, nine tenths served at 10% (a pooled comparison rolls it
+    back), yet it is no slower than the champion beside it, and it is promoted; one slower beside the champion is
+    still rolled back."""
+    heavier = (1.0, 2.0)
+    as_fast = drive(Arm(0.55, latency_median_ms=1000), Arm(0.75, latency_median_ms=1000), load=heavier)
+    assert as_fast[0].status == "promoted"
+    slower = drive(Arm(0.55, latency_median_ms=1000), Arm(0.75, latency_median_ms=1600), load=heavier)
+    assert slower[0].status == "rolled_back" and slower[1][-1].cause == "guardrail_breach"
 
 
 def test_guardrail_margins_are_configurable():

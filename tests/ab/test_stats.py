@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from agent_rl.ab.simulate import peeking_false_positive_rates
@@ -83,11 +84,53 @@ def test_latency_guardrail_compares_p95_against_the_allowed_limit():
     slower = tuple(x * 1.6 for x in champion)
     same = champion[::5]
     limit = lambda p95: p95 * 1.2  # noqa: E731 - the relative margin of 20%
-    breach = latency_guardrail(champion, slower, limit, alpha=0.05, tau_squared=0.01)
+    breach = latency_guardrail(ArmStats(0, 1000, latencies_ms=champion), ArmStats(0, 1000, latencies_ms=slower), limit,
+                               alpha=0.05, tau_squared=0.01)
     assert breach.breached and breach.challenger_value > breach.limit
-    ok = latency_guardrail(champion, same, limit, alpha=0.05, tau_squared=0.01)
+    ok = latency_guardrail(ArmStats(0, 1000, latencies_ms=champion), ArmStats(0, 200, latencies_ms=same), limit,
+                           alpha=0.05, tau_squared=0.01)
     assert not ok.breached and ok.within_margin
-    assert not latency_guardrail((), same, limit, alpha=0.05, tau_squared=0.01).breached
+    assert not latency_guardrail(ArmStats(0, 0), ArmStats(0, 200, latencies_ms=same), limit, alpha=0.05,
+                                 tau_squared=0.01).breached
+
+
+def _served(steps: dict[int, tuple[float, int]], seed: int) -> ArmStats:
+    """An arm's latencies: per step, (mean ms, requests), spread +-10%."""
+    rng = np.random.default_rng(seed)
+    latencies = [(step, x) for step, (mean, n) in steps.items() for x in rng.uniform(0.9 * mean, 1.1 * mean, n)]
+    return ArmStats(0, len(latencies), latencies_ms=tuple(x for _, x in latencies),
+                    latency_steps=tuple(step for step, _ in latencies))
+
+
+def test_latency_guardrail_holds_each_request_against_its_own_steps_champion():
+    """The load moves with the shares: at 50% both versions are slower than at 10%. A challenger as fast as the
+    champion in every step is within the margin, though its pooled p95 (mostly from the slower step) is 40% above
+    the champion's (mostly from the faster one); one slower within a step is caught."""
+    limit = lambda p95: p95 * 1.2  # noqa: E731
+    champion = _served({0: (40_000.0, 900), 1: (56_000.0, 40)}, seed=1)
+    as_fast = _served({0: (40_000.0, 100), 1: (56_000.0, 100)}, seed=2)
+    pooled = latency_guardrail(ArmStats(0, 940, latencies_ms=champion.latencies_ms),
+                               ArmStats(0, 200, latencies_ms=as_fast.latencies_ms), limit, alpha=0.05, tau_squared=0.01)
+    assert pooled.breached  # what comparing across loads concludes
+    fair = latency_guardrail(champion, as_fast, limit, alpha=0.05, tau_squared=0.01)
+    assert not fair.breached and fair.within_margin
+    assert "step 0" in fair.note and "step 1" in fair.note
+    slower = _served({0: (40_000.0, 100), 1: (80_000.0, 100)}, seed=3)
+    caught = latency_guardrail(champion, slower, limit, alpha=0.05, tau_squared=0.01)
+    assert caught.breached and caught.challenger_value > caught.limit
+
+
+def test_latency_guardrail_waits_for_a_step_with_enough_champion_requests():
+    limit = lambda p95: p95 * 1.2  # noqa: E731
+    champion = _served({0: (40_000.0, 19)}, seed=4)
+    slower = _served({0: (90_000.0, 50)}, seed=5)
+    waiting = latency_guardrail(champion, slower, limit, alpha=0.05, tau_squared=0.01)
+    assert not waiting.breached and waiting.limit is None and "20 requests" in waiting.note
+
+
+def test_arm_stats_rejects_latency_steps_that_do_not_match_the_latencies():
+    with pytest.raises(ValueError, match="latency_steps has 1 entries for 2 latencies"):
+        ArmStats(0, 2, latencies_ms=(1.0, 2.0), latency_steps=(0,))
 
 
 def test_peeking_inflates_the_z_test_but_not_the_msprt():
