@@ -121,7 +121,7 @@ def grpo_hacking(partition: str, environment: EnvironmentResource) -> tuple[list
     if not path.exists():
         return [], f"no rollouts recorded at {path}"
     envs = environment.loads()
-    rollouts = mark_rewarded(load_jsonl(path), max(env.rewarded_above for env in envs))
+    rollouts = mark_rewarded(load_jsonl(path), max(env.grading().rewarded_above for env in envs))
     findings = measure_reward_hacking(rollouts, HackingConfig(), environment_detectors(envs))
     out.hacking.write_text(json.dumps([f.as_dict() for f in findings], default=str))
     triggered = [f for f in findings if f.triggered]

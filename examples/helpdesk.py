@@ -109,7 +109,6 @@ def topic_of(question: str) -> str | None:
 class HelpdeskEnvironment(Environment):
     name = "helpdesk"
     categories = tuple(ASKS)
-    refusal_categories = ("out_of_scope",)
     system_prompt = ("You answer customers of an online shop. Look up the policy for their request, then call reply "
                      "with what it says and its topic. If no policy covers the request, answer \"I don't know\".")
 

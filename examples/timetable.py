@@ -92,7 +92,6 @@ class TimetableTeacher(Policy):
 class TimetableEnvironment(Environment):
     name = "timetable"
     categories = ("departure", "platform", "duration", "no_connection")
-    refusal_categories = ("no_connection",)
     system_prompt = ("You help travellers with the railway timetable. Find the train, read its details, then call "
                      "reply with a short answer and the train ids. If the timetable does not say, answer \"I don't know\".")
 

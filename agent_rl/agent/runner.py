@@ -242,7 +242,7 @@ def _apply_turn(environment: Environment, names: frozenset[str], episode: _Live,
         episode.outcome, episode.format_error = Outcome.FORMAT_ERROR, FormatErrorKind.UNPARSABLE
         return
     if not calls:
-        if environment.answers_in_words:
+        if environment.capabilities.answers_in_words:
             episode.words, episode.outcome = content, Outcome.IDK  # provisional: judged in _to_episode
         else:
             episode.outcome, episode.format_error = Outcome.FORMAT_ERROR, FormatErrorKind.NO_TOOL_CALL

@@ -43,7 +43,7 @@ def _demonstration_quality(environment: str) -> Callable[[float], float]:
 
     if environment not in available():
         return lambda reward: 1.0
-    return load_environment(environment).demonstration_quality
+    return load_environment(environment).grading().demonstration_quality
 
 
 def _schemas(tools: list[dict[str, Any]] | None, environment: str, known: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:

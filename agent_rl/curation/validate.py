@@ -39,7 +39,7 @@ def config_for(environments: list[Any], **overrides: Any) -> ValidationConfig:
     """The checks for a run training on `environments` (agent_rl/environments): their categories and tools."""
     categories = tuple(dict.fromkeys(c for env in environments for c in env.categories))
     tools = tuple(dict.fromkeys(t for env in environments for t in env.tool_names()))
-    ranges = [getattr(env, "reward_range", (-2.0, 1.5)) for env in environments]
+    ranges = [env.grading().reward_range for env in environments]
     bounds = {"reward_min": min(low for low, _ in ranges), "reward_max": max(high for _, high in ranges)}
     return ValidationConfig(categories=categories, tools=tools, environments=tuple(e.name for e in environments),
                             **{**bounds, **overrides})

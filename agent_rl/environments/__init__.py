@@ -5,6 +5,7 @@ from agent_rl.environments.core import (
     Environment,
     EnvironmentError,
     FinalAnswer,
+    Grading,
     Judgement,
     PrivacySpec,
     ProbeItem,
@@ -15,5 +16,5 @@ from agent_rl.environments.core import (
     WorldPrivacy,
 )
 
-__all__ = ["Capabilities", "Environment", "EnvironmentError", "FinalAnswer", "Judgement", "PrivacySpec", "ProbeItem",
-           "StoredWorld", "Task", "Trajectory", "World", "WorldPrivacy"]
+__all__ = ["Capabilities", "Environment", "EnvironmentError", "FinalAnswer", "Grading", "Judgement", "PrivacySpec",
+           "ProbeItem", "StoredWorld", "Task", "Trajectory", "World", "WorldPrivacy"]

@@ -13,7 +13,7 @@ import abc
 import inspect
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
@@ -158,6 +158,47 @@ class Capabilities:
     # Outcomes come from users' feedback, not from a judge of ours: curation judges by it (and may label what nobody
     # rated) and holds out rated-good episodes, which SFT never sees and validation replays.
     judged_by_users: bool = False
+    # A chat agent whose reply in words is its answer (an OpenAI fine-tuning job's rows): a turn with no tool call
+    # ends the episode with that text as its FinalAnswer instead of breaking the format, and the session may offer
+    # no tools at all.
+    answers_in_words: bool = False
+
+
+def _every_correct_episode_teaches(reward: float) -> float:
+    """Grading's default demonstration quality: the judge said correct, and that is all it says."""
+    return 1.0
+
+
+@dataclass(frozen=True)
+class Grading:
+    """What the loop's checks read of an environment's judging beyond each episode's Judgement, in one place (an
+    environment returns its own from `Environment.grading()`; every field has a default a plug-in may keep)."""
+
+    # Lowest and highest reward the judge gives: curation quarantines episodes outside it as corrupt.
+    reward_range: tuple[float, float] = (-2.0, 1.5)
+    # The reward above which the reward-hacking detectors count a rollout as rewarded (besides a correct one): 0 for
+    # judges that reward only what they favour; a graded judge's pass threshold where every answer scores a little.
+    rewarded_above: float = 0.0
+    # How good a demonstration a correct episode with this reward is, in [0, 1]: SFT keeps the correct episodes at
+    # or above curation's min_quality.
+    demonstration_quality: Callable[[float], float] = _every_correct_episode_teaches
+    # Reward-hacking detectors of the environment's own, run on its GRPO rollouts beside the loop's generic ones
+    # (same answer everywhere, tool-call spam, format exploits): {kind: (rollouts, HackingConfig) -> Finding}.
+    hacking_detectors: Mapping[str, Detector] = field(default_factory=dict)
+    # General questions without tools for the forgetting gate (empty: the loop's default probe).
+    probe: tuple[ProbeItem, ...] = ()
+
+    def __post_init__(self) -> None:
+        low, high = self.reward_range
+        if not low < high:
+            raise ValueError(f"Grading.reward_range must be (lowest, highest) with lowest < highest, got "
+                             f"{self.reward_range}")
+        object.__setattr__(self, "probe", tuple(self.probe))
+
+
+# The members an environment defined before `Grading` held them: read from it, with a DeprecationWarning, for one
+# release (methods are called, attributes read).
+LEGACY_GRADING = ("reward_range", "rewarded_above", "demonstration_quality", "hacking_detectors", "probe")
 
 
 @dataclass
@@ -294,20 +335,18 @@ class Environment(abc.ABC):
 
     name: ClassVar[str] = ""
     categories: ClassVar[tuple[str, ...]] = ()
-    # Categories where refusing ("I don't know", "I can't do that") is the right move; judges may use it.
-    refusal_categories: ClassVar[tuple[str, ...]] = ()
     system_prompt: ClassVar[str] = ""
-    # Lowest and highest reward the judge gives: curation quarantines episodes outside it as corrupt.
-    reward_range: ClassVar[tuple[float, float]] = (-2.0, 1.5)
-    # True for a chat agent whose reply in words is its answer (an OpenAI fine-tuning job's rows): a turn with no
-    # tool call ends the episode with that text as its FinalAnswer instead of breaking the format, and the
-    # session may offer no tools at all.
-    answers_in_words: ClassVar[bool] = False
-    # What the loop may do with its episodes (a world to play in, a judge of ours); the defaults for a plug-in.
+    # What the loop may do with its episodes (a world to play in, a judge of ours, answers in words); the defaults
+    # for a plug-in.
     capabilities: ClassVar[Capabilities] = Capabilities()
-    # The reward above which the reward-hacking detectors count a rollout as rewarded (besides a correct one): 0 for
-    # judges that reward only what they favour; a graded judge's pass threshold where every answer scores a little.
-    rewarded_above: ClassVar[float] = 0.0
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "answers_in_words" in vars(cls):  # before Capabilities held it: kept for one release
+            warnings.warn(f"{cls.__name__} sets answers_in_words on the class: declare it in capabilities "
+                          f"(Capabilities(answers_in_words=True)); the class attribute goes in the next release",
+                          DeprecationWarning, stacklevel=2)
+            cls.capabilities = replace(cls.capabilities, answers_in_words=bool(vars(cls)["answers_in_words"]))
 
     @abc.abstractmethod
     def tasks(self, split: Split) -> list[Task]:
@@ -351,10 +390,18 @@ class Environment(abc.ABC):
         unknown one, so a world that grows is served without a restart. Default: those of `replayable_tasks`."""
         return frozenset(task.context for task in self.replayable_tasks())
 
-    def demonstration_quality(self, reward: float) -> float:
-        """How good a demonstration a correct episode with `reward` is, in [0, 1]: SFT keeps the correct episodes
-        at or above curation's min_quality. Default 1.0: the judge said correct, and that is all it says."""
-        return 1.0
+    def grading(self) -> Grading:
+        """What the loop's checks read of this environment's judging (reward range, demonstration quality, its own
+        reward-hacking detectors, the forgetting probe): see `Grading`. Default: Grading's defaults."""
+        legacy = [name for name in LEGACY_GRADING if hasattr(type(self), name) or name in vars(self)]
+        if not legacy:
+            return Grading()
+        warnings.warn(f"environment {self.name!r} defines {', '.join(legacy)} on the environment: return a Grading "
+                      f"from grading() instead (the environment-level members go in the next release)",
+                      DeprecationWarning, stacklevel=2)
+        values = {name: getattr(self, name) for name in legacy}
+        values.update({name: value() for name, value in values.items() if name in ("hacking_detectors", "probe")})
+        return Grading(**values)
 
     def world(self) -> World:
         """Where the tasks run, when the environment does not carry it whole (a store built from a corpus, its own
@@ -371,19 +418,9 @@ class Environment(abc.ABC):
         """A policy that plays the tasks well (seeding a pool before any model is trained), if there is one."""
         return None
 
-    def probe(self) -> list[ProbeItem]:
-        """General questions without tools for the forgetting gate (empty: the loop's default probe)."""
-        return []
-
     def close(self) -> None:
         """Release what the environment opened for its sessions (a database connection, ...); the loop calls it
         when it is done playing. Default: nothing to release."""
-
-    def hacking_detectors(self) -> dict[str, Detector]:
-        """Reward-hacking detectors of this environment's own, run on its GRPO rollouts beside the loop's
-        generic ones (same answer everywhere, tool-call spam, format exploits): `{kind: detector}`, each a
-        `(rollouts, HackingConfig) -> Finding` (agent_rl.environments.hacking). Default: none."""
-        return {}
 
 
 def public_methods(cls: type) -> tuple[str, ...]:
@@ -430,6 +467,12 @@ def _copy(value: Any) -> Any:
 REQUIRED_METHODS = ("tasks", "open", "final_answer", "judge")
 
 
+def answers_in_words(environment: Any) -> bool:
+    """Whether `environment`'s agent may answer in words (its capabilities say so)."""
+    capabilities = getattr(environment, "capabilities", None)
+    return bool(getattr(capabilities, "answers_in_words", False))
+
+
 def check_environment(environment: Any) -> Environment:
     """`environment` if it keeps the contract's shape, else an EnvironmentError saying what is missing."""
     label = getattr(environment, "name", "") or type(environment).__name__
@@ -445,7 +488,7 @@ def check_environment(environment: Any) -> Environment:
         tools = environment.tool_names()
     except NotImplementedError:
         raise EnvironmentError(label, "does not say its session type (session_type())") from None
-    if not tools and not getattr(environment, "answers_in_words", False):
+    if not tools and not answers_in_words(environment):
         raise EnvironmentError(label, "its session offers no tools (public methods) and it does not answer in words")
     try:
         environment.tool_schemas()

@@ -87,7 +87,7 @@ def held_out_measure(capabilities: Capabilities, config: EvalConfig, *, worlds: 
             per_environment[name] = {env: m.model_dump() for env, m in each.items()}
         return combined.metrics, combined.episodes
 
-    return HeldOut(PLAYED, play, probe_items=[item for env, _ in pairs for item in env.probe()] or None,
+    return HeldOut(PLAYED, play, probe_items=[item for env, _ in pairs for item in env.grading().probe] or None,
                    per_environment=per_environment, environments=[env for env, _ in pairs])
 
 

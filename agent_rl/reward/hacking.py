@@ -130,10 +130,10 @@ def measure_reward_hacking(rollouts: list[dict[str, Any]], config: HackingConfig
 
 
 def environment_detectors(environments: Iterable[Any]) -> dict[str, Detector]:
-    """The detectors the run's environments declare of their own (`Environment.hacking_detectors`)."""
+    """The detectors the run's environments declare of their own (`Grading.hacking_detectors`)."""
     detectors: dict[str, Detector] = {}
     for environment in environments:
-        detectors.update(environment.hacking_detectors())
+        detectors.update(environment.grading().hacking_detectors)
     return detectors
 
 

@@ -111,9 +111,9 @@ class PluginRollout:
         turns, calls, format_error = scan_turns(
             completion, self._environment.tool_names(),
             lambda _index, calls: answered_at is not None and calls >= answered_at,
-            words_answer=self._environment.answers_in_words)
+            words_answer=self._environment.capabilities.answers_in_words)
         answer: FinalAnswer | None = self._environment.final_answer(self._session)
-        if answer is None and self._environment.answers_in_words and format_error is None:
+        if answer is None and self._environment.capabilities.answers_in_words and format_error is None:
             answer = words_answer(completion)
         trajectory = Trajectory(messages=list(self._row.get("prompt") or []) + list(completion), turns=turns,
                                 max_turns=self._max_turns, format_error=format_error.value if format_error else None,

@@ -95,5 +95,6 @@ def test_the_descriptor_answers_from_declared_capabilities():
     assert EnvironmentResource().capabilities == Capabilities(world=True, judged_by_users=False)
     assert EnvironmentResource(name="support").capabilities == Capabilities()
     live = EnvironmentResource(name="gateway")
-    assert live.capabilities == GatewayEnvironment.capabilities == Capabilities(world=False, judged_by_users=True)
+    assert live.capabilities == GatewayEnvironment.capabilities == Capabilities(world=False, judged_by_users=True,
+                                                                                answers_in_words=True)
     assert live.episode_environments == ["gateway"]

@@ -60,7 +60,7 @@ def test_a_plugin_replays_all_its_tasks_in_their_contexts():
     tasks = env.replayable_tasks()
     assert tasks == env.tasks(Split.TRAIN) + env.tasks(Split.TEST)
     assert env.contexts() == frozenset(t.context for t in tasks)
-    assert env.demonstration_quality(0.2) == 1.0
+    assert env.grading().demonstration_quality(0.2) == 1.0
 
 
 def test_each_thread_reads_its_own_store_connection_and_close_releases_all(world):
@@ -87,9 +87,10 @@ def test_each_thread_reads_its_own_store_connection_and_close_releases_all(world
 
 def test_demonstration_quality_is_the_environments_scale_and_one_for_an_unknown_name():
     email = load_environment("email")
-    assert email.demonstration_quality(email.reward_range[1]) == 1.0
-    assert email.demonstration_quality(email.rubric.correct) == 0.0
-    assert quality({"outcome": "correct", "reward": 1.2, "environment": "email"}) == email.demonstration_quality(1.2)
+    grading = email.grading()
+    assert grading.demonstration_quality(grading.reward_range[1]) == 1.0
+    assert grading.demonstration_quality(email.rubric.correct) == 0.0
+    assert quality({"outcome": "correct", "reward": 1.2, "environment": "email"}) == grading.demonstration_quality(1.2)
     assert quality({"outcome": "correct", "reward": 1.2, "environment": "gateway"}) == 1.0
     assert quality({"outcome": "wrong", "reward": 1.2, "environment": "gateway"}) == 0.0
 

@@ -84,7 +84,7 @@ def test_contract_registry_and_schemas(env):
         assert all(p.get("description") for p in function["parameters"]["properties"].values()), function["name"]
     assert "only pending orders" in env.system_prompt.lower() and "30 days" in env.system_prompt
     assert env.refusal_categories == ("policy_refusal", "unknown_customer")
-    assert len(env.probe()) >= 10 and all(p.expected for p in env.probe())
+    assert len(env.grading().probe) >= 10 and all(p.expected for p in env.grading().probe)
 
 
 def test_store_is_deterministic_sized_and_json(env):
@@ -254,7 +254,7 @@ def test_judge_right_state_and_reply_is_correct_wrong_write_is_worst(env):
     assert env.judge(task, silent, trajectory(silent)).outcome == Outcome.RAN_OUT
     broken = env.judge(task, right, trajectory(right, format_error="no_tool_call"))
     assert broken.outcome == Outcome.FORMAT_ERROR and broken.components["format"] == -1.0
-    lo, hi = env.reward_range
+    lo, hi = env.grading().reward_range
     assert all(lo <= j.reward <= hi for j in (judged, no_write, wrong_write, broken))
 
 

@@ -140,3 +140,48 @@ def test_the_email_world_trains_alone_and_reopens_what_it_wrote(email, tmp_path)
     stored = world.reopen(tmp_path / "anon")
     assert stored.store_url == f"sqlite:///{tmp_path / 'anon' / 'inbox.db'}"
     assert stored.environment.scenarios_path == str(tmp_path / "anon" / "scenarios.jsonl")
+
+
+def test_a_plugin_with_the_old_grading_members_keeps_them_warned():
+    """Before `Grading`, an environment declared its reward range, demonstration quality, hacking detectors and
+    probe on itself, and answers_in_words on the class: each still reaches the loop for one release, warned."""
+    from agent_rl.environments.core import Grading, ProbeItem
+
+    def detector(rollouts, config):
+        return None
+
+    with pytest.warns(DeprecationWarning, match="answers_in_words on the class"):
+        class OldStyle(TimetableEnvironment):
+            name = "old-grading"
+            reward_range = (0.0, 2.0)
+            answers_in_words = True
+
+            def __init__(self):
+                super().__init__()
+                self.rewarded_above = 0.5
+
+            def demonstration_quality(self, reward):
+                return reward / 2
+
+            def hacking_detectors(self):
+                return {"mine": detector}
+
+            def probe(self):
+                return [ProbeItem("What is 2 + 2?", ("4",))]
+
+    env = OldStyle()
+    assert env.capabilities.answers_in_words and not TimetableEnvironment.capabilities.answers_in_words
+    with pytest.warns(DeprecationWarning, match=r"reward_range, rewarded_above, demonstration_quality, "
+                                                r"hacking_detectors, probe.*Grading from grading\(\)"):
+        grading = env.grading()
+    assert grading.reward_range == (0.0, 2.0) and grading.rewarded_above == 0.5
+    assert grading.demonstration_quality(1.0) == 0.5 and grading.hacking_detectors == {"mine": detector}
+    assert grading.probe == (ProbeItem("What is 2 + 2?", ("4",)),)
+    assert TimetableEnvironment().grading() == Grading()  # a plug-in of today: the defaults, no warning
+
+
+def test_a_grading_with_an_empty_reward_range_is_refused():
+    from agent_rl.environments.core import Grading
+
+    with pytest.raises(ValueError, match=r"Grading.reward_range must be \(lowest, highest\)"):
+        Grading(reward_range=(1.0, 1.0))

@@ -19,6 +19,7 @@ from agent_rl.environments.core import (
     AnonymizerConfig,
     Environment,
     FinalAnswer,
+    Grading,
     Judgement,
     PrivacySpec,
     StoredWorld,
@@ -40,7 +41,6 @@ class EmailEnvironment(Environment):
 
     name: ClassVar[str] = NAME
     categories: ClassVar[tuple[str, ...]] = tuple(c.value for c in Category)
-    refusal_categories: ClassVar[tuple[str, ...]] = (Category.UNANSWERABLE.value,)
     system_prompt: ClassVar[str] = SYSTEM_PROMPT
 
     def __init__(self, store: InboxStore | None = None, scenarios: list[Scenario] | None = None,
@@ -57,7 +57,6 @@ class EmailEnvironment(Environment):
         self.scenarios_path = scenarios_path
         self.tool_config = tools or ToolConfig()
         self.rubric = rubric or RubricWeights()
-        self.reward_range = reward_bounds(self.rubric)  # what the rubric can give: curation's range check
         # Deterministic verdicts are remembered: served traffic replays the same scenarios over and over.
         self.answer_judge = judge or MemoJudge(DeterministicJudge())
 
@@ -85,11 +84,19 @@ class EmailEnvironment(Environment):
         """Every inbox of the store, read afresh: a mailbox ingested after start-up is served."""
         return frozenset(self._inbox_store().inboxes())
 
-    def demonstration_quality(self, reward: float) -> float:
+    def grading(self) -> Grading:
+        """The rubric's bounds (curation's range check), the demonstration quality below, and its own hacking
+        detectors: unsupported answers (in no email the episode saw) and padded sources (cited, never read)."""
+        from agent_rl.environments.email.hacking import DETECTORS
+
+        return Grading(reward_range=reward_bounds(self.rubric), demonstration_quality=self._demonstration_quality,
+                       hacking_detectors=dict(DETECTORS))
+
+    def _demonstration_quality(self, reward: float) -> float:
         """The share of the correct tier's extra credit the episode earned (right sources, citation precision, turn
         efficiency): (reward - correct base) / (rubric maximum - correct base), clamped to [0, 1]. So 0.8 and up
         is a correct answer with the right citations and few turns, what the SFT warm-up should imitate."""
-        span = self.reward_range[1] - self.rubric.correct
+        span = reward_bounds(self.rubric)[1] - self.rubric.correct
         if span <= 0:
             return 1.0
         return round(min(1.0, max(0.0, (float(reward) - self.rubric.correct) / span)), 9)  # float noise at the top
@@ -156,12 +163,6 @@ class EmailEnvironment(Environment):
         from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
 
         return HeuristicPolicy(HeuristicConfig(**options)) if options else HeuristicPolicy()
-
-    def hacking_detectors(self) -> dict[str, Any]:
-        """Unsupported answers (in no email the episode saw) and padded sources (cited, never read)."""
-        from agent_rl.environments.email.hacking import DETECTORS
-
-        return dict(DETECTORS)
 
 
 class EmailWorld(World):

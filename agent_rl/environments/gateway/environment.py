@@ -17,6 +17,7 @@ from agent_rl.environments.core import (
     Environment,
     EnvironmentError,
     FinalAnswer,
+    Grading,
     Judgement,
     Split,
     Task,
@@ -41,9 +42,8 @@ class GatewayEnvironment(Environment):
 
     name: ClassVar[str] = "gateway"
     categories: ClassVar[tuple[str, ...]] = (UNCATEGORIZED,)
-    capabilities: ClassVar[Capabilities] = Capabilities(world=False, judged_by_users=True)
-    answers_in_words: ClassVar[bool] = True  # its client's agent may answer in words; the tools are the client's
-    reward_range: ClassVar[tuple[float, float]] = (-1.0, 1.0)  # users' feedback, as curation/live.py reads it
+    # Its client's agent may answer in words; the tools are the client's.
+    capabilities: ClassVar[Capabilities] = Capabilities(world=False, judged_by_users=True, answers_in_words=True)
 
     def tasks(self, split: Split) -> list[Task]:
         """None: validation replays the held-out episodes users rated good instead."""
@@ -64,6 +64,7 @@ class GatewayEnvironment(Environment):
     def world(self) -> World:
         return ClientWorld()
 
-    def demonstration_quality(self, reward: float) -> float:
-        """A rated-good live episode is a whole demonstration: the user approved the conversation as it went."""
-        return 1.0
+    def grading(self) -> Grading:
+        """Rewards are users' feedback as curation/live.py reads it (-1..1); a rated-good live episode is a whole
+        demonstration (Grading's default quality): the user approved the conversation as it went."""
+        return Grading(reward_range=(-1.0, 1.0))

@@ -16,7 +16,17 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agent_rl.environments.core import Environment, EnvironmentError, FinalAnswer, Judgement, Task, Trajectory, World
+from agent_rl.environments.core import (
+    Capabilities,
+    Environment,
+    EnvironmentError,
+    FinalAnswer,
+    Grading,
+    Judgement,
+    Task,
+    Trajectory,
+    World,
+)
 from agent_rl.environments.openai_jobs.rows import JobFileError, JobRow, Method, read_rows
 from agent_rl.graders import (
     AnyGrader,
@@ -43,6 +53,11 @@ SUPERVISED_GRADER: dict[str, Any] = {
 MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
 
 
+def _grader_score_as_quality(reward: float) -> float:
+    """A job's demonstration quality is its grader's score, clamped to [0, 1]."""
+    return max(0.0, min(1.0, reward))
+
+
 class JobSession:
     """A job's episode offers no tools: the model replies in words and the reply is graded."""
 
@@ -52,8 +67,7 @@ class OpenAIJobEnvironment(Environment):
 
     name: ClassVar[str] = NAME
     categories: tuple[str, ...] = (DEFAULT_CATEGORY,)
-    reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
-    answers_in_words: ClassVar[bool] = True
+    capabilities: ClassVar[Capabilities] = Capabilities(answers_in_words=True)
 
     def __init__(self, job_dir: str | None = None, *, method: str | None = None,
                  train_rows: Sequence[JobRow] | None = None, validation_rows: Sequence[JobRow] | None = None,
@@ -65,7 +79,6 @@ class OpenAIJobEnvironment(Environment):
         self._context = grader_context or GraderContext(
             python=PythonSandboxConfig(enabled=os.environ.get(PYTHON_GRADERS_ENV) == "1"))
         self.pass_threshold = pass_threshold
-        self.rewarded_above = pass_threshold  # a fuzzy score below the pass mark is no reward for the answer
         if train_rows is None:
             folder = job_dir or os.environ.get(JOB_DIR_ENV)
             if not folder:
@@ -136,8 +149,11 @@ class OpenAIJobEnvironment(Environment):
         outcome = Outcome.CORRECT if result.score >= self.pass_threshold else Outcome.WRONG
         return Judgement(outcome, result.score, components)
 
-    def demonstration_quality(self, reward: float) -> float:
-        return max(0.0, min(1.0, reward))  # the grader's score: SFT keeps replies it scored at least min_quality
+    def grading(self) -> Grading:
+        """The grader scores 0..1; a fuzzy score below the pass mark is no reward for the answer (the hacking
+        detectors' threshold); SFT keeps the replies the grader scored at least min_quality."""
+        return Grading(reward_range=(0.0, 1.0), rewarded_above=self.pass_threshold,
+                       demonstration_quality=_grader_score_as_quality)
 
     def __getstate__(self) -> dict[str, Any]:
         """Curation saves the anonymized copy with pickle (environments/worlds.py): the grader context's clients and

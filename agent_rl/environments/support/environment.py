@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable
 from datetime import date
 from typing import Any, ClassVar
 
-from agent_rl.environments.core import (Environment, EnvironmentError, FinalAnswer, Judgement, PrivacySpec, ProbeItem,
-                                        Task, Trajectory, World)
+from agent_rl.environments.core import (Environment, EnvironmentError, FinalAnswer, Grading, Judgement, PrivacySpec,
+                                        ProbeItem, Task, Trajectory, World)
 from agent_rl.environments.policy import Conversation, Policy, PolicyTurn, ToolCall, ToolSchema
 from agent_rl.environments.support.policy import POLICY_TEXT, can_cancel, can_change_address, can_return
 from agent_rl.environments.support.session import ORDER_ID, SupportSession
@@ -66,9 +66,9 @@ class SupportEnvironment(Environment):
 
     name: ClassVar[str] = NAME
     categories: ClassVar[tuple[str, ...]] = CATEGORIES
+    # Categories where refusing is the right move: its judge rewards the refusal there.
     refusal_categories: ClassVar[tuple[str, ...]] = REFUSAL_CATEGORIES
     system_prompt: ClassVar[str] = SYSTEM_PROMPT
-    reward_range: ClassVar[tuple[float, float]] = (-2.0, 1.0)
 
     def __init__(self, seed: int = 0, tasks_per_category: int = 50, database: Database | None = None,
                  tasks: list[Task] | None = None) -> None:
@@ -137,20 +137,26 @@ class SupportEnvironment(Environment):
         pseudonymizer = Pseudonymizer(secret)
         return self.world().anonymized(pseudonymizer.text), pseudonymizer.text
 
-    # -- teacher and probe -----------------------------------------------------------------------
+    # -- teacher and grading ----------------------------------------------------------------------
 
     def teacher(self, success_rate: float = 1.0, seed: int = 0) -> SupportTeacher:
         """The rule-based teacher; below a `success_rate` of 1 it stands in for an imperfect production agent."""
         return SupportTeacher(date.fromisoformat(self.database.today), success_rate=success_rate, seed=seed)
 
-    def probe(self) -> list[ProbeItem]:
-        return [ProbeItem(q, a) for q, a in (
-            ("What is 7 times 8?", ("56",)), ("What is 125 plus 375?", ("500",)),
-            ("What is 81 divided by 9?", ("9", "nine")), ("How many days are in a leap year?", ("366",)),
-            ("What is the capital of France?", ("Paris",)), ("What is the chemical symbol for water?", ("H2O",)),
-            ("How many minutes are in two hours?", ("120",)), ("What planet is known as the Red Planet?", ("Mars",)),
-            ("What is 15% of 200?", ("30",)), ("Which ocean is the largest?", ("Pacific",)),
-        )]
+    def grading(self) -> Grading:
+        """Rewards from -2 to 1, and the forgetting probe below."""
+        return Grading(reward_range=(-2.0, 1.0), probe=tuple(_probe()))
+
+
+def _probe() -> list[ProbeItem]:
+    """General questions the support model must still answer after training (the forgetting gate)."""
+    return [ProbeItem(q, a) for q, a in (
+        ("What is 7 times 8?", ("56",)), ("What is 125 plus 375?", ("500",)),
+        ("What is 81 divided by 9?", ("9", "nine")), ("How many days are in a leap year?", ("366",)),
+        ("What is the capital of France?", ("Paris",)), ("What is the chemical symbol for water?", ("H2O",)),
+        ("How many minutes are in two hours?", ("120",)), ("What planet is known as the Red Planet?", ("Mars",)),
+        ("What is 15% of 200?", ("30",)), ("Which ocean is the largest?", ("Pacific",)),
+    )]
 
 
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
