@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from agent_rl.agent.messages import policy_calls
 from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, RowRoutedPolicy
-from agent_rl.environments.core import Environment, FinalAnswer, Task, Trajectory
+from agent_rl.environments.core import Environment, FinalAnswer, Task, Trajectory, copy_json
 from agent_rl.environments.rubric import FormatErrorKind
 from agent_rl.environments.sessions import call_session_tool, judge_episode
 from agent_rl.records import Episode, Outcome
@@ -188,7 +188,7 @@ def _act(policy: Policy, conversations: list[Conversation], schemas: list[dict],
         if getattr(policy, "reads_conversations_only", False) is True:
             given = list(conversations)
         else:
-            given = [_copy_json(c) for c in conversations]
+            given = [copy_json(c) for c in conversations]
         if isinstance(policy, RowRoutedPolicy):
             turns = policy.act_rows(versions or [None] * len(given), given, schemas, max_new_tokens)
         else:
@@ -200,19 +200,6 @@ def _act(policy: Policy, conversations: list[Conversation], schemas: list[dict],
         log.warning("policy returned %s turns for %d conversations", _describe(turns), len(conversations))
         return [None] * len(conversations)
     return turns
-
-
-def _copy_json(value: Any) -> Any:
-    """A copy of a JSON-like value whose dicts and lists are new (strings and numbers are immutable, so shared).
-
-    Several times cheaper than a json.dumps/loads round trip, which re-encodes every email body
-    of the conversation on every turn.
-    """
-    if isinstance(value, dict):
-        return {key: _copy_json(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_copy_json(item) for item in value]
-    return value
 
 
 def _describe(value: Any) -> str:

@@ -14,7 +14,7 @@ import inspect
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, final
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
@@ -199,6 +199,8 @@ class Grading:
 # The members an environment defined before `Grading` held them: read from it, with a DeprecationWarning, for one
 # release (methods are called, attributes read).
 LEGACY_GRADING = ("reward_range", "rewarded_above", "demonstration_quality", "hacking_detectors", "probe")
+# What the loop derives from a plug-in's session type rather than asks of it.
+DERIVED_MEMBERS = ("tool_names", "tool_schemas")
 
 
 @dataclass
@@ -347,6 +349,11 @@ class Environment(abc.ABC):
                           f"(Capabilities(answers_in_words=True)); the class attribute goes in the next release",
                           DeprecationWarning, stacklevel=2)
             cls.capabilities = replace(cls.capabilities, answers_in_words=bool(vars(cls)["answers_in_words"]))
+        derived = [name for name in DERIVED_MEMBERS if name in vars(cls)]
+        if derived:  # overridden, the model would train on one set of tools and be served another
+            warnings.warn(f"{cls.__name__} overrides {', '.join(derived)}: the tools are derived from session_type()'s "
+                          f"public methods and their docstrings; the override goes in the next release",
+                          DeprecationWarning, stacklevel=2)
 
     @abc.abstractmethod
     def tasks(self, split: Split) -> list[Task]:
@@ -373,11 +380,15 @@ class Environment(abc.ABC):
         """The class of the sessions `open` returns: its public methods are the tools."""
         raise NotImplementedError
 
+    @final
     def tool_names(self) -> tuple[str, ...]:
+        """The tools: the public methods of `session_type()`, in source order. Derived, not for overriding."""
         return public_methods(self.session_type())
 
+    @final
     def tool_schemas(self) -> list[dict[str, Any]]:
-        """OpenAI-style function schemas of the tools, derived from their signatures and docstrings."""
+        """OpenAI-style function schemas of the tools, derived from their signatures and docstrings (what TRL
+        renders for training, so serving shows the model the same). Derived, not for overriding."""
         return session_tool_schemas(self.session_type())
 
     def replayable_tasks(self) -> list[Task]:
@@ -453,14 +464,17 @@ def session_tool_schemas(cls: type) -> list[dict[str, Any]]:
             except Exception as exc:
                 raise EnvironmentError(cls.__name__, f"tool {name!r} cannot be described: {exc}") from None
         _SCHEMA_CACHE[cls] = schemas
-    return _copy(_SCHEMA_CACHE[cls])
+    return copy_json(_SCHEMA_CACHE[cls])
 
 
-def _copy(value: Any) -> Any:
+def copy_json(value: Any) -> Any:
+    """A copy of a JSON-like value whose dicts and lists are new (strings and numbers are immutable, so shared):
+    several times cheaper than a json.dumps/loads round trip, which would re-encode every tool result of a
+    conversation on every turn; callers may change the copy without corrupting a cache."""
     if isinstance(value, Mapping):
-        return {k: _copy(v) for k, v in value.items()}
+        return {k: copy_json(v) for k, v in value.items()}
     if isinstance(value, Sequence) and not isinstance(value, str):
-        return [_copy(v) for v in value]
+        return [copy_json(v) for v in value]
     return value
 
 

@@ -185,3 +185,16 @@ def test_a_grading_with_an_empty_reward_range_is_refused():
 
     with pytest.raises(ValueError, match=r"Grading.reward_range must be \(lowest, highest\)"):
         Grading(reward_range=(1.0, 1.0))
+
+
+def test_overriding_the_derived_tools_is_warned():
+    """The tools are the session type's public methods: an environment that lists others would train on one set
+    and be served another."""
+    with pytest.warns(DeprecationWarning, match="overrides tool_names: the tools are derived from session_type"):
+        class Listed(TimetableEnvironment):
+            name = "listed"
+
+            def tool_names(self):
+                return ("departures",)
+
+    assert Listed().tool_schemas() == TimetableEnvironment().tool_schemas()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agent_rl.environments.email.prompts import SYSTEM_PROMPT, initial_messages
-from agent_rl.environments.email.tools import TOOL_NAMES, InboxTools, ToolConfig, call_tool, tool_schemas
+from agent_rl.environments.email.tools import InboxTools, ToolConfig, call_tool
 from agent_rl.environments.answers import DeterministicJudge, Judge
 from agent_rl.environments.core import (
     AnonymizerConfig,
@@ -125,12 +125,6 @@ class EmailEnvironment(Environment):
 
     def session_type(self) -> type:
         return InboxTools
-
-    def tool_names(self) -> tuple[str, ...]:
-        return TOOL_NAMES
-
-    def tool_schemas(self) -> list[dict[str, Any]]:
-        return tool_schemas()
 
     def opening_messages(self, task: Task) -> list[dict[str, Any]]:
         return initial_messages(task.context, task.prompt, query_date_of(task))

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_rl.environments.core import session_tool_schemas
 from agent_rl.environments.rollouts import ANSWER_ACK
 from agent_rl.environments.sessions import tool_parameters
 from agent_rl.environments.email.inbox.store_interface import MAX_RESULTS, InboxStore
@@ -339,26 +340,9 @@ def make_tools(
     return InboxTools(store, inbox, query_date, config)
 
 
-_SCHEMAS: list[dict[str, Any]] | None = None
-
-
 def tool_schemas() -> list[dict[str, Any]]:
-    """The tools' JSON schemas (computed once; copies so callers may not corrupt the cache)."""
-    global _SCHEMAS
-    if _SCHEMAS is None:
-        from transformers.utils import get_json_schema
-
-        _SCHEMAS = [get_json_schema(getattr(InboxTools, name)) for name in TOOL_NAMES]
-    return _copy_json(_SCHEMAS)
-
-
-def _copy_json(value: Any) -> Any:
-    # New dicts and lists, shared immutable leaves: what a JSON round trip gives, at a fraction of its cost.
-    if isinstance(value, dict):
-        return {key: _copy_json(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_copy_json(item) for item in value]
-    return value
+    """The tools' JSON schemas, as every environment's are derived (copies: callers may not corrupt the cache)."""
+    return session_tool_schemas(InboxTools)
 
 
 def call_tool(tools: InboxTools, name: str, arguments: Any) -> str:
