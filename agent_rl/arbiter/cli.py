@@ -190,7 +190,7 @@ def _replayable_tasks(env: str, tasks_path: Path | None) -> list:
         raise EnvironmentError(env, "reads no scenarios file (--scenarios): it brings its own tasks")
     environment = load_environment(env, **options)
     try:
-        tasks = environment.replayable_tasks()
+        tasks = environment.world().replayable_tasks()
     finally:
         environment.close()
     if not tasks:

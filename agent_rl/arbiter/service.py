@@ -86,7 +86,7 @@ class ArbiterService:
         # Its replayable tasks are the references requests may name; its contexts (an inbox, a store) what callers
         # ask about. Its sessions are opened on the episode threads, so it must take concurrent plays.
         self.environment = serving_environment(config)
-        self.tasks: dict[str, Task] = {task.id: task for task in self.environment.replayable_tasks()}
+        self.tasks: dict[str, Task] = {task.id: task for task in self.environment.world().replayable_tasks()}
         self.executor = ThreadPoolExecutor(config.episode_workers, thread_name_prefix="episode")
         self.batcher = EpisodeBatcher(
             self._run_batch,
@@ -116,7 +116,7 @@ class ArbiterService:
     # -- blocking helpers (run on executor threads) -------------------------------------------
 
     def _refresh_contexts(self) -> None:
-        self._contexts = self.environment.contexts()
+        self._contexts = self.environment.world().contexts()
         self._contexts_at = time.monotonic()
 
     def _run_batch(self, specs: list[str], tasks: list[Play]) -> tuple[list[Episode], float]:

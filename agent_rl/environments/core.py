@@ -216,11 +216,26 @@ class World:
     inbox store: built from a corpus, too large to copy): built before anything plays, anonymized whole with the
     week's episodes, reopened for GRPO and validation. `Environment.world()` returns it. Every default means "the
     world comes with the environment": no personal data declared, nothing to build, the loop's privacy pass, the saved
-    copy reopened, the loop's GRPO rows and rollouts."""
+    copy reopened, the loop's GRPO rows and rollouts, every task replayable when served."""
 
     # True for a world that is a store of its own (the email assistant's), anonymized whole and rolled out in
     # alone, or none to share (the gateway's live traffic): a run that trains it trains nothing else.
     trains_alone: bool = False
+
+    def __init__(self, environment: Environment | None = None) -> None:
+        self.environment = environment  # whose world it is (None: a world of none, the gateway's)
+
+    def replayable_tasks(self) -> list[Task]:
+        """The tasks a served request may be judged against (a caller allowed to replay names one by id, with its
+        prompt). Default: every task of every split of the environment."""
+        if self.environment is None:
+            return []
+        return [task for split in Split for task in self.environment.tasks(split)]
+
+    def contexts(self) -> frozenset[str]:
+        """The contexts callers may ask about when served (an inbox, a store); asked again when a caller names an
+        unknown one, so a world that grows is served without a restart. Default: those of `replayable_tasks`."""
+        return frozenset(task.context for task in self.replayable_tasks())
 
     def privacy(self) -> PrivacySpec:
         """Which of the world's data is personal (the people it knows, the names that are nobody's): curation's
@@ -277,7 +292,8 @@ class World:
 # The hooks an environment class declared itself before `World` gathered them: World method -> the old name.
 LEGACY_WORLD_HOOKS = {"privacy": "privacy", "anonymized": "anonymized", "build": "build_world",
                       "build_tasks": "build_tasks", "anonymize": "privacy_pass", "reopen": "stored_world",
-                      "grpo_rows": "grpo_rows", "rollout_factory": "rollout_factory"}
+                      "grpo_rows": "grpo_rows", "rollout_factory": "rollout_factory",
+                      "replayable_tasks": "replayable_tasks", "contexts": "contexts"}
 
 
 class _EnvironmentHooks(World):
@@ -285,11 +301,11 @@ class _EnvironmentHooks(World):
     in place of World's own method, World's default where it defines none. Kept for one release."""
 
     def __init__(self, environment: Environment) -> None:
-        self._environment = environment
+        super().__init__(environment)
         self.trains_alone = bool(getattr(environment, "trains_alone", False))
 
     def _hook(self, method: str) -> Callable[..., Any] | None:
-        return getattr(self._environment, LEGACY_WORLD_HOOKS[method], None)
+        return getattr(self.environment, LEGACY_WORLD_HOOKS[method], None)
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         hook = self._hook(method)
@@ -322,6 +338,12 @@ class _EnvironmentHooks(World):
 
     def rollout_factory(self, max_turns: int) -> Callable[[], Any] | None:
         return self._call("rollout_factory", max_turns)
+
+    def replayable_tasks(self) -> list[Task]:
+        return self._call("replayable_tasks")
+
+    def contexts(self) -> frozenset[str]:
+        return self._call("contexts")
 
 
 class EnvironmentError(RuntimeError):  # noqa: A001 - the loop's own error for a broken plug-in
@@ -391,16 +413,6 @@ class Environment(abc.ABC):
         renders for training, so serving shows the model the same). Derived, not for overriding."""
         return session_tool_schemas(self.session_type())
 
-    def replayable_tasks(self) -> list[Task]:
-        """The tasks a served request may be judged against (a caller allowed to replay names one by id, with its
-        prompt). Default: every task of every split."""
-        return [task for split in Split for task in self.tasks(split)]
-
-    def contexts(self) -> frozenset[str]:
-        """The contexts callers may ask about when served (an inbox, a store); asked again when a caller names an
-        unknown one, so a world that grows is served without a restart. Default: those of `replayable_tasks`."""
-        return frozenset(task.context for task in self.replayable_tasks())
-
     def grading(self) -> Grading:
         """What the loop's checks read of this environment's judging (reward range, demonstration quality, its own
         reward-hacking detectors, the forgetting probe): see `Grading`. Default: Grading's defaults."""
@@ -423,7 +435,7 @@ class Environment(abc.ABC):
                           f"World from world() instead (the environment-level hooks go in the next release)",
                           DeprecationWarning, stacklevel=2)
             return _EnvironmentHooks(self)
-        return World()
+        return World(self)
 
     def teacher(self) -> Policy | None:
         """A policy that plays the tasks well (seeding a pool before any model is trained), if there is one."""

@@ -34,9 +34,9 @@ def test_email_replays_its_scenarios_in_file_order_and_serves_every_inbox_of_its
     url, path, scenarios, inboxes = world
     env = load_environment("email", store_url=url, scenarios_path=str(path))
     try:
-        assert env.replayable_tasks() == [scenario_task(s) for s in scenarios]
-        assert {t.split for t in env.replayable_tasks()} == set(Split)  # both splits, interleaved as in the file
-        assert env.contexts() == inboxes
+        assert env.world().replayable_tasks() == [scenario_task(s) for s in scenarios]
+        assert {t.split for t in env.world().replayable_tasks()} == set(Split)  # both splits, interleaved as in file
+        assert env.world().contexts() == inboxes
     finally:
         env.close()
 
@@ -45,21 +45,21 @@ def test_email_without_scenarios_serves_live_traffic_only(world, tmp_path, monke
     monkeypatch.setenv("AGENT_RL_HOME", str(tmp_path))  # no scenarios asset written here
     env = load_environment("email", store_url=world[0])
     try:
-        assert env.replayable_tasks() == [] and env.contexts() == world[3]
+        assert env.world().replayable_tasks() == [] and env.world().contexts() == world[3]
         with pytest.raises(FileNotFoundError):  # evaluation still says where scenarios are missing
             env.tasks(Split.TEST)
     finally:
         env.close()
     named = load_environment("email", store_url=world[0], scenarios_path=str(tmp_path / "missing.jsonl"))
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
-        named.replayable_tasks()
+        named.world().replayable_tasks()
 
 
 def test_a_plugin_replays_all_its_tasks_in_their_contexts():
     env = load_environment("support")
-    tasks = env.replayable_tasks()
+    tasks = env.world().replayable_tasks()
     assert tasks == env.tasks(Split.TRAIN) + env.tasks(Split.TEST)
-    assert env.contexts() == frozenset(t.context for t in tasks)
+    assert env.world().contexts() == frozenset(t.context for t in tasks)
     assert env.grading().demonstration_quality(0.2) == 1.0
 
 

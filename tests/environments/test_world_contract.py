@@ -198,3 +198,16 @@ def test_overriding_the_derived_tools_is_warned():
                 return ("departures",)
 
     assert Listed().tool_schemas() == TimetableEnvironment().tool_schemas()
+
+
+def test_a_plugin_that_serves_its_own_contexts_on_the_environment_is_reached_through_its_world():
+    with pytest.warns(DeprecationWarning, match="defines contexts on the environment"):
+        class Served(TimetableEnvironment):
+            name = "served"
+
+            def contexts(self):
+                return frozenset({"night-line"})
+
+        world = Served().world()
+    assert world.contexts() == frozenset({"night-line"})
+    assert world.replayable_tasks() == [t for split in Split for t in Served().tasks(split)]  # the default

@@ -70,20 +70,6 @@ class EmailEnvironment(Environment):
             self._scenarios = load_default_scenarios(self.scenarios_path)
         return self._scenarios
 
-    def replayable_tasks(self) -> list[Task]:
-        """Every scenario's task, in the file's order; none while no scenarios were given, named or written to the
-        default path (a new inbox serves live traffic before its scenarios exist)."""
-        if self._scenarios is None and not self.scenarios_path:
-            from agent_rl.environments.email.scenarios.demo import scenarios_path
-
-            if not scenarios_path().exists():
-                return []
-        return [scenario_task(s) for s in self._all_scenarios()]
-
-    def contexts(self) -> frozenset[str]:
-        """Every inbox of the store, read afresh: a mailbox ingested after start-up is served."""
-        return frozenset(self._inbox_store().inboxes())
-
     def grading(self) -> Grading:
         """The rubric's bounds (curation's range check), the demonstration quality below, and its own hacking
         detectors: unsupported answers (in no email the episode saw) and padded sources (cited, never read)."""
@@ -167,7 +153,22 @@ class EmailWorld(World):
     trains_alone = True
 
     def __init__(self, environment: EmailEnvironment) -> None:
+        super().__init__(environment)
         self.env = environment
+
+    def replayable_tasks(self) -> list[Task]:
+        """Every scenario's task, in the file's order; none while no scenarios were given, named or written to the
+        default path (a new inbox serves live traffic before its scenarios exist)."""
+        if self.env._scenarios is None and not self.env.scenarios_path:
+            from agent_rl.environments.email.scenarios.demo import scenarios_path
+
+            if not scenarios_path().exists():
+                return []
+        return [scenario_task(s) for s in self.env._all_scenarios()]
+
+    def contexts(self) -> frozenset[str]:
+        """Every inbox of the store, read afresh: a mailbox ingested after start-up is served."""
+        return frozenset(self.env._inbox_store().inboxes())
 
     def privacy(self) -> PrivacySpec:
         # Who is a person comes from every inbox's headers: curation's anonymizer builds that directory itself

@@ -178,6 +178,7 @@ class JobWorld(World):
     pseudonymizer rewrites them (`anonymized`) as it rewrites the episodes."""
 
     def __init__(self, environment: OpenAIJobEnvironment) -> None:
+        super().__init__(environment)
         self.env = environment
 
     def anonymized(self, transform: Callable[[str], str]) -> OpenAIJobEnvironment:

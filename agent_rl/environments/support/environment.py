@@ -169,6 +169,7 @@ class SupportWorld(World):
     store's), rewritten with their orders' streets and the tasks by `anonymized`."""
 
     def __init__(self, environment: SupportEnvironment) -> None:
+        super().__init__(environment)
         self.env = environment
 
     def privacy(self) -> PrivacySpec:
