@@ -18,6 +18,8 @@ demo profile's 6,000 users a week. Reported per preset (means over the seeds, an
     mean_probability / truth_share: the labels' mean against the truth's share (a prior shift shows here);
   - auc_ratings_oof / ece_ratings_oof / ece_floor_ratings: the labeler's own check, out of fold on the rated
     episodes, and the ECE a perfectly calibrated labeler would still show on that many (sampling noise);
+  - auc_ratings_ceiling: the AUC the hidden truth itself reaches against the same ratings, where users rate against
+    how it went (rating noise): no labeler's out-of-fold AUC can exceed it, so the check's AUC bar must sit below;
   - check_passed: in how many weeks the check passed (when it fails the week trains on its ratings alone);
   - rows_ratings_only vs rows_with_labels: training rows from the ratings alone vs ratings plus confident labels
     (had the labels been used), their ratio, and good rows alone (what SFT takes);
@@ -41,6 +43,8 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from sklearn.metrics import roc_auc_score  # noqa: E402
 
 from agent_rl.curation.live import held_out  # noqa: E402
 from agent_rl.feedback.labeler import LabelerConfig, against_truth, label_episodes  # noqa: E402
@@ -85,6 +89,10 @@ def score_week(signals: list[Signals], truth: dict[str, bool], config: LabelerCo
     report = result.report
     scored = against_truth(result.scored, truth, config.ece_bins)
     confident = [s for s in result.scored if s.good is not None]  # the labels, had the check passed
+    rated = [s for s in fit_rows(signals, fit) if s.rated and s.episode_id in truth]
+    ratings_good = [int((s.rating or 0) > 0) for s in rated]
+    ceiling = (roc_auc_score(ratings_good, [float(truth[s.episode_id]) for s in rated])
+               if 0 < sum(ratings_good) < len(ratings_good) else None)
     good_labels = sum(bool(s.good) for s in confident)
     nan = float("nan")
     return {
@@ -93,6 +101,7 @@ def score_week(signals: list[Signals], truth: dict[str, bool], config: LabelerCo
         "mean_probability": scored["mean_probability"] if scored["mean_probability"] is not None else nan,
         "truth_share": scored["truth_share"] if scored["truth_share"] is not None else nan,
         "auc_ratings_oof": report.auc if report.auc is not None else nan,
+        "auc_ratings_ceiling": ceiling if ceiling is not None else nan,
         "ece_ratings_oof": report.ece if report.ece is not None else nan,
         "ece_floor_ratings": report.ece_floor if report.ece_floor is not None else nan,
         "check_passed": float(report.passed),
@@ -120,6 +129,7 @@ def summarize(weeks: list[dict[str, float]]) -> dict[str, object]:
         "auc_truth_per_seed": [round(w["auc_truth"], 3) for w in weeks],
         "ece_truth_per_seed": [round(w["ece_truth"], 3) for w in weeks],
         "auc_ratings_oof": round(mean["auc_ratings_oof"], 3),
+        "auc_ratings_ceiling": round(mean["auc_ratings_ceiling"], 3),
         "ece_ratings_oof": round(mean["ece_ratings_oof"], 3),
         "ece_floor_ratings": round(mean["ece_floor_ratings"], 3),
         "check_passed": f"{int(sum(w['check_passed'] for w in weeks))}/{len(weeks)}",

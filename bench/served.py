@@ -2,7 +2,7 @@
 median latency and outcomes, per serving configuration, on the same requests in one run.
 
 Each configuration is a fresh arbiter process (`demos.run.arbiter_command`, one worker) routing all traffic
-to the adapter on the shared base, replayed at the demo's concurrency (16). Configurations vary what the demo
+to the adapter on the shared base, replayed at the demo's concurrency (16 for production, 32 in the A/B test). Configurations vary what the demo
 controls: where the model generates ($AGENT_RL_ENGINE: `torch`, our own decoder, or `vllm`, the serving engine of
 agent/engine.py), torch threads of the arbiter (OMP_NUM_THREADS), the conversations decoded together
 ($AGENT_RL_SERVING_BATCH) and the token limit of a turn (`--max-new-tokens`; default the runner's, the one the
@@ -31,14 +31,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 TARGET_REQUESTS_PER_S = 1.2  # issue "the loop closes on a laptop": the engine through the arbiter, 2 cores
-CONFIGS = {  # name: (engine, torch threads, serving batch, turn token limit or None for the runner's)
-    "torch, 1 thread, batch 16 (the demo's arbiter before the engine)": ("torch", 1, 16, None),
-    "torch, 2 threads, batch 16": ("torch", 2, 16, None),
-    "vllm engine (every core), one engine per version": ("vllm", 1, 16, None),
+CONFIGS = {  # name: (engine, torch threads, serving batch, turn token limit or None for the runner's, in flight)
+    "torch, 1 thread, batch 16 (the demo's arbiter before the engine)": ("torch", 1, 16, None, 16),
+    "torch, 2 threads, batch 16": ("torch", 2, 16, None, 16),
+    "vllm engine (every core), one engine per version": ("vllm", 1, 16, None, 16),
+    "vllm engine, 32 in flight (the demo's A/B test)": ("vllm", 1, 32, None, 32),
 }
 
 
-def serve(adapter: str, requests: list, engine: str, threads: int, batch: int, limit: int | None,
+def serve(adapter: str, requests: list, engine: str, threads: int, batch: int, limit: int | None, in_flight: int,
           port: int) -> dict:
     import httpx
 
@@ -59,8 +60,8 @@ def serve(adapter: str, requests: list, engine: str, threads: int, batch: int, l
             replay(url, requests[:2], 2, concurrency=2, key_prefix=f"warm-{port}", quiet=True)  # loads, warms up
             start_up = time.perf_counter() - started
             started = time.perf_counter()
-            summary = replay(url, requests, len(requests), concurrency=16, key_prefix=f"bench-{port}-{time.time()}",
-                             quiet=True)
+            summary = replay(url, requests, len(requests), concurrency=in_flight,
+                             key_prefix=f"bench-{port}-{time.time()}", quiet=True)
             seconds = time.perf_counter() - started
             health = httpx.get(f"{url}/healthz", headers=reader_auth(), timeout=10).json()
         from agent_rl.pool.repository import PoolRepository
@@ -94,10 +95,10 @@ def main(argv: list[str] | None = None) -> None:
 
     test = [s for s in load_default_scenarios() if s.split.value == "test"][: args.requests]
     runs = {}
-    for index, (name, (engine, threads, batch, limit)) in enumerate(CONFIGS.items()):
+    for index, (name, (engine, threads, batch, limit, in_flight)) in enumerate(CONFIGS.items()):
         if args.only and name not in args.only:
             continue
-        runs[name] = serve(adapter, test, engine, threads, batch, limit, 8760 + index)
+        runs[name] = serve(adapter, test, engine, threads, batch, limit, in_flight, 8760 + index)
         print(json.dumps({"config": name, **runs[name]}), flush=True)
     first = next(iter(runs.values()))["requests_per_s"]
     best = max(r["requests_per_s"] for r in runs.values())
