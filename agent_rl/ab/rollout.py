@@ -594,7 +594,8 @@ def decide(
             "hold",
             "better_but_guardrail_outside_margin",
             state.weights(),
-            f"better, but {', '.join(outside)} beyond margin (not yet significant)",
+            f"better, but {', '.join(outside)} not yet shown within margin (over it, not significantly; or not yet "
+            "compared at this step)",
         )
     reason = f"no significant difference yet (p={test.p_value:.4f}, lift {test.lift:+.3f})"
     return out("hold", "no_difference_yet", state.weights(), reason)

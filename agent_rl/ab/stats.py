@@ -419,8 +419,9 @@ def latency_guardrail(
     depends on the load it met, and the load moves with the shares (at 10% the champion's requests fill the
     machine's batches; at 50% two versions share it), so each challenger request is held against the limit from
     the champion's p95 in the same step, never against a p95 measured under another load. A step where the
-    champion served fewer than MIN_LATENCIES_FOR_P95 requests sets no limit; its challenger requests wait. The
-    champion's p95 in a step is taken as known (it has at least as much traffic until the last step). Reported
+    champion served fewer than MIN_LATENCIES_FOR_P95 requests sets no limit; its challenger requests wait, and
+    until the latest step is compared the guardrail is not within its margin (promotion waits; no breach either).
+    The champion's p95 in a step is taken as known (it has at least as much traffic until the last step). Reported
     values are the latest compared step's."""
     champion_steps, challenger_steps = champion.latencies_by_step(), challenger.latencies_by_step()
     compared: list[tuple[int, float, float, float, int]] = []  # step, champion p95, challenger p95, limit, over
@@ -441,13 +442,17 @@ def latency_guardrail(
     _, champion_p95, challenger_p95, limit, _ = compared[-1]
     per_step = "; ".join(f"step {step}: {mine:.0f} vs champion {theirs:.0f} ms (limit {cap:.0f}), {over} of "
                          f"{challenger_steps[step].size} over" for step, theirs, mine, cap, over in compared)
+    latest = max(challenger_steps)
+    if compared[-1][0] != latest:
+        per_step += (f"; step {latest} not compared yet (the champion served fewer than {MIN_LATENCIES_FOR_P95} "
+                     "requests in it)")
     return GuardrailResult(
         name="latency_p95_ms",
         champion_value=champion_p95,
         challenger_value=challenger_p95,
         limit=limit,
         breached=lower > 0,
-        within_margin=excess <= 0,
+        within_margin=excess <= 0 and compared[-1][0] == latest,
         degradation_lower_bound=lower,
         note=f"lower bound is on the share of challenger requests above their step's limit, minus 5%; {per_step}",
     )

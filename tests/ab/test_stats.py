@@ -126,6 +126,11 @@ def test_latency_guardrail_waits_for_a_step_with_enough_champion_requests():
     slower = _served({0: (90_000.0, 50)}, seed=5)
     waiting = latency_guardrail(champion, slower, limit, alpha=0.05, tau_squared=0.01)
     assert not waiting.breached and waiting.limit is None and "20 requests" in waiting.note
+    # A step compared, the next one not yet: no promotion on the earlier step's figures alone.
+    champion = _served({0: (40_000.0, 180), 1: (56_000.0, 12)}, seed=6)
+    as_fast = _served({0: (40_000.0, 20), 1: (56_000.0, 12)}, seed=7)
+    partial = latency_guardrail(champion, as_fast, limit, alpha=0.05, tau_squared=0.01)
+    assert not partial.breached and not partial.within_margin and "step 1 not compared yet" in partial.note
 
 
 def test_arm_stats_rejects_latency_steps_that_do_not_match_the_latencies():
