@@ -11,19 +11,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from agent_rl.environments.core import (
-    UNCATEGORIZED,
-    Capabilities,
-    Environment,
-    EnvironmentError,
-    FinalAnswer,
-    Grading,
-    Judgement,
-    Split,
-    Task,
-    Trajectory,
-    World,
-)
+from agent_rl.environments.core import (UNCATEGORIZED, Capabilities, Environment, EnvironmentError, FinalAnswer,
+                                        Grading, Judgement, Split, Task, Trajectory, World)
 
 
 class _ClientTools:

@@ -16,17 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agent_rl.environments.core import (
-    Capabilities,
-    Environment,
-    EnvironmentError,
-    FinalAnswer,
-    Grading,
-    Judgement,
-    Task,
-    Trajectory,
-    World,
-)
+from agent_rl.environments.core import (Capabilities, Environment, EnvironmentError, FinalAnswer, Grading, Judgement,
+                                        Task, Trajectory, World)
 from agent_rl.environments.openai_jobs.rows import JobFileError, JobRow, Method, read_rows
 from agent_rl.graders import (
     AnyGrader,
