@@ -55,7 +55,9 @@ class ConsoleProgress(logging.Handler):
             seconds = time.monotonic() - self.started.get(step, time.monotonic())
             self._print(f"  ok {step} ({seconds:.0f} s)")
         elif kind == "STEP_FAILURE":
-            self._print(f"  FAILED {step}: {message[:300]}")
+            self._print(f"  FAILED {step}: {message[:300]}{_cause(event)}")
+        elif kind == "STEP_UP_FOR_RETRY":
+            self._print(f"  retrying {step}{_cause(event)}")
         elif kind == "ASSET_CHECK_EVALUATION":
             data = event.event_specific_data
             evaluation = getattr(data, "asset_check_evaluation", data)
@@ -94,3 +96,13 @@ def console_logger(log_file: Path, max_steps: dict[str, int], out: TextIO = sys.
         return logger
 
     return _logger
+
+
+def _cause(event) -> str:
+    """The innermost error under a failed or retried step, where Dagster's own message says only that it failed
+    ("Execution of step ... failed."): e.g. which signal killed the training process."""
+    error = getattr(event.event_specific_data, "error", None)
+    while error is not None and error.cause is not None:
+        error = error.cause
+    text = (error.message or "").strip().splitlines()[0] if error is not None and error.message else ""
+    return f" ({text[:300]})" if text else ""

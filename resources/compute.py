@@ -9,6 +9,8 @@ store too when the URL is set.
 
 import json
 import os
+import re
+import signal
 import sys
 import tempfile
 from enum import StrEnum
@@ -88,7 +90,7 @@ class TrainingCompute(dg.ConfigurableResource):
         if in_pod:
             invocation = self._pod(context, command, env)
         else:
-            invocation = dg.PipesSubprocessClient().run(command=command, context=context, env={**os.environ, **env})
+            invocation = _subprocess(context, stage, command, {**os.environ, **env})
         return staged.bring_back(_result(invocation, stage))
 
     def _subprocess_with_file(self, context: dg.AssetExecutionContext, stage: str,
@@ -99,7 +101,7 @@ class TrainingCompute(dg.ConfigurableResource):
         try:
             command = [*self._local_command(stage), "--config", config_path]
             env = {**os.environ, "OMP_NUM_THREADS": str(self.omp_num_threads)}
-            return _result(dg.PipesSubprocessClient().run(command=command, context=context, env=env), stage)
+            return _result(_subprocess(context, stage, command, env), stage)
         finally:
             os.unlink(config_path)
 
@@ -148,6 +150,48 @@ def pod_spec(image: str, command: list[str], env: dict[str, str], gpus: int = 0,
     if env_secret:
         container["env_from"] = [{"secret_ref": {"name": env_secret}}]
     return {"containers": [container], "volumes": [{"name": "scratch", "empty_dir": {}}], "restart_policy": "Never"}
+
+
+KILLED_RETRIES = 1  # a stage killed by a signal runs once more, from its last checkpoint
+
+
+class StageKilled(RuntimeError):
+    """The training process ended by a signal (the out-of-memory killer, an eviction), not by an error of its own."""
+
+
+def _subprocess(context: dg.AssetExecutionContext, stage: str, command: list[str], env: dict[str, str]):
+    """Run the stage as a Pipes subprocess. One killed by a signal is retried once (the step is up for retry and
+    resumes from the stage's last checkpoint, agent_rl/train/sft.py): the kill says nothing about the inputs. A
+    stage that failed on its own (a Python error, a bad config) is not: the same inputs would fail the same way."""
+    try:
+        return dg.PipesSubprocessClient().run(command=command, context=context, env=env)
+    except Exception as error:
+        code = _exit_code(error)
+        if code is None or code >= 0:
+            raise
+        reason = killed_reason(stage, -code)
+        context.log.warning(f"{reason}; retried once from its last checkpoint")
+        raise dg.RetryRequested(max_retries=KILLED_RETRIES, seconds_to_wait=1) from StageKilled(reason)
+
+
+def _exit_code(error: Exception) -> int | None:
+    """The exit status in Dagster's Pipes error ("External execution process failed with code -9"), else None."""
+    if type(error).__name__ != "DagsterPipesExecutionError":
+        return None
+    match = re.search(r"failed with code (-?\d+)", str(error))
+    return int(match.group(1)) if match else None
+
+
+def killed_reason(stage: str, signum: int) -> str:
+    """What a user reads when the training process was killed: which signal, and its usual cause."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    why = {"SIGKILL": ": on Linux most often the kernel's out-of-memory killer (see `dmesg`), or a process "
+                      "manager's hard stop",
+           "SIGTERM": ": something outside the run stopped it"}.get(name, "")
+    return f"training stage {stage!r} was killed by {name}{why}"
 
 
 def _result(invocation, stage: str) -> dict[str, Any]:
