@@ -147,6 +147,17 @@ def load_served(spec: str, vllm: VllmServing | None = None) -> Policy:
     return load_policy(spec, served=True, vllm=vllm)
 
 
+def may_run_own_engine(spec: str) -> bool:
+    """Whether the arbiter may serve `spec` on an engine of its own (a model of ours, each version merged, on the
+    engine): before it is loaded, so a version a test adds starts on its share of the cores
+    (agent_rl/arbiter/placement.py). A guess from the spec's prefix; the loaded policy says for sure."""
+    from agent_rl.agent.engine import chosen_engine, versions_mode
+
+    prefix = spec.partition(":")[0]
+    ours = prefix in _SHARED_BASE_SPECS or prefix in ("mlflow", "lora") or prefix in registry.ALIASES
+    return ours and chosen_engine() == "vllm" and versions_mode() == "merged"
+
+
 def _shared_base(name: str, rest: str = "") -> Policy:
     """A base model as the arbiter serves it: its shared base with no adapter (on the engine where it runs).
     `rest` qualifies it (`tiny:ENV`, the tiny model fitted to an environment, models.build_world_tiny_model)."""
@@ -180,4 +191,4 @@ for _alias in registry.ALIASES:
     register_policy_loader(_alias, lambda rest, _a=_alias: load_registered(_a),
                            served=lambda rest, vllm, _a=_alias: load_registered(_a, shared=True, vllm=vllm))
 
-__all__ = ["load_policy", "load_registered", "load_served"]
+__all__ = ["load_policy", "load_registered", "load_served", "may_run_own_engine"]

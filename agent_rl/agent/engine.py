@@ -22,6 +22,12 @@ AVX512-bf16, 2 cores; its CPU LoRA kernels gather each token's adapter weights).
 a LoRA adapter on one engine of the base, chosen per request (what a GPU does well: one engine, any number of
 versions, each row with its own adapter).
 
+Where merged engines compute: on every core, unless the caller places the version (`placed_on(cores)` around its
+loading). The arbiter places each merged version on its own share of the cores while a test routes several: two
+engines each on every core oversubscribe the machine, and on 2 cores of an Intel Xeon the later one came out 25-35%
+slower at p95 than the same model alone (docs/experiments.md, 2026-11-30), which a latency guardrail reads as the
+candidate's fault.
+
 `AGENT_RL_ENGINE` picks where a model of ours generates: `vllm` (this engine), `torch` (`LocalPolicy`, our own
 decoder: what the test suite's tiny models use, and the fallback where vLLM is not installed) or `auto`
 (`vllm` when it is importable, else `torch`; the default).
@@ -42,7 +48,10 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
@@ -329,17 +338,36 @@ class EngineServer:
 _ENGINES: dict[str, EngineServer] = {}
 _ENGINE_HOLDERS: dict[str, int] = {}
 _ENGINES_LOCK = threading.Lock()
+_PLACEMENT: ContextVar[tuple[int, ...] | None] = ContextVar("engine_cores", default=None)
+
+
+@contextmanager
+def placed_on(cores: Sequence[int] | None) -> Iterator[None]:
+    """Merged versions loaded inside compute on `cores` only (None: every core), on an engine of their own."""
+    token = _PLACEMENT.set(tuple(cores) if cores else None)
+    try:
+        yield
+    finally:
+        _PLACEMENT.reset(token)
+
+
+def engine_key(model: str | Path, cores: Sequence[int] | None = None) -> str:
+    """One engine per checkpoint and placement: a version moved to other cores runs on a new engine while its old
+    one finishes what it holds."""
+    path = str(Path(model).resolve())
+    return f"{path}@cpus={','.join(str(c) for c in cores)}" if cores else path
 
 
 def shared_engine(model: str | Path, **options: Any) -> EngineServer:
-    """The process's engine for checkpoint `model`, started on first use, stopped at exit (or, for an engine of
-    one merged version, when `release_engine` says nobody holds it)."""
-    key = str(Path(model).resolve())
+    """The process's engine for checkpoint `model` (on `options['cores']` when given), started on first use,
+    stopped at exit (or, for an engine of one merged version, when `release_engine` says nobody holds it)."""
+    path = str(Path(model).resolve())
+    key = engine_key(path, options.get("cores"))
     with _ENGINES_LOCK:
         engine = _ENGINES.get(key)
         if engine is None or engine.process is None or engine.process.poll() is not None:
-            options.setdefault("max_model_len", context_length(key))
-            engine = EngineServer(EngineConfig(model=key, **options)).start()
+            options.setdefault("max_model_len", context_length(path))
+            engine = EngineServer(EngineConfig(model=path, **options)).start()
             _ENGINES[key] = engine
         _ENGINE_HOLDERS[key] = _ENGINE_HOLDERS.get(key, 0) + 1
         return engine
@@ -347,7 +375,7 @@ def shared_engine(model: str | Path, **options: Any) -> EngineServer:
 
 def release_engine(engine: EngineServer) -> None:
     """One holder of a version's own engine fewer; the engine stops when none is left (a version rolled back)."""
-    key = engine.config.model
+    key = engine_key(engine.config.model, engine.config.cores)
     with _ENGINES_LOCK:
         _ENGINE_HOLDERS[key] = _ENGINE_HOLDERS.get(key, 1) - 1
         if _ENGINE_HOLDERS[key] > 0 or _ENGINES.get(key) is not engine:
@@ -431,6 +459,7 @@ class EnginePolicy(Policy):
         self.stop_token_ids = _stop_token_ids(tokenizer)
         self._client = self._new_client()
         self.context_length = engine.config.max_model_len
+        self.placeable = owns == "engine"  # an engine of its own: the arbiter may place it on a share of the cores
         if owns == "adapter" and adapter is not None:
             self._finalizer = weakref.finalize(self, engine.release_adapter, adapter)
         elif owns == "engine":
@@ -569,7 +598,7 @@ def engine_policy(base_model: str | Path, adapters: list[str | Path], version: s
     tokenizer = AutoTokenizer.from_pretrained(path)
     if versions_mode() == "merged":
         checkpoint = merged_checkpoint(path, list(adapters)) if adapters else path
-        engine = shared_engine(checkpoint, lora=False, dtype=engine_dtype())
+        engine = shared_engine(checkpoint, lora=False, dtype=engine_dtype(), cores=_PLACEMENT.get())
         return EnginePolicy(engine, tokenizer, version=version, settings=settings, owns="engine")
     engine = shared_engine(path, dtype=engine_dtype())
     name = None
@@ -616,5 +645,5 @@ def merged_checkpoint(base: Path, adapters: list[str | Path]) -> Path:
     return out
 
 
-__all__ = ["EngineConfig", "EngineError", "EnginePolicy", "MixedEnginePolicy", "EngineServer", "chosen_engine", "engine_policy",
-           "shared_engine", "stop_engines", "vllm_installed"]
+__all__ = ["EngineConfig", "EngineError", "EnginePolicy", "MixedEnginePolicy", "EngineServer", "chosen_engine",
+           "engine_key", "engine_policy", "placed_on", "shared_engine", "stop_engines", "vllm_installed"]

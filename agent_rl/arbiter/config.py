@@ -51,6 +51,9 @@ class ArbiterConfig(BaseModel):
     max_batch: PositiveInt = Field(16, description="most episodes run together in one runner call (and committed in one transaction)")
     episode_workers: PositiveInt = Field(4, description="threads that run episodes (each has its own inbox connection)")
     routing_ttl_s: float = Field(1.0, ge=0, description="how long routing read from the pool is reused")
+    split_cores: bool = Field(
+        True, description="while several versions on engines of their own are routed (an A/B test on CPU), each "
+                          "engine computes on its share of the cores (agent_rl/arbiter/placement.py)")
     max_body_bytes: PositiveInt = Field(64 * 1024, description="larger request bodies are refused with 413")
     # The OpenAI-compatible gateway (gateway.py): whole conversations travel in each request.
     gateway_max_body_bytes: PositiveInt = Field(

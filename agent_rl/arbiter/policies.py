@@ -15,13 +15,15 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from agent_rl.agent.policy import Policy
+from agent_rl.arbiter.placement import core_shares, machine_cores
 from agent_rl.arbiter.policy_errors import PolicyLoadError
 
 log = logging.getLogger(__name__)
@@ -183,11 +185,27 @@ class PolicyCache:
 
     Versions that share a spec share the policy object: the runner records the routed version
     per episode (EpisodeTask.policy_version), so the object's own `version` is not relied upon.
+
+    Placement (`place`): a version on an engine of its own can be given a share of the cores, which the arbiter does
+    while a test routes several such versions (agent_rl/arbiter/placement.py). A version loaded on other cores than
+    it should be is loaded again on its share in the background; the old policy keeps answering until the new one
+    is up, and its engine stops once the batches holding it end.
     """
 
-    def __init__(self, loader: Callable[[str], Policy] = load_policy) -> None:
+    def __init__(self, loader: Callable[[str], Policy] = load_policy,
+                 may_place: Callable[[str], bool] | None = None, cores: Sequence[int] | None = None) -> None:
+        """`may_place(spec)`: whether a spec not loaded yet may come up on an engine of its own (its share is kept
+        for it while it loads; None: never, so nothing is placed); `cores`: what is shared out (default: this
+        process's)."""
         self._loader = loader
+        self._may_place = may_place
+        self._all_cores = tuple(cores) if cores is not None else machine_cores()
+        self._arranging = threading.Lock()
+        self._releasing = threading.Lock()
         self._policies: dict[str, Policy] = {}
+        self._cores: dict[str, tuple[int, ...] | None] = {}  # spec -> the cores its loaded policy computes on
+        self._wanted: dict[str, tuple[int, ...] | None] = {}  # spec -> the cores it should compute on
+        self._moving: dict[str, threading.Thread] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
@@ -202,28 +220,112 @@ class PolicyCache:
             policy = self._policies.get(key)
             if policy is None:
                 log.info("loading policy from spec %s", shown_spec(spec))
-                policy = self._loader(spec)
-                self._policies[key] = policy
+                cores = self._wanted.get(spec)
+                policy = self._load(spec, cores)
+                with self._lock:
+                    self._policies[key] = policy
+                    self._cores[key] = cores if _placeable(policy) else None
         return policy
+
+    def _load(self, spec: str, cores: tuple[int, ...] | None) -> Policy:
+        from agent_rl.agent.engine import placed_on
+
+        with placed_on(cores):
+            return self._loader(spec)
+
+    def place(self, wanted: dict[str, tuple[int, ...] | None], routed: Iterable[str] | None = None) -> None:
+        """Where each spec should compute from now on (a spec not named: every core). Loaded versions on engines of
+        their own that sit elsewhere are moved in the background (`wait_placed` waits for that); only the `routed`
+        ones where given (a version the routing dropped is let go, not moved)."""
+        with self._lock:
+            self._wanted = dict(wanted)
+            movable = set(self._policies if routed is None else routed)
+            for spec, policy in self._policies.items():
+                cores = self._wanted.get(spec)
+                if (spec in movable and _placeable(policy) and self._cores.get(spec) != cores
+                        and spec not in self._moving):
+                    mover = threading.Thread(target=self._move, args=(spec, cores), name="policy-placement",
+                                             daemon=True)
+                    self._moving[spec] = mover
+                    mover.start()
+
+    def _move(self, spec: str, cores: tuple[int, ...] | None) -> None:
+        try:
+            log.info("placing policy %s on %s", shown_spec(spec), f"cores {list(cores)}" if cores else "every core")
+            policy = self._load(spec, cores)
+        except Exception as exc:  # the version keeps answering where it is
+            log.warning("could not place policy %s: %s: %s", shown_spec(spec), type(exc).__name__, exc)
+            policy = None
+        with self._lock:
+            self._moving.pop(spec, None)
+            if policy is not None and spec in self._policies:
+                # The old policy is dropped here; batches that hold it finish on it, then its engine stops.
+                self._policies[spec], self._cores[spec] = policy, cores
+            again = spec in self._policies and self._cores.get(spec) != self._wanted.get(spec)
+        if again and policy is not None:  # the routing moved on while this one loaded
+            self.place(self._wanted, [spec])
+
+    def arrange(self, weights: Mapping[str, float]) -> None:
+        """Load the routed specs (traffic share by spec) and give each version on an engine of its own its share
+        of the cores (agent_rl/arbiter/placement.py), moving loaded ones in the background. A spec that is not
+        loaded yet loads on the share it would have, so the version a test adds starts once, where it stays."""
+        if self._may_place is None:
+            return
+        with self._arranging:
+            routed = {spec: weight for spec, weight in weights.items() if weight > 0}
+            with self._lock:
+                candidates = {spec: weight for spec, weight in routed.items() if (
+                    _placeable(self._policies[spec]) if spec in self._policies else self._may_place(spec))}
+                self._wanted = dict(core_shares(candidates, self._all_cores))
+            for spec in routed:
+                try:
+                    self.get(spec)
+                except Exception as exc:  # requests routed there get the load error themselves
+                    log.warning("policy %s did not load: %s: %s", shown_spec(spec), type(exc).__name__, exc)
+            with self._lock:
+                placed = {spec: weight for spec, weight in routed.items()
+                          if spec in self._policies and _placeable(self._policies[spec])}
+            self.place(core_shares(placed, self._all_cores), routed)
+
+    def wait_placed(self, timeout_s: float | None = None) -> bool:
+        """Wait for moves in progress; True when none is left."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                movers = list(self._moving.values())
+            if not movers:
+                return True
+            for mover in movers:
+                mover.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if deadline is not None and time.monotonic() >= deadline:
+                with self._lock:
+                    return not self._moving
+
+    def placement(self) -> dict[str, tuple[int, ...] | None]:
+        """The cores each loaded spec computes on now (None: every core, or not an engine of its own)."""
+        with self._lock:
+            return dict(self._cores)
 
     def retain(self, specs: Iterable[str]) -> None:
         """Drop policies no longer routed to, so replaced checkpoints free their memory: a version on a shared
         base drops its adapter once no batch holds it; one with a `release()` (an adapter on a vLLM server) is
-        told to unload."""
+        told to unload; a version on an engine of its own stops it once no batch holds it."""
         keep = set(specs)
         dropped = []
-        with self._lock:
-            for key in [k for k in self._policies if k not in keep]:
-                dropped.append(self._policies.pop(key))
-                self._locks.pop(key, None)
-        for policy in dropped:
-            release = getattr(policy, "release", None)
-            if callable(release):
-                try:
-                    release()
-                except Exception as exc:  # the routing change stands; the server keeps an unused adapter
-                    log.warning("could not release policy %s: %s: %s", getattr(policy, "version", "?"),
-                                type(exc).__name__, exc)
+        with self._releasing:  # a retain returns once every release asked for so far is done, whoever asked
+            with self._lock:
+                for key in [k for k in self._policies if k not in keep]:
+                    dropped.append(self._policies.pop(key))
+                    self._cores.pop(key, None)
+                    self._locks.pop(key, None)
+            for policy in dropped:
+                release = getattr(policy, "release", None)
+                if callable(release):
+                    try:
+                        release()
+                    except Exception as exc:  # the routing change stands; the server keeps an unused adapter
+                        log.warning("could not release policy %s: %s: %s", getattr(policy, "version", "?"),
+                                    type(exc).__name__, exc)
 
     def is_loaded(self, spec: str) -> bool:
         return spec in self._policies
@@ -231,3 +333,7 @@ class PolicyCache:
     def loaded(self) -> list[str]:
         return sorted(self._policies)
 
+
+def _placeable(policy: Policy) -> bool:
+    """A version on an engine of its own, which may compute on a share of the cores."""
+    return bool(getattr(policy, "placeable", False))

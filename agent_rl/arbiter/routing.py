@@ -15,7 +15,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -90,6 +90,12 @@ class Router:
         self._random = random.Random()
         self._stop = threading.Event()
         self._refresher: threading.Thread | None = None
+        self._watchers: list[Callable[[Split], None]] = []
+
+    def watch(self, callback: Callable[[Split], None]) -> None:
+        """Call `callback(split)` whenever a routing read installs other weights or specs than before (from the
+        reading thread, under the router's lock: it must hand work off, not do it)."""
+        self._watchers.append(callback)
 
     def current(self) -> Split:
         now = time.monotonic()
@@ -112,11 +118,18 @@ class Router:
             return self._split  # type: ignore[return-value]
 
     def _install(self, routing: Routing) -> None:
+        before = self._split
         if any(w > 0 for w in routing.weights.values()):
             self._split = Split.from_weights(routing.weights, routing.specs)
         else:
             self._split = self._default
         self._loaded_at = time.monotonic()
+        if before is not None and (before.weights, before.specs) != (self._split.weights, self._split.specs):
+            for callback in self._watchers:
+                try:
+                    callback(self._split)
+                except Exception as exc:  # a watcher never stops routing
+                    log.warning("routing watcher failed: %s: %s", type(exc).__name__, exc)
 
     def refresh(self, routing: Routing | None = None) -> Split:
         """Install `routing` (just written) or re-read the table now."""

@@ -25,8 +25,8 @@ from agent_rl.arbiter.batching import EpisodeBatcher
 from agent_rl.arbiter.config import ArbiterConfig
 from agent_rl.arbiter.keys import ApiKey, KeyRing
 from agent_rl.arbiter.policies import PolicyCache, PolicyLoadError
-from agent_rl.policy_specs import load_served
-from agent_rl.arbiter.routing import Router
+from agent_rl.policy_specs import load_served, may_run_own_engine
+from agent_rl.arbiter.routing import Router, Split
 from agent_rl.pool import PoolRepository, Routing
 from agent_rl.pool.repository import normalize_weights
 from agent_rl.environments.core import Environment, Task
@@ -82,7 +82,8 @@ class ArbiterService:
         self.pool = PoolRepository(config.pool_url)
         self.router = Router(self.pool, config.default_routing, ttl_s=config.routing_ttl_s)
         # Registered versions and base models share one loaded base per model (agent/shared_base.py).
-        self.policies = PolicyCache(lambda spec: load_served(spec, vllm=config.vllm))
+        self.policies = PolicyCache(lambda spec: load_served(spec, vllm=config.vllm),
+                                    may_place=may_run_own_engine if config.split_cores and not config.vllm else None)
         # Its replayable tasks are the references requests may name; its contexts (an inbox, a store) what callers
         # ask about. Its sessions are opened on the episode threads, so it must take concurrent plays.
         self.environment = serving_environment(config)
@@ -101,17 +102,30 @@ class ArbiterService:
         self._contexts_at = float("-inf")
         self._refresh_contexts()
         self._warm_up()
+        self.router.watch(self._routing_changed)
         self.router.start_refreshing()  # requests then never wait for a routing read
 
     def _warm_up(self) -> None:
         """Load the routed policies and the tool schemas now, so the first requests don't pay for imports."""
         self.environment.tool_schemas()  # builds schemas through transformers: seconds on first use
+        self.policies.arrange(_routed_specs(self.router.current()))
         for version in self.router.current().versions:
             spec = self.router.current().specs.get(version, version)
             try:
                 self.policies.get(spec)
             except PolicyLoadError as exc:  # keep serving; requests routed there get a clear 503
                 log.error("policy version %s cannot be loaded: %s", version, exc)
+
+    def _routing_changed(self, split: Split) -> None:
+        """Whoever wrote the routing (this arbiter, the A/B controller through the pool), the versions it routes
+        are loaded and placed, and those it dropped are released, in the background: requests keep flowing."""
+        routed = _routed_specs(split)
+
+        def rearrange() -> None:
+            self.policies.arrange(routed)
+            self.policies.retain(routed)
+
+        threading.Thread(target=rearrange, name="routing-change", daemon=True).start()
 
     # -- blocking helpers (run on executor threads) -------------------------------------------
 
@@ -266,3 +280,12 @@ class ArbiterService:
         self.environment.close()
         self.pool.close()
 
+
+def _routed_specs(split: Split) -> dict[str, float]:
+    """Traffic share by spec (versions that share a spec add up)."""
+    shares: dict[str, float] = {}
+    for version, weight in split.weights.items():
+        if weight > 0:
+            spec = split.specs.get(version, version)
+            shares[spec] = shares.get(spec, 0.0) + weight
+    return shares

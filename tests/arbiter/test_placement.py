@@ -1,0 +1,146 @@
+"""While a test routes two versions on engines of their own, each engine computes on its share of the cores; alone,
+a version has every core. The routing may come from anyone (the A/B controller writes the pool, not the arbiter):
+the arbiter follows it, moves a version in the background while the old copy keeps answering, and lets go of the
+versions the routing dropped. Policies here are stand-ins that record the cores they were loaded on (starting vLLM
+engines takes a minute each); the engine side, `placed_on` into `shared_engine`, is checked on its own below."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+
+from agent_rl.agent import engine as engine_module
+from agent_rl.arbiter.placement import core_shares
+from agent_rl.arbiter.policies import PolicyCache
+from agent_rl.arbiter.routing import Router
+from agent_rl.pool import PoolRepository
+
+
+class Version:
+    """A loaded version: the spec, the cores it computes on, whether it has an engine of its own."""
+
+    def __init__(self, spec: str, cores, placeable: bool) -> None:
+        self.spec, self.cores, self.placeable = spec, cores, placeable
+
+
+class Loader:
+    """Loads stand-ins on the cores `placed_on` gives; `hold` makes loads of a spec wait (an engine starting)."""
+
+    def __init__(self) -> None:
+        self.loads: list[tuple[str, tuple[int, ...] | None]] = []
+        self.hold: dict[str, threading.Event] = {}
+
+    def __call__(self, spec: str) -> Version:
+        cores = engine_module._PLACEMENT.get()
+        self.loads.append((spec, cores))
+        if spec in self.hold:
+            self.hold[spec].wait(10)
+        return Version(spec, cores, placeable=spec != "teacher")
+
+
+def cache(loader: Loader) -> PolicyCache:
+    return PolicyCache(loader, may_place=lambda spec: spec != "teacher", cores=(0, 1))
+
+
+def test_the_cores_are_shared_in_proportion_to_traffic_one_at_least_each():
+    assert core_shares({"v1": 0.9, "v2": 0.1}, (0, 1)) == {"v1": (0,), "v2": (1,)}
+    assert core_shares({"v1": 0.9, "v2": 0.1}, tuple(range(16))) == {"v1": tuple(range(14)), "v2": (14, 15)}
+    assert core_shares({"v1": 0.5, "v2": 0.5}, tuple(range(8))) == {"v1": (0, 1, 2, 3), "v2": (4, 5, 6, 7)}
+    assert core_shares({"v1": 1.0}, (0, 1)) == {}  # alone: every core
+    assert core_shares({"v1": 0.5, "v2": 0.0}, (0, 1)) == {}  # a version at 0% has no share
+    assert core_shares({"a": 0.4, "b": 0.3, "c": 0.3}, (0, 1)) == {}  # more versions than cores: every core
+
+
+def test_a_test_starting_places_both_versions_and_the_challenger_starts_once():
+    loader = Loader()
+    policies = cache(loader)
+    policies.arrange({"mlflow:v1": 1.0})
+    assert policies.placement() == {"mlflow:v1": None}  # alone: every core
+    old = weakref.ref(policies.get("mlflow:v1"))
+
+    policies.arrange({"mlflow:v1": 0.9, "mlflow:v2": 0.1})
+    assert policies.wait_placed(10)
+    assert policies.placement() == {"mlflow:v1": (0,), "mlflow:v2": (1,)}
+    assert loader.loads == [("mlflow:v1", None), ("mlflow:v2", (1,)), ("mlflow:v1", (0,))]
+    assert policies.get("mlflow:v1").cores == (0,)
+    gc.collect()
+    assert old() is None  # nothing holds the copy on every core: its engine stops
+
+
+def test_the_old_copy_answers_until_the_moved_one_is_up():
+    loader = Loader()
+    policies = cache(loader)
+    policies.arrange({"mlflow:v1": 1.0, "mlflow:v2": 0.0})
+    loader.hold["mlflow:v1"] = threading.Event()
+    policies.arrange({"mlflow:v1": 0.5, "mlflow:v2": 0.5})
+    assert policies.get("mlflow:v1").cores is None  # still loading on core 0: requests go to the running copy
+    loader.hold["mlflow:v1"].set()
+    assert policies.wait_placed(10)
+    assert policies.get("mlflow:v1").cores == (0,)
+
+
+def test_the_winner_gets_every_core_back_and_the_loser_is_let_go():
+    loader = Loader()
+    policies = cache(loader)
+    policies.arrange({"mlflow:v1": 0.5, "mlflow:v2": 0.5})
+    loser = weakref.ref(policies.get("mlflow:v1"))
+    routed = {"mlflow:v2": 1.0}
+    policies.arrange(routed)
+    policies.retain(routed)
+    assert policies.wait_placed(10)
+    assert policies.placement() == {"mlflow:v2": None}
+    assert loader.loads[2:] == [("mlflow:v2", None)]  # the loser is not started again anywhere
+    gc.collect()
+    assert loser() is None
+
+
+def test_a_version_without_an_engine_of_its_own_is_never_moved_nor_counted():
+    loader = Loader()
+    policies = cache(loader)
+    policies.arrange({"teacher": 0.9, "mlflow:v1": 0.1})
+    assert policies.wait_placed(10)
+    assert policies.placement() == {"teacher": None, "mlflow:v1": None}  # v1 is the only engine: every core
+    assert loader.loads == [("teacher", None), ("mlflow:v1", None)]
+
+
+def test_without_placement_nothing_is_placed():
+    loader = Loader()
+    policies = PolicyCache(loader, cores=(0, 1))
+    policies.arrange({"mlflow:v1": 0.5, "mlflow:v2": 0.5})
+    assert loader.loads == []  # arrange does nothing; requests load as before, on every core
+    assert policies.get("mlflow:v2").cores is None
+
+
+def test_the_arbiter_sees_a_routing_another_writer_put_in_the_pool(sqlite_url):
+    pool = PoolRepository(sqlite_url)
+    seen = []
+    router = Router(pool, {"mlflow:v1": 1.0}, ttl_s=0)
+    router.watch(lambda split: seen.append(dict(split.weights)))
+    router.current()
+    pool.set_routing({"v1": 0.9, "v2": 0.1}, {"v1": "mlflow:v1", "v2": "mlflow:v2"}, "A/B test started",
+                     "challenger_sensor", None)
+    router.current()
+    router.current()  # the same routing read again is no change
+    assert seen == [{"v1": 0.9, "v2": 0.1}]
+
+
+def test_a_placed_merged_version_asks_for_an_engine_on_its_cores(monkeypatch, tmp_path):
+    asked = []
+
+    class Engine:
+        config = engine_module.EngineConfig(model=str(tmp_path), cores=(1,))
+
+    monkeypatch.setattr(engine_module, "shared_engine", lambda model, **options: asked.append(options) or Engine())
+    monkeypatch.setattr(engine_module, "merged_checkpoint", lambda base, adapters: tmp_path)
+    monkeypatch.setattr(engine_module, "EnginePolicy", lambda engine, tokenizer, **kw: kw)
+    monkeypatch.setenv(engine_module.VERSIONS_ENV, "merged")
+    from transformers import AutoTokenizer
+
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", lambda path: None)
+    monkeypatch.setattr("agent_rl.agent.models.resolve_model", lambda name: tmp_path)
+    with engine_module.placed_on((1,)):
+        engine_module.engine_policy("base", [tmp_path / "adapter"], version="v2")
+    engine_module.engine_policy("base", [tmp_path / "adapter"], version="v1")
+    assert [options["cores"] for options in asked] == [(1,), None]
+    assert engine_module.engine_key(tmp_path, (1,)) != engine_module.engine_key(tmp_path)
