@@ -244,9 +244,13 @@ class EngineServer:
             return self
         started = time.perf_counter()
         # A session of its own: stopping the engine ends its engine-core and worker processes too.
-        self.process = subprocess.Popen(self.command(), env=_engine_env(self.config), stdout=self._log,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                        preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        # Started from one thread that lives as long as this process: the kernel's parent-death signal follows
+        # the thread that forked, so an engine started from a short-lived thread (a background load) would be
+        # stopped the moment that thread ended.
+        self.process = _LAUNCHER.submit(
+            subprocess.Popen, self.command(), env=_engine_env(self.config), stdout=self._log,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None).result()
         deadline = started + self.config.startup_timeout_s
         with httpx.Client(timeout=5.0) as client:
             while time.perf_counter() < deadline:
@@ -388,6 +392,9 @@ def engine_process_groups() -> list[int]:
     """Process groups of the running engines (each is a session of its own), for a caller that must kill at once."""
     with _ENGINES_LOCK:
         return [e.process.pid for e in _ENGINES.values() if e.process is not None and e.process.poll() is None]
+
+
+_LAUNCHER = ThreadPoolExecutor(1, thread_name_prefix="engine-launcher")  # its one thread stays until exit
 
 
 def _die_with_parent() -> None:

@@ -261,13 +261,21 @@ class ArbiterService:
     ) -> Routing:
         normalize_weights(weights)  # bad weights are reported as such, before any policy is loaded
         current = await self._blocking(self.pool.get_routing)
-        # Refuse a split that would send traffic to a policy that cannot be loaded.
+        # The versions load where the new split will place them (each starts once), then a split that would send
+        # traffic to a policy that cannot be loaded is refused.
+        shares: dict[str, float] = {}
+        for version, weight in weights.items():
+            if isinstance(weight, (int, float)) and weight > 0:
+                spec = (specs or {}).get(version) or current.specs.get(version) or version
+                shares[spec] = shares.get(spec, 0.0) + weight
+        await self._blocking(self.policies.arrange, shares)
         for version, weight in weights.items():
             if isinstance(weight, (int, float)) and weight > 0:
                 spec = (specs or {}).get(version) or current.specs.get(version) or version
                 try:
                     await self._blocking(self.policies.get, spec)
                 except PolicyLoadError as exc:
+                    self._routing_changed(self.router.current())  # back to where the routing in force places them
                     raise PolicyLoadError(f"policy version {version!r}: {exc}") from exc
         routing = await self._blocking(lambda: self.pool.set_routing(weights, specs, reason, actor, stats))
         self.router.refresh(routing)
