@@ -36,7 +36,7 @@ def core_shares(weights: Mapping[str, float], cores: Sequence[int]) -> dict[str,
     for spec in sorted(live, key=lambda s: exact[s] - int(exact[s]), reverse=True)[:left]:
         counts[spec] += 1
     shares, start = {}, 0
-    for spec in live:  # in routing order: the same routing gives the same cores
+    for spec in sorted(live):  # by name, not by the order a writer listed them: the same split, the same cores
         shares[spec] = tuple(cores[start:start + counts[spec]])
         start += counts[spec]
     return shares

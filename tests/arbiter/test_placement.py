@@ -144,3 +144,12 @@ def test_a_placed_merged_version_asks_for_an_engine_on_its_cores(monkeypatch, tm
     engine_module.engine_policy("base", [tmp_path / "adapter"], version="v1")
     assert [options["cores"] for options in asked] == [(1,), None]
     assert engine_module.engine_key(tmp_path, (1,)) != engine_module.engine_key(tmp_path)
+
+
+def test_the_same_split_listed_in_another_order_moves_nothing():
+    loader = Loader()
+    policies = cache(loader)
+    policies.arrange({"mlflow:v2": 0.5, "mlflow:v1": 0.5})
+    policies.arrange({"mlflow:v1": 0.5, "mlflow:v2": 0.5})
+    assert policies.wait_placed(10)
+    assert len(loader.loads) == 2  # each version started once
