@@ -186,7 +186,7 @@ class PolicyCache:
     Versions that share a spec share the policy object: the runner records the routed version
     per episode (EpisodeTask.policy_version), so the object's own `version` is not relied upon.
 
-    Placement (`place`): a version on an engine of its own can be given a share of the cores, which the arbiter does
+    Placement (`arrange`): a version on an engine of its own can be given a share of the cores, which the arbiter does
     while a test routes several such versions (agent_rl/arbiter/placement.py). A version loaded on other cores than
     it should be is loaded again on its share in the background; the old policy keeps answering until the new one
     is up, and its engine stops once the batches holding it end.
@@ -233,7 +233,7 @@ class PolicyCache:
         with placed_on(cores):
             return self._loader(spec)
 
-    def place(self, wanted: dict[str, tuple[int, ...] | None], routed: Iterable[str] | None = None) -> None:
+    def _place(self, wanted: dict[str, tuple[int, ...] | None], routed: Iterable[str] | None = None) -> None:
         """Where each spec should compute from now on (a spec not named: every core). Loaded versions on engines of
         their own that sit elsewhere are moved in the background (`wait_placed` waits for that); only the `routed`
         ones where given (a version the routing dropped is let go, not moved)."""
@@ -263,7 +263,7 @@ class PolicyCache:
                 self._policies[spec], self._cores[spec] = policy, cores
             again = spec in self._policies and self._cores.get(spec) != self._wanted.get(spec)
         if again and policy is not None:  # the routing moved on while this one loaded
-            self.place(self._wanted, [spec])
+            self._place(self._wanted, [spec])
 
     def arrange(self, weights: Mapping[str, float]) -> None:
         """Load the routed specs (traffic share by spec) and give each version on an engine of its own its share
@@ -285,7 +285,7 @@ class PolicyCache:
             with self._lock:
                 placed = {spec: weight for spec, weight in routed.items()
                           if spec in self._policies and _placeable(self._policies[spec])}
-            self.place(core_shares(placed, self._all_cores), routed)
+            self._place(core_shares(placed, self._all_cores), routed)
 
     def wait_placed(self, timeout_s: float | None = None) -> bool:
         """Wait for moves in progress; True when none is left."""

@@ -263,20 +263,15 @@ class ArbiterService:
         current = await self._blocking(self.pool.get_routing)
         # The versions load where the new split will place them (each starts once), then a split that would send
         # traffic to a policy that cannot be loaded is refused.
-        shares: dict[str, float] = {}
-        for version, weight in weights.items():
-            if isinstance(weight, (int, float)) and weight > 0:
-                spec = (specs or {}).get(version) or current.specs.get(version) or version
-                shares[spec] = shares.get(spec, 0.0) + weight
-        await self._blocking(self.policies.arrange, shares)
-        for version, weight in weights.items():
-            if isinstance(weight, (int, float)) and weight > 0:
-                spec = (specs or {}).get(version) or current.specs.get(version) or version
-                try:
-                    await self._blocking(self.policies.get, spec)
-                except PolicyLoadError as exc:
-                    self._routing_changed(self.router.current())  # back to where the routing in force places them
-                    raise PolicyLoadError(f"policy version {version!r}: {exc}") from exc
+        routed = {version: (specs or {}).get(version) or current.specs.get(version) or version
+                  for version, weight in weights.items() if isinstance(weight, (int, float)) and weight > 0}
+        await self._blocking(self.policies.arrange, _shares_by_spec(weights, routed))
+        for version, spec in routed.items():
+            try:
+                await self._blocking(self.policies.get, spec)
+            except PolicyLoadError as exc:
+                self._routing_changed(self.router.current())  # back to where the routing in force places them
+                raise PolicyLoadError(f"policy version {version!r}: {exc}") from exc
         routing = await self._blocking(lambda: self.pool.set_routing(weights, specs, reason, actor, stats))
         self.router.refresh(routing)
         self.policies.retain(routing.specs[v] for v, w in routing.weights.items() if w > 0)
@@ -290,10 +285,14 @@ class ArbiterService:
 
 
 def _routed_specs(split: Split) -> dict[str, float]:
-    """Traffic share by spec (versions that share a spec add up)."""
+    return _shares_by_spec(split.weights, split.specs)
+
+
+def _shares_by_spec(weights: Mapping[str, Any], spec_of: Mapping[str, str]) -> dict[str, float]:
+    """Traffic share by spec of the versions with a weight above 0 (versions that share a spec add up)."""
     shares: dict[str, float] = {}
-    for version, weight in split.weights.items():
-        if weight > 0:
-            spec = split.specs.get(version, version)
+    for version, weight in weights.items():
+        if isinstance(weight, (int, float)) and weight > 0:
+            spec = spec_of.get(version, version)
             shares[spec] = shares.get(spec, 0.0) + weight
     return shares
