@@ -318,20 +318,25 @@ class PolicyCache:
                     dropped.append(self._policies.pop(key))
                     self._cores.pop(key, None)
                     self._locks.pop(key, None)
-            for policy in dropped:
-                release = getattr(policy, "release", None)
-                if callable(release):
-                    try:
-                        release()
-                    except Exception as exc:  # the routing change stands; the server keeps an unused adapter
-                        log.warning("could not release policy %s: %s: %s", getattr(policy, "version", "?"),
-                                    type(exc).__name__, exc)
+            while dropped:  # each dropped reference goes here, under the lock: an engine of its own stops now,
+                _release(dropped.pop())  # before another retain (or the caller) goes on, unless a batch holds it
 
     def is_loaded(self, spec: str) -> bool:
         return spec in self._policies
 
     def loaded(self) -> list[str]:
         return sorted(self._policies)
+
+
+def _release(policy: Policy) -> None:
+    """Tell a dropped policy that has a `release()` to unload (an adapter on a vLLM server)."""
+    release = getattr(policy, "release", None)
+    if callable(release):
+        try:
+            release()
+        except Exception as exc:  # the routing change stands; the server keeps an unused adapter
+            log.warning("could not release policy %s: %s: %s", getattr(policy, "version", "?"),
+                        type(exc).__name__, exc)
 
 
 def _placeable(policy: Policy) -> bool:

@@ -153,3 +153,29 @@ def test_the_same_split_listed_in_another_order_moves_nothing():
     policies.arrange({"mlflow:v1": 0.5, "mlflow:v2": 0.5})
     assert policies.wait_placed(10)
     assert len(loader.loads) == 2  # each version started once
+
+
+def test_a_retain_returns_after_the_version_another_retain_dropped_has_stopped():
+    """Two writers drop the same version at once (the admin's PUT and the routing watcher): whichever returns,
+    the dropped version's engine has stopped by then (a rolled-back engine never outlives the rollback call)."""
+    releasing, stopped = threading.Event(), threading.Event()
+
+    class Held(Version):
+        def release(self) -> None:
+            releasing.wait(10)
+
+    def stop() -> None:
+        threading.Event().wait(0.3)  # an engine takes a while to stop
+        stopped.set()
+
+    policies = PolicyCache(lambda spec: Held(spec, None, True), may_place=lambda spec: True, cores=(0, 1))
+    weakref.finalize(policies.get("mlflow:v2"), stop)
+    first = threading.Thread(target=policies.retain, args=(["mlflow:v1"],))
+    first.start()
+    threading.Event().wait(0.1)  # the first retain holds the dropped version, releasing it
+    second = threading.Thread(target=policies.retain, args=(["mlflow:v1"],))
+    second.start()
+    releasing.set()
+    second.join(10)
+    assert stopped.is_set(), "a retain returned while the version dropped by another was still stopping"
+    first.join(10)

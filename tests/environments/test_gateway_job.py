@@ -97,7 +97,9 @@ def test_the_weekly_job_on_gateway_episodes_skips_grpo_and_registers_the_sft_mod
               validation.reward_hacking_passed]
     partition = weekly.get_partition_keys()[-1]
     result = dg.materialize(JOB_ASSETS + checks, partition_key=partition, resources=resources, raise_on_error=False)
-    assert result.success, [e.step_key for e in result.get_step_failure_events()]
+    failed_checks = {e.check_name: (e.description, {k: v.value for k, v in e.metadata.items()})
+                     for e in result.get_asset_check_evaluations() if not e.passed}  # leak examples come masked
+    assert result.success, ([e.step_key for e in result.get_step_failure_events()], failed_checks)
 
     # Every episode is clean; users' feedback is the outcome, and only the rated-good ones train.
     validated = load_jsonl(settings.artifact_dir("validated_episodes", partition) / "episodes.jsonl")
