@@ -38,12 +38,13 @@ $(STAMP): requirements.lock requirements-engine.lock pyproject.toml
 # Test data lives in tests/data: nothing is read from outside the repository.
 # The suite runs in TEST_WORKERS processes (pytest-xdist), a test file per process at a time (module fixtures stay
 # in one process); each test keeps one thread (OMP_NUM_THREADS=1), so 2 workers fill 2 cores.
+# The 25 slowest tests are printed at the end: the suite should stay well under 30 minutes on 2 cores.
 TEST_WORKERS ?= 2
 
 test: $(STAMP)
 	bash tests/install_postgres.sh
 	bash tests/ui/install_browser.sh
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 tests
 
 test-browser: $(STAMP)
 	bash tests/ui/install_browser.sh
