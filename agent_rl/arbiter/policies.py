@@ -265,12 +265,15 @@ class PolicyCache:
         if again and policy is not None:  # the routing moved on while this one loaded
             self._place(self._wanted, [spec])
 
-    def arrange(self, weights: Mapping[str, float]) -> None:
+    def arrange(self, weights: Mapping[str, float]) -> dict[str, Exception]:
         """Load the routed specs (traffic share by spec) and give each version on an engine of its own its share
         of the cores (agent_rl/arbiter/placement.py), moving loaded ones in the background. A spec that is not
-        loaded yet loads on the share it would have, so the version a test adds starts once, where it stays."""
+        loaded yet loads on the share it would have, so the version a test adds starts once, where it stays.
+        Returns the specs that failed to load, with the error (the caller reports it; no second attempt). Without
+        placement nothing is loaded here."""
         if self._may_place is None:
-            return
+            return {}
+        failed: dict[str, Exception] = {}
         with self._arranging:
             routed = {spec: weight for spec, weight in weights.items() if weight > 0}
             with self._lock:
@@ -282,10 +285,12 @@ class PolicyCache:
                     self.get(spec)
                 except Exception as exc:  # requests routed there get the load error themselves
                     log.warning("policy %s did not load: %s: %s", shown_spec(spec), type(exc).__name__, exc)
+                    failed[spec] = exc
             with self._lock:
                 placed = {spec: weight for spec, weight in routed.items()
                           if spec in self._policies and _placeable(self._policies[spec])}
             self._place(core_shares(placed, self._all_cores), routed)
+        return failed
 
     def wait_placed(self, timeout_s: float | None = None) -> bool:
         """Wait for moves in progress; True when none is left."""

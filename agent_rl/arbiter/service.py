@@ -108,10 +108,12 @@ class ArbiterService:
     def _warm_up(self) -> None:
         """Load the routed policies and the tool schemas now, so the first requests don't pay for imports."""
         self.environment.tool_schemas()  # builds schemas through transformers: seconds on first use
-        self.policies.arrange(_routed_specs(self.router.current()))
+        failed = self.policies.arrange(_routed_specs(self.router.current()))
         for version in self.router.current().versions:
             spec = self.router.current().specs.get(version, version)
             try:
+                if spec in failed:
+                    raise failed[spec]
                 self.policies.get(spec)
             except PolicyLoadError as exc:  # keep serving; requests routed there get a clear 503
                 log.error("policy version %s cannot be loaded: %s", version, exc)
@@ -265,9 +267,11 @@ class ArbiterService:
         # traffic to a policy that cannot be loaded is refused.
         routed = {version: (specs or {}).get(version) or current.specs.get(version) or version
                   for version, weight in weights.items() if isinstance(weight, (int, float)) and weight > 0}
-        await self._blocking(self.policies.arrange, _shares_by_spec(weights, routed))
+        failed = await self._blocking(self.policies.arrange, _shares_by_spec(weights, routed))
         for version, spec in routed.items():
             try:
+                if spec in failed:  # arrange tried it already: one attempt (an engine start is a minute)
+                    raise failed[spec]
                 await self._blocking(self.policies.get, spec)
             except PolicyLoadError as exc:
                 self._routing_changed(self.router.current())  # back to where the routing in force places them

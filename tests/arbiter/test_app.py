@@ -10,6 +10,8 @@ from sqlalchemy import text
 
 from arbiter_fixtures import arbiter, demo_world, start_arbiter  # noqa: F401  (pytest fixtures)
 
+from agent_rl.arbiter.policies import PolicyLoadError, register_policy_loader
+
 ADMIN_TOKEN = "s3cret-admin-token-4f1c9a"  # set as AGENT_RL_ADMIN_TOKEN by the tests that need it
 
 
@@ -100,6 +102,17 @@ def test_bad_routing_is_422_naming_the_problem(arbiter, monkeypatch):
         "/v1/routing", json={"weights": {"reg": 1}, "specs": {"reg": "mlflow:challenger"}, "reason": "x"}, headers=auth
     )
     assert unloadable.status_code == 422 and "mlflow" in unloadable.json()["detail"]
+    attempts = []
+
+    def broken(rest: str):
+        attempts.append(rest)
+        raise PolicyLoadError("its weights are not there")
+
+    register_policy_loader("broken", broken)
+    split = {"weights": {"a": 1, "b": 1}, "specs": {"a": "heuristic", "b": "broken:x"}, "reason": "x"}
+    refused = arbiter.client.put("/v1/routing", json=split, headers=auth)
+    assert refused.status_code == 422 and "weights are not there" in refused.json()["detail"]
+    assert attempts == ["x"]  # loaded once (placing it and checking it are one attempt: an engine start is a minute)
     no_reason = arbiter.client.put("/v1/routing", json={"weights": {"a": 1}}, headers=auth)
     assert no_reason.status_code == 422 and "reason" in str(no_reason.json()["detail"])
     assert arbiter.client.put("/v1/routing", content=b"{oops", headers=auth).status_code == 400
