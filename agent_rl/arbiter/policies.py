@@ -208,6 +208,7 @@ class PolicyCache:
         self._moving: dict[str, threading.Thread] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        self._closed = False
 
     def get(self, spec: str) -> Policy:
         key = spec
@@ -238,6 +239,8 @@ class PolicyCache:
         their own that sit elsewhere are moved in the background (`wait_placed` waits for that); only the `routed`
         ones where given (a version the routing dropped is let go, not moved)."""
         with self._lock:
+            if self._closed:
+                return
             self._wanted = dict(wanted)
             movable = set(self._policies if routed is None else routed)
             for spec, policy in self._policies.items():
@@ -254,10 +257,14 @@ class PolicyCache:
             log.info("placing policy %s on %s", shown_spec(spec), f"cores {list(cores)}" if cores else "every core")
             policy = self._load(spec, cores)
         except Exception as exc:  # the version keeps answering where it is
-            log.warning("could not place policy %s: %s: %s", shown_spec(spec), type(exc).__name__, exc)
+            if not self._closed:  # at shutdown the engine being started is stopped with the rest: no news
+                log.warning("could not place policy %s: %s: %s", shown_spec(spec), type(exc).__name__, exc)
             policy = None
         with self._lock:
             self._moving.pop(spec, None)
+            if self._closed:  # closed while it loaded: the new copy goes at once (its engine stops here)
+                policy = None
+                return
             if policy is not None and spec in self._policies:
                 # The old policy is dropped here; batches that hold it finish on it, then its engine stops.
                 self._policies[spec], self._cores[spec] = policy, cores
@@ -271,7 +278,7 @@ class PolicyCache:
         loaded yet loads on the share it would have, so the version a test adds starts once, where it stays.
         Returns the specs that failed to load, with the error (the caller reports it; no second attempt). Without
         placement nothing is loaded here."""
-        if self._may_place is None:
+        if self._may_place is None or self._closed:
             return {}
         failed: dict[str, Exception] = {}
         with self._arranging:
@@ -325,6 +332,13 @@ class PolicyCache:
                     self._locks.pop(key, None)
             while dropped:  # each dropped reference goes here, under the lock: an engine of its own stops now,
                 _release(dropped.pop())  # before another retain (or the caller) goes on, unless a batch holds it
+
+    def close(self) -> None:
+        """Let every policy go (engines of their own stop once no batch holds them) and drop what a move still in
+        progress loads when it is up: nothing the cache started outlives it."""
+        with self._lock:
+            self._closed = True
+        self.retain(())
 
     def is_loaded(self, spec: str) -> bool:
         return spec in self._policies

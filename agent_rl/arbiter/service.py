@@ -284,6 +284,7 @@ class ArbiterService:
     def close(self) -> None:
         self.router.stop_refreshing()
         self.executor.shutdown(wait=True)  # running batches finish and commit before the pool closes
+        self.policies.close()  # engines of the versions it served stop (they would at exit; now frees them at once)
         self.environment.close()
         self.pool.close()
 

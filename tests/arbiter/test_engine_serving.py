@@ -213,7 +213,11 @@ def test_merged_versions_run_on_engines_of_their_own_and_stop_when_rolled_back(t
             engines = {key: e for key, e in engine_module._ENGINES.items() if key not in before}
             assert len(engines) == 2 and not any(e.config.lora for e in engines.values())
             for name in ("one", "stack"):  # the merged version on its engine answers as our fp32 decoder
-                policy = engine_policy(base, adapters[name], version=name)
+                checkpoint = str(engine_module.merged_checkpoint(base, adapters[name]))
+                cores = next(e.config.cores for e in engines.values() if e.config.model == checkpoint)
+                with engine_module.placed_on(cores):  # the arbiter's own engine, on the share it was given
+                    policy = engine_policy(base, adapters[name], version=name)
+                assert policy.engine in engines.values()
                 assert hasattr(policy, "model")  # a model of ours: validation's forgetting probe asks it
                 with monkeypatch.context() as local:
                     local.setenv("AGENT_RL_ENGINE", "torch")

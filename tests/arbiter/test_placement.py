@@ -179,3 +179,21 @@ def test_a_retain_returns_after_the_version_another_retain_dropped_has_stopped()
     second.join(10)
     assert stopped.is_set(), "a retain returned while the version dropped by another was still stopping"
     first.join(10)
+
+
+def test_closing_lets_every_version_go_and_a_move_in_progress_drops_what_it_loads():
+    """An arbiter that stops leaves no engine behind, not even one a move was still starting."""
+    loader = Loader()
+    policies = cache(loader)
+    policies.arrange({"mlflow:v1": 1.0})
+    loader.hold["mlflow:v1"] = threading.Event()
+    policies.arrange({"mlflow:v1": 0.5, "mlflow:v2": 0.5})  # v1 moves to core 0 in the background, held
+    old = weakref.ref(policies.get("mlflow:v1"))
+    policies.close()
+    assert policies.loaded() == [] and old() is None
+    loader.hold["mlflow:v1"].set()  # the move's engine comes up after the close
+    assert policies.wait_placed(10)
+    gc.collect()
+    assert policies.loaded() == [] and policies.placement() == {}
+    policies.arrange({"mlflow:v1": 0.5, "mlflow:v2": 0.5})  # a routing change after the close starts nothing
+    assert not any(isinstance(obj, Version) and obj.spec == "mlflow:v1" for obj in gc.get_objects())
