@@ -262,9 +262,7 @@ class PolicyCache:
             policy = None
         with self._lock:
             self._moving.pop(spec, None)
-            if self._closed:  # closed while it loaded: the new copy goes at once (its engine stops here)
-                policy = None
-                return
+            # Closed (or dropped by the routing) while it loaded: the spec is gone, so the new copy is not kept.
             if policy is not None and spec in self._policies:
                 # The old policy is dropped here; batches that hold it finish on it, then its engine stops.
                 self._policies[spec], self._cores[spec] = policy, cores
