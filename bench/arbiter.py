@@ -171,8 +171,8 @@ def run_backend(name: str, pool_url: str, inbox_url: str, scenarios_path: Path, 
                AGENT_RL_API_KEYS=json.dumps([API_KEY.model_dump(mode="json")]))
     cmd = [
         sys.executable, "-c", _SERVER_WITH_INSTANT_POLICY, "serve",
-        "--port", str(port), "--pool-url", pool_url, "--inbox-url", inbox_url,
-        "--scenarios", str(scenarios_path), "--log-level", "warning",
+        "--port", str(port), "--pool-url", pool_url, "--store-url", inbox_url,
+        "--tasks", str(scenarios_path), "--log-level", "warning",
         "--default-routing", json.dumps({policy: 1.0}), "--workers", str(args.workers),
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT)
@@ -239,7 +239,7 @@ def main() -> None:
     scenarios_path = save_scenarios(scenarios, work / "scenarios.jsonl")
     total = args.n + args.warmup + args.latency_n
     bodies = [
-        json.dumps({"inbox": s.inbox_id, "question": s.question, "scenario_id": s.id, "request_key": f"b{i}"}).encode()
+        json.dumps({"context": s.inbox_id, "question": s.question, "task_id": s.id, "request_key": f"b{i}"}).encode()
         for i, s in ((i, scenarios[i % len(scenarios)]) for i in range(total))
     ]
 

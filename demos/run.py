@@ -48,7 +48,7 @@ def arbiter_command(port: int, scenarios: Path | None, extra_args: tuple[str, ..
     and GRPO give the model: a lower one (128 tokens once) cuts the trained agent's three parallel reads (~140
     tokens) into format errors that validation never saw (docs/experiments.md, 2026-11-28)."""
     return [sys.executable, "-m", "agent_rl.cli", "arbiter", "serve", "--port", str(port), "--workers", "1",
-            *(["--scenarios", str(scenarios)] if scenarios is not None else []), "--log-level", "warning", *extra_args]
+            *(["--tasks", str(scenarios)] if scenarios is not None else []), "--log-level", "warning", *extra_args]
 
 
 @contextmanager

@@ -7,7 +7,7 @@ OpenAI's `{"error": {"message", "type", "param", "code"}}` instead); bad request
 bodies, credentials or the addresses asked about), a pool that cannot be written is 503; a body nested more than
 `json_walk.MAX_JSON_DEPTH` levels deep (a verdict written as JSON counts on its own) is a 400 before anything
 reads it. An error names only what the caller sent or may see: a context outside the key's scope is a bare 403,
-and a scenario outside it reads as unknown. Each response carries a `Server-Timing` header (`total` and
+and a task outside it reads as unknown. Each response carries a `Server-Timing` header (`total` and
 `episode` milliseconds) so the routing and logging overhead can be measured from outside.
 """
 
@@ -27,7 +27,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -67,12 +67,14 @@ __all__ = ["ArbiterConfig", "create_app"]
 class AskRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    # On the wire the context is `inbox` and the task id `scenario_id` (the names callers already send).
-    context: str = Field(alias="inbox", min_length=1, max_length=320, description="address of the mailbox to answer from")
+    # `inbox` and `scenario_id` are the email assistant's first names for `context` and `task_id`: still accepted.
+    context: str = Field(validation_alias=AliasChoices("context", "inbox"), min_length=1, max_length=320,
+                         description="the environment's context to answer in (the email assistant: the mailbox's "
+                                     "address; the support agent: the store)")
     question: str = Field(min_length=1, max_length=4000)
     task_id: str | None = Field(
-        None, alias="scenario_id", min_length=1, max_length=200,
-        description="judge against this scenario (keys allowed to replay only)"
+        None, validation_alias=AliasChoices("task_id", "scenario_id"), min_length=1, max_length=200,
+        description="judge against this task of the environment (keys allowed to replay only)"
     )
     request_key: str | None = Field(None, min_length=1, max_length=200, description="same key, same policy version")
 
@@ -437,7 +439,7 @@ def _add_status_routes(app: FastAPI, config: ArbiterConfig) -> None:
 
 
 def _add_episode_routes(app: FastAPI) -> None:
-    """/v1/ask and /v1/feedback: the arbiter's own API for the email assistant."""
+    """/v1/ask and /v1/feedback: the arbiter's own API, for an environment whose tools run on our side."""
 
     @app.post("/v1/ask", response_model=AskResponse, openapi_extra=_json_body(AskRequest))
     async def ask(request: Request) -> AskResponse:
@@ -447,16 +449,16 @@ def _add_episode_routes(app: FastAPI) -> None:
         try:
             served = await service.ask(key, body.context, body.question, body.task_id, body.request_key)
         except OutOfScope as exc:
-            raise ApiError(403, "forbidden", "this API key may not use the requested inbox",
-                           log_detail=f"key {key.id!r} may not use the requested inbox") from exc
+            raise ApiError(403, "forbidden", "this API key may not use the requested context",
+                           log_detail=f"key {key.id!r} may not use the requested context") from exc
         except UnknownContext as exc:
-            raise ApiError(404, "unknown inbox", f"inbox {body.context!r} is not served by this arbiter",
-                           log_detail="the requested inbox is not in the inbox store") from exc
+            raise ApiError(404, "unknown context", f"context {body.context!r} is not served by this arbiter",
+                           log_detail="the requested context is not in the environment's world") from exc
         except UnknownTask as exc:
-            raise ApiError(404, "unknown scenario", f"scenario {body.task_id!r} is not known to this arbiter") from exc
+            raise ApiError(404, "unknown task", f"task {body.task_id!r} is not known to this arbiter") from exc
         except TaskMismatch as exc:
-            raise ApiError(422, "scenario does not match inbox",
-                           f"scenario {body.task_id!r} belongs to another inbox than the one asked about") from exc
+            raise ApiError(422, "task does not match context",
+                           f"task {body.task_id!r} belongs to another context than the one asked about") from exc
         except PolicyLoadError as exc:
             # Which policy failed, and why, is for the operators (it names specs and paths): the log has it.
             log.error("policy cannot be loaded for a request: %s", exc)

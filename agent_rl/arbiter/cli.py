@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 app = typer.Typer(help="The traffic-splitting arbiter (HTTP).", no_args_is_help=True)
-traffic_app = typer.Typer(help="Send scenarios as traffic through a running arbiter.", no_args_is_help=True)
+traffic_app = typer.Typer(help="Send an environment's tasks as traffic through a running arbiter.", no_args_is_help=True)
 
 
 @app.callback()
@@ -29,8 +29,8 @@ def serve_command(
     host: Annotated[str, typer.Option(help="Interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port")] = 8700,
     pool_url: Annotated[Optional[str], typer.Option("--pool-url", help="Benchmark pool; default AGENT_RL_POOL_URL or AGENT_RL_HOME/pool.db")] = None,
-    store_url: Annotated[Optional[str], typer.Option("--inbox-url", help="Inbox store; default AGENT_RL_INBOX_URL or AGENT_RL_HOME/inbox.db")] = None,
-    tasks_path: Annotated[Optional[Path], typer.Option("--scenarios", help="Scenarios JSONL for judging requests that name a scenario_id")] = None,
+    store_url: Annotated[Optional[str], typer.Option("--store-url", "--inbox-url", help="The environment's store, where it keeps one (email: the inbox store; default AGENT_RL_INBOX_URL or AGENT_RL_HOME/inbox.db)")] = None,
+    tasks_path: Annotated[Optional[Path], typer.Option("--tasks", "--scenarios", help="Tasks JSONL of an environment that reads one (email: scenarios), for judging requests that name a task_id")] = None,
     env: Annotated[str, typer.Option("--env", envvar="AGENT_RL_ENV", help="Environment /v1/ask serves: email, support, or a plug-in import path 'package.module:Class'")] = "email",
     default_routing: Annotated[Optional[str], typer.Option("--default-routing", help='Weights while the routing table is empty, JSON, e.g. \'{"heuristic": 1}\'')] = None,
     batch_window_ms: Annotated[float, typer.Option(help="Wait this long to batch requests of one policy")] = 0.0,
@@ -90,9 +90,9 @@ def serve_command(
 def new_key_command(
     key_id: Annotated[str, typer.Option("--id", help="Name of the key, shown in logs (never the token)")],
     tenant: Annotated[str, typer.Option(help="Tenant recorded on every episode the key causes")],
-    context: Annotated[list[str], typer.Option(help="A context (inbox address) the key may use; repeat it, or '*' for all")],
+    context: Annotated[list[str], typer.Option(help="A context the key may use (email: an inbox address); repeat it, or '*' for all")],
     keys_file: Annotated[Path, typer.Option("--keys-file", help="JSON key file to add the hashed entry to (created if missing)")],
-    replay: Annotated[bool, typer.Option("--replay/--no-replay", help="May name scenarios, whose episodes are judged and become training labels")] = False,
+    replay: Annotated[bool, typer.Option("--replay/--no-replay", help="May name tasks, whose episodes are judged and become training labels")] = False,
 ) -> None:
     """Create an API key: add its hashed entry to a key file and print its token (once) on stdout."""
     from pydantic import ValidationError
@@ -133,13 +133,13 @@ def revoke_key_command(
 @traffic_app.command("replay")
 def replay_command(
     url: Annotated[str, typer.Option(help="Base URL of the arbiter, e.g. http://127.0.0.1:8700")],
-    split: Annotated[Optional[str], typer.Option(help="Only scenarios of this split: train or test")] = None,
-    n: Annotated[Optional[int], typer.Option(help="Number of requests (cycles through the scenarios); default one per scenario")] = None,
+    split: Annotated[Optional[str], typer.Option(help="Only tasks of this split: train or test")] = None,
+    n: Annotated[Optional[int], typer.Option(help="Number of requests (cycles through the tasks); default one per task")] = None,
     concurrency: Annotated[int, typer.Option(help="Requests in flight at once")] = 16,
-    tasks_path: Annotated[Optional[Path], typer.Option("--scenarios", help="Scenarios JSONL of an environment that reads one (email); default the scenarios asset's (AGENT_RL_HOME/artifacts/scenarios/all/scenarios.jsonl)")] = None,
+    tasks_path: Annotated[Optional[Path], typer.Option("--tasks", "--scenarios", help="Tasks JSONL of an environment that reads one (email: scenarios); default the scenarios asset's (AGENT_RL_HOME/artifacts/scenarios/all/scenarios.jsonl)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the summary as JSON")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar")] = True,
-    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="AGENT_RL_API_KEY", show_envvar=True, help="API key allowed to replay scenarios (better given through the environment)")] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="AGENT_RL_API_KEY", show_envvar=True, help="API key allowed to replay tasks (better given through the environment)")] = None,
     env: Annotated[str, typer.Option("--env", envvar="AGENT_RL_ENV", help="Environment whose replayable tasks are sent: email, support, or a plug-in import path 'package.module:Class'")] = "email",
 ) -> None:
     """Send an environment's replayable tasks (the email assistant's scenarios) to a running arbiter and print a
@@ -180,20 +180,20 @@ def replay_command(
 
 
 def _replayable_tasks(env: str, tasks_path: Path | None) -> list:
-    """The tasks of `env` a replay may send, from the scenarios file when one is named (an environment that reads
+    """The tasks of `env` a replay may send, from the tasks file when one is named (an environment that reads
     none refuses it rather than sending something else)."""
     from agent_rl.environments.core import EnvironmentError
     from agent_rl.environments.registry import accepted_options, load_environment
 
     options = {"scenarios_path": str(tasks_path)} if tasks_path else {}
     if options and not accepted_options(env, options):
-        raise EnvironmentError(env, "reads no scenarios file (--scenarios): it brings its own tasks")
+        raise EnvironmentError(env, "reads no tasks file (--tasks): it brings its own tasks")
     environment = load_environment(env, **options)
     try:
         tasks = environment.world().replayable_tasks()
     finally:
         environment.close()
     if not tasks:
-        raise ValueError(f"environment {env!r} has no tasks to replay (give --scenarios FILE, or write the "
+        raise ValueError(f"environment {env!r} has no tasks to replay (give --tasks FILE, or write the "
                          "scenarios asset first)")
     return tasks

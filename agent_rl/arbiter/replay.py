@@ -2,7 +2,7 @@
 came back.
 
 This is how the benchmark pool fills up without real users: each replayable task (the email assistant's scenarios)
-becomes one `POST /v1/ask` (with its id as the wire's `scenario_id`, so the episode is judged), cycling through the
+becomes one `POST /v1/ask` (with its id as `task_id`, so the episode is judged), cycling through the
 tasks when more requests than tasks are asked for. The API key must be allowed to replay and to use the tasks'
 contexts; without that the arbiter serves the requests as unjudged live traffic or refuses them.
 """
@@ -68,7 +68,7 @@ def select_tasks(tasks: Sequence[ReplayableT], split: Split | str | None, n: int
     """The tasks of `split` (all when None), repeated in order until there are `n` of them."""
     chosen = [t for t in tasks if split is None or t.split == Split(split)]
     if not chosen:
-        raise ValueError(f"no scenarios{f' in split {split!r}' if split else ''} to replay")
+        raise ValueError(f"no tasks{f' in split {split!r}' if split else ''} to replay")
     if n is None:
         return chosen
     if n < 0:
@@ -105,10 +105,10 @@ async def replay(
     async with httpx.AsyncClient(base_url=url.rstrip("/"), timeout=timeout_s, limits=limits, headers=headers) as client:
 
         async def send(i: int, task: Replayable) -> None:
-            body = {  # the wire's names: /v1/ask takes a context as `inbox` and a task id as `scenario_id`
-                "inbox": _field(task, "context", "inbox_id"),
+            body = {
+                "context": _field(task, "context", "inbox_id"),
                 "question": _field(task, "prompt", "question"),
-                "scenario_id": task.id,
+                "task_id": task.id,
                 # A distinct key per request spreads requests over the split like independent users.
                 "request_key": f"{key_prefix}-{i}",
             }

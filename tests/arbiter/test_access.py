@@ -162,14 +162,14 @@ def test_scenario_errors_name_no_other_inbox(scoped, demo_world, caplog):
     own = next(s for s in demo_world.scenarios if s.inbox_id == home)
 
     mismatch = _ask(scoped, ANY, inbox=home, question=foreign.question, scenario_id=foreign.id)
-    assert mismatch.status_code == 422 and mismatch.json()["error"] == "scenario does not match inbox"
+    assert mismatch.status_code == 422 and mismatch.json()["error"] == "task does not match context"
     assert other not in mismatch.text and other not in caplog.text
 
     # For a key limited to `home`, another inbox's scenario does not exist.
     hidden = _ask(scoped, REPLAYER, inbox=home, question=foreign.question, scenario_id=foreign.id)
     unknown = _ask(scoped, REPLAYER, inbox=home, question=own.question, scenario_id="no-such-scenario")
     assert hidden.status_code == unknown.status_code == 404
-    assert hidden.json()["error"] == unknown.json()["error"] == "unknown scenario"
+    assert hidden.json()["error"] == unknown.json()["error"] == "unknown task"
     assert other not in hidden.text and other not in caplog.text
     assert scoped.pool.count() == 0
 

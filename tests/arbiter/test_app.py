@@ -146,8 +146,11 @@ BAD_REQUESTS = [
     ("unknown field", b'{"inbox": "INBOX", "question": "q", "admin": true}', 422),
     ("not an object", b'["INBOX", "q"]', 422),
     ("empty question", b'{"inbox": "INBOX", "question": ""}', 422),
-    ("unknown inbox", b'{"inbox": "nobody@nowhere.example", "question": "when?"}', 404),
-    ("unknown scenario", b'{"inbox": "INBOX", "question": "q", "scenario_id": "no-such-scenario"}', 404),
+    ("unknown context", b'{"context": "nobody@nowhere.example", "question": "when?"}', 404),
+    ("unknown inbox (the old name)", b'{"inbox": "nobody@nowhere.example", "question": "when?"}', 404),
+    ("unknown task", b'{"context": "INBOX", "question": "q", "task_id": "no-such-scenario"}', 404),
+    ("unknown scenario (the old name)", b'{"inbox": "INBOX", "question": "q", "scenario_id": "no-such-scenario"}', 404),
+    ("a context under both names", b'{"context": "INBOX", "inbox": "INBOX", "question": "q"}', 422),
     ("huge body", b'{"inbox": "INBOX", "question": "' + b"x" * 200_000 + b'"}', 413),
 ]
 

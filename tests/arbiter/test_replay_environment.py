@@ -16,11 +16,13 @@ def _invoke(*args: str, **env: str):
                               env={"AGENT_RL_API_KEY": "k", **env})
 
 
-def test_a_scenarios_file_is_refused_by_an_environment_that_reads_none(tmp_path):
-    result = _invoke("--env", "support", "--scenarios", str(tmp_path / "s.jsonl"))
-    assert result.exit_code == 2 and "reads no scenarios file" in result.output
+def test_a_tasks_file_is_refused_by_an_environment_that_reads_none(tmp_path):
+    # `--scenarios`, the option's first name, still means `--tasks`.
+    for option in ("--tasks", "--scenarios"):
+        result = _invoke("--env", "support", option, str(tmp_path / "s.jsonl"))
+        assert result.exit_code == 2 and "reads no tasks file" in result.output
 
 
 def test_email_without_scenarios_says_what_to_give(tmp_path):
     result = _invoke("--env", "email", AGENT_RL_HOME=str(tmp_path))
-    assert result.exit_code == 2 and "no tasks to replay" in result.output and "--scenarios" in result.output
+    assert result.exit_code == 2 and "no tasks to replay" in result.output and "--tasks" in result.output

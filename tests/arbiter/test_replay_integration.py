@@ -64,7 +64,7 @@ def test_traffic_replay_cli_prints_a_summary(start_arbiter, demo_world, monkeypa
     monkeypatch.delenv("AGENT_RL_API_KEY", raising=False)
     with start_arbiter() as arbiter:
         command = ["traffic", "replay", "--url", arbiter.url, "--split", "test", "--n", "40", "--concurrency", "4",
-                   "--scenarios", str(demo_world.scenarios_path), "--json"]
+                   "--tasks", str(demo_world.scenarios_path), "--json"]
         keyless = CliRunner().invoke(root, command)
         assert keyless.exit_code == 2 and "AGENT_RL_API_KEY" in keyless.output
         result = CliRunner().invoke(root, command, env={"AGENT_RL_API_KEY": API_TOKEN})

@@ -98,7 +98,7 @@ def arbiter_process(
     host, port = "127.0.0.1", free_port()
     command = [
         sys.executable, "-m", "agent_rl.cli", "arbiter", "serve", "--host", host, "--port", str(port),
-        "--pool-url", pool_url, "--inbox-url", world.inbox_url, "--scenarios", str(world.scenarios_path),
+        "--pool-url", pool_url, "--store-url", world.inbox_url, "--tasks", str(world.scenarios_path),
         "--workers", str(workers), "--log-level", log_level, "--access-log" if access_log else "--no-access-log",
     ]
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "AGENT_RL_API_KEYS": api_keys_json(),
