@@ -2,7 +2,7 @@
 
 Public API (imports are lazy so `import agent_rl.train` stays cheap):
     train_sft(model_path, rows_jsonl, out_dir, settings=None, tracker=None) -> SFTResult
-    train_grpo(model_path, sft_adapter, grpo_rows_jsonl, inbox_store_url, out_dir, settings=None,
+    train_grpo(model_path, sft_adapter, grpo_rows_jsonl, store_url, out_dir, settings=None,
                tracker=None, solve_rates=None, extra_rewards=None) -> GRPOResult
     SFTSettings, GRPOSettings (.gpu() presets), Tracker, ExtraReward (a reward function of your own + weight)
 """

@@ -8,10 +8,11 @@ uploads its output directory and reports store URLs (agent_rl/train/stage_store.
 Config (JSON):
   sft:  {"model_path", "rows_jsonl", "out_dir", "settings": {...SFTSettings}, "tracking": {...}}, and
         "init_adapter" (optional): an adapter of the same base to keep training instead of a fresh one
-  grpo: {"model_path", "sft_adapter", "grpo_rows_jsonl", "inbox_store_url", "out_dir",
+  grpo: {"model_path", "sft_adapter", "grpo_rows_jsonl", "store_url", "out_dir",
          "settings": {...GRPOSettings}, "solve_rates": {scenario_id: rate} (optional), "tracking": {...}}
         a plug-in environment instead of the inbox: "environment" (a name or import path) or "environment_file"
-        (the anonymized environment curation saved, environments.worlds.load_saved) in place of "inbox_store_url";
+        (the anonymized environment curation saved, environments.worlds.load_saved) in place of "store_url" (the
+        store of an environment that trains alone, the email assistant's inbox; "inbox_store_url" is its old name);
         several plug-ins trained at once: "environment_files" (a list).
   tracking (optional): {"uri", "dagster_run_id", "parent_run_id"}; absent or null = no MLflow.
 When DAGSTER_PIPES_CONTEXT is set, logs and per-step metrics stream to the Dagster run and the stage
@@ -86,10 +87,12 @@ def run_stage(stage: str, config: dict[str, Any], path: str = "config", extra_ca
             from agent_rl.environments.worlds import load_saved
 
             environment = [load_saved(f) for f in files]
-        _require(config, ("model_path", "grpo_rows_jsonl", "out_dir") + (() if environment else ("inbox_store_url",)),
+        if "store_url" not in config and "inbox_store_url" in config:  # its name in configs written before
+            config = {**config, "store_url": config["inbox_store_url"]}
+        _require(config, ("model_path", "grpo_rows_jsonl", "out_dir") + (() if environment else ("store_url",)),
                  stage, path)
         result = grpo_module.train_grpo(config["model_path"], config.get("sft_adapter"), config["grpo_rows_jsonl"],
-                                        config.get("inbox_store_url"), config["out_dir"],
+                                        config.get("store_url"), config["out_dir"],
                                         GRPOSettings(**config.get("settings", {})), tracker=tracker,
                                         solve_rates=config.get("solve_rates"), callbacks=extra_callbacks,
                                         environment=environment)

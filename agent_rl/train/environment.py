@@ -13,10 +13,10 @@ from agent_rl.environments.worlds import saved_path, stored_world
 
 def grpo_world(environments: list[Environment], out_dir: str | Path) -> dict[str, Any]:
     """The GRPO config entries for the worlds curation anonymized under `out_dir`: the store an environment that
-    trains alone wrote itself (`inbox_store_url`, played with its own rows), else the saved plug-ins
+    trains alone wrote itself (`store_url`, played with its own rows), else the saved plug-ins
     (`environment_files`). Both are staged for a pod like any input (train/stage_store.py)."""
     stored = stored_world(environments, out_dir)
     if stored is not None:
         stored.environment.close()  # only its location is needed here
-        return {"inbox_store_url": stored.store_url}
+        return {"store_url": stored.store_url}
     return {"environment_files": [str(saved_path(out_dir, env.name)) for env in environments]}

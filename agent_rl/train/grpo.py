@@ -143,7 +143,7 @@ def train_grpo(
     model_path: str | Path,
     sft_adapter: str | Path | None,
     grpo_rows_jsonl: str | Path,
-    inbox_store_url: str | None,
+    store_url: str | None,
     out_dir: str | Path,
     settings: GRPOSettings | None = None,
     tracker: Tracker | None = None,
@@ -157,7 +157,7 @@ def train_grpo(
     own to the rubric's, each with its weight.
 
     With no `environment`, or one that trains alone (its world a store of its own), GRPO plays it (by default the
-    registry's, the email assistant) on the store at `inbox_store_url`, with its own rows and rollouts, scored by
+    registry's, the email assistant) on the store at `store_url`, with its own rows and rollouts, scored by
     the rubric. Any other plug-in (`environment`: an Environment instance or a spec `load_environment` accepts)
     rolls out in its own sessions (rows from `plugin_rollouts.task_rows`) and is scored by its own judge. A list of
     plug-ins trains one policy on all of them: each row's `environment` column picks its world, and its prompt
@@ -174,16 +174,16 @@ def train_grpo(
     plugins, alone = _plugin_environments(environment)
     plugin = plugins[0] if plugins else None
     rows = read_jsonl(grpo_rows_jsonl)
-    _check_rows(rows, plugins, settings, grpo_rows_jsonl, inbox_store_url)
+    _check_rows(rows, plugins, settings, grpo_rows_jsonl, store_url)
     names = [p.name for p in plugins]
     max_turns = settings.max_turns  # tool rounds + the answer's closing turn
     # The environments rolled out in: the plug-ins, or the one that trains alone on its store (rubric rollouts).
-    played = plugins or [load_environment(alone or DEFAULT, store_url=inbox_store_url)]
+    played = plugins or [load_environment(alone or DEFAULT, store_url=store_url)]
     factory = _factory(played, max_turns)
     rows_hash = file_sha256(grpo_rows_jsonl)  # read once: the resume fingerprint and MLflow's dataset hash
     resume = resumable_checkpoint(out_dir, inputs_fingerprint(
         rows_hash, str(model_path), Path(sft_adapter) if sft_adapter else "no SFT adapter",
-        inbox_store_url or f"environment {'+'.join(names)}",
+        store_url or f"environment {'+'.join(names)}",
         settings.model_dump_json(exclude=RUN_LENGTH_FIELDS), json.dumps(solve_rates or {}, sort_keys=True)))
     group_names = list(REWARD_GROUPS)
     # Built first: reading its world size starts the process group under `accelerate launch`.
@@ -203,7 +203,7 @@ def train_grpo(
             "grpo",
             params={"model_path": str(model_path), "sft_adapter": str(sft_adapter),
                     "environment": "+".join(p.name for p in played),
-                    "inbox_store": _redact(inbox_store_url) if inbox_store_url else None,
+                    "store": _redact(store_url) if store_url else None,
                     "settings": settings.model_dump(mode="json"), "rows": len(rows), "prompts_kept": len(kept),
                     "prompt_filter": report.as_dict(),
                     "extra_rewards": {x.name: x.weight for x in extras}},
@@ -258,7 +258,7 @@ def _close(played: list, loaded_here: bool) -> None:
 
 
 def _check_rows(rows: list[dict[str, Any]], plugins: list, settings: GRPOSettings, grpo_rows_jsonl: str | Path,
-                inbox_store_url: str | None) -> None:
+                store_url: str | None) -> None:
     """Fail before any work on rows, plug-ins and settings that cannot train together."""
     plugin = plugins[0] if plugins else None
     needed = ("prompt", "task", "category") if plugin else ("prompt", "inbox", "answer", "category")
@@ -277,8 +277,8 @@ def _check_rows(rows: list[dict[str, Any]], plugins: list, settings: GRPOSetting
     if plugin and settings.prompt_filter.mode == "sampled":  # its rows are scenarios (train/prompt_filter.row_task)
         raise ValueError(f"prompt filter mode 'sampled' plays the email environment only; environment "
                          f"{plugin.name!r} needs mode 'none' or 'solve_rates'")
-    if plugin is None and not inbox_store_url:
-        raise ValueError("GRPO on the email environment needs inbox_store_url")
+    if plugin is None and not store_url:
+        raise ValueError("GRPO on an environment that trains alone (the email assistant) needs its store_url")
 
 
 def _kept_rows(rows: list[dict[str, Any]], resume: str | None, out_dir: Path, settings: GRPOSettings,
@@ -414,7 +414,7 @@ def _report(result: GRPOResult, stage: Any, max_completion_length: int, group_na
 
 def _plugin_environments(environment: Any) -> tuple[list, str | None]:
     """The plug-ins GRPO rolls out in with the loop's task rows, and the spec of an environment given that trains
-    alone instead (`World.trains_alone`: played on `inbox_store_url` with its own rows; no plug-ins then)."""
+    alone instead (`World.trains_alone`: played on `store_url` with its own rows; no plug-ins then)."""
     from agent_rl.environments.registry import load_environment
 
     if environment is None:

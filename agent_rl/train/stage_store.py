@@ -44,7 +44,8 @@ CHECKPOINTS = "checkpoints"  # <store>/checkpoints/<stage key>/latest.json: the 
 # Config keys that name files or directories the stage reads, with the URL prefix around the path (a SQLite URL).
 INPUT_KEYS: dict[str, str] = {
     "model_path": "", "rows_jsonl": "", "init_adapter": "", "sft_adapter": "", "grpo_rows_jsonl": "",
-    "environment_file": "", "environment_files": "", "inbox_store_url": "sqlite:///",
+    "environment_file": "", "environment_files": "", "store_url": "sqlite:///",
+    "inbox_store_url": "sqlite:///",  # store_url's first name, in configs written before it
 }
 # May name the image's own copy of the base model or a hub name: passed on as given when this machine lacks it.
 IMAGE_PATH_KEYS = ("model_path",)

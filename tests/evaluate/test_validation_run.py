@@ -50,7 +50,7 @@ def stored(tmp_path):
 
 def test_the_stored_world_gives_grpo_the_rows_and_the_store_it_had_by_name(stored):
     out, _, _ = stored
-    assert grpo_world([EmailEnvironment()], out) == {"inbox_store_url": f"sqlite:///{out / 'inbox.db'}"}
+    assert grpo_world([EmailEnvironment()], out) == {"store_url": f"sqlite:///{out / 'inbox.db'}"}
     [world] = worlds.reopen([EmailEnvironment()], out)
     try:
         # GRPO's rows: byte for byte those the scenario file gave when the asset read it for the email assistant.

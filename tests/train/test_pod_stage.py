@@ -85,7 +85,7 @@ def test_sft_then_grpo_in_a_pod_that_shares_nothing_with_the_host(train_data, tm
     grpo_out = settings.artifact_dir("grpo_adapter", PARTITION)
     grpo = _materialize(compute, "grpo", {
         "model_path": str(train_data["tiny"]), "sft_adapter": str(sft_out / "adapter"),
-        "grpo_rows_jsonl": str(train_data["grpo"]), "inbox_store_url": train_data["store_url"],
+        "grpo_rows_jsonl": str(train_data["grpo"]), "store_url": train_data["store_url"],
         "out_dir": str(grpo_out), "settings": _forced_pairs(train_data["tiny"]).model_dump(mode="json")})
 
     _assert_pod_spec(calls[1], "grpo", hidden)
@@ -132,7 +132,7 @@ def test_grpo_in_two_processes_writes_one_adapter_and_reports_the_whole_batch(tr
 
     grpo = _materialize(compute, "grpo", {
         "model_path": str(train_data["tiny"]), "sft_adapter": None, "grpo_rows_jsonl": str(train_data["grpo"]),
-        "inbox_store_url": train_data["store_url"], "out_dir": str(out),
+        "inbox_store_url": train_data["store_url"], "out_dir": str(out),  # the old name of store_url
         "settings": _forced_pairs(train_data["tiny"]).model_dump(mode="json")})
 
     assert "grpo: rank 1 of 2 trains alongside rank 0" in capfd.readouterr().err

@@ -161,13 +161,13 @@ def test_sqlite_inbox_and_world_lists_travel_too(store, tmp_path):
     inbox, world = tmp_path / "inbox.db", tmp_path / "worlds" / "support.pkl"
     world.parent.mkdir()
     inbox.write_bytes(b"sqlite"), world.write_bytes(b"pickle")
-    config = {"model_path": "m", "inbox_store_url": f"sqlite:///{inbox}", "environment_files": [str(world)],
+    config = {"model_path": "m", "store_url": f"sqlite:///{inbox}", "environment_files": [str(world)],
               "out_dir": str(tmp_path / "out")}
     pod_config = StagedConfig.prepare("grpo", config, store.url).config
-    assert pod_config["inbox_store_url"].startswith("sqlite:///" + store.url)
+    assert pod_config["store_url"].startswith("sqlite:///" + store.url)
     assert store.owns(pod_config["environment_files"][0])
-    postgres = {**config, "inbox_store_url": "postgresql://db/inbox"}  # a server the pod reaches itself
-    assert StagedConfig.prepare("grpo", postgres, store.url).config["inbox_store_url"] == "postgresql://db/inbox"
+    postgres = {**config, "store_url": "postgresql://db/inbox"}  # a server the pod reaches itself
+    assert StagedConfig.prepare("grpo", postgres, store.url).config["store_url"] == "postgresql://db/inbox"
 
 
 def test_a_long_config_travels_as_a_store_object(store, tmp_path):
@@ -193,8 +193,8 @@ def test_a_sqlite_database_with_commits_in_its_log_travels_whole(store, tmp_path
     writer.commit()  # the row sits in inbox.db-wal while this connection stays open
     try:
         assert Path(f"{db}-wal").stat().st_size > 0
-        config = {"model_path": "m", "inbox_store_url": f"sqlite:///{db}", "out_dir": str(tmp_path / "out")}
-        url = StagedConfig.prepare("grpo", config, store.url).config["inbox_store_url"].removeprefix("sqlite:///")
+        config = {"model_path": "m", "store_url": f"sqlite:///{db}", "out_dir": str(tmp_path / "out")}
+        url = StagedConfig.prepare("grpo", config, store.url).config["store_url"].removeprefix("sqlite:///")
         copy = store.get(url, tmp_path / "pod" / "inbox.db")
         assert sqlite3.connect(copy).execute("SELECT id FROM emails").fetchall() == [("m1",)]
     finally:

@@ -47,7 +47,7 @@ def _config(stage: str, data: dict, processes: int) -> dict:
                             gradient_accumulation_steps=accumulation, max_completion_length=32, max_turn_tokens=32,
                             max_turns=2, prompt_filter=PromptFilterSettings(mode="none"))
     return {"model_path": str(data["tiny"]), "sft_adapter": None, "grpo_rows_jsonl": str(data["grpo"]),
-            "inbox_store_url": data["store_url"], "settings": settings.model_dump(mode="json")}
+            "store_url": data["store_url"], "settings": settings.model_dump(mode="json")}
 
 
 def _run(stage: str, config: dict, processes: int, out_dir: Path) -> dict:
