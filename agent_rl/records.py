@@ -1,4 +1,5 @@
-"""The records every stage shares: emails, search hits, scenarios and episodes (docs/architecture.md, Records)."""
+"""The records every stage shares: episodes, their outcomes and splits (docs/architecture.md, Records). The email
+assistant's own records (emails, search hits, scenarios) live in agent_rl/environments/email/records.py."""
 
 from __future__ import annotations
 
@@ -8,17 +9,6 @@ from enum import StrEnum
 from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
-
-
-class Category(StrEnum):
-    """Task categories; the quality gate wants at least five of them in a training set."""
-
-    DATE = "date"
-    AMOUNT = "amount"
-    PERSON = "person"
-    LOCATION = "location"
-    STATUS = "status"
-    UNANSWERABLE = "unanswerable"
 
 
 # Episodes and tasks written before environments were plug-ins all came from the email assistant.
@@ -54,52 +44,6 @@ class Outcome(StrEnum):
 class Split(StrEnum):
     TRAIN = "train"
     TEST = "test"
-
-
-class Email(BaseModel):
-    """One stored email; `inbox` is the address of the mailbox it belongs to."""
-
-    model_config = ConfigDict(frozen=True)
-
-    message_id: str
-    inbox: str
-    date: datetime | None = None
-    subject: str = ""
-    sender: str = ""
-    to: tuple[str, ...] = ()
-    cc: tuple[str, ...] = ()
-    bcc: tuple[str, ...] = ()
-    body: str = ""
-    folder: str = ""
-    file: str = ""
-
-
-class SearchHit(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    message_id: str
-    subject: str
-    sender: str
-    date: datetime | None
-    snippet: str
-
-
-class Scenario(BaseModel):
-    """A question about one inbox with its golden answer and the emails that support it."""
-
-    id: str
-    inbox_id: str
-    question: str
-    answer: str
-    source_ids: list[str] = Field(default_factory=list)
-    category: Category
-    split: Split
-    query_date: datetime
-    realism: float = 1.0
-
-    @property
-    def answerable(self) -> bool:
-        return self.category != Category.UNANSWERABLE
 
 
 def utcnow() -> datetime:

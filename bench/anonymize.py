@@ -242,7 +242,7 @@ def planted_scores(anonymizer, bodies: list[str], planted: list[list], outputs: 
 def run_planted(n_bodies: int, seed: int) -> dict:
     from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, build_directory
     from agent_rl.environments.email.privacy import anonymize_world
-    from agent_rl.records import Email
+    from agent_rl.environments.email.records import Email
 
     bodies, planted = build_planted(n_bodies, seed)
     # Headers name other people: planted names are in bodies only, as in the auditor's probe.

@@ -27,7 +27,7 @@ from agent_rl import settings  # noqa: E402
 from agent_rl.environments.email.inbox.sqlite_store import SCHEMA_VERSION  # noqa: E402
 from agent_rl.environments.email.inbox.store import open_inbox_store  # noqa: E402
 from agent_rl.environments.email.inbox.store_interface import InboxStore  # noqa: E402
-from agent_rl.records import Email  # noqa: E402
+from agent_rl.environments.email.records import Email  # noqa: E402
 
 TARGET_P99_MS = 10.0
 VOCABULARY = 30_000

@@ -13,7 +13,7 @@ from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
 from agent_rl.environments.email.tools import cached_read, make_tools, tool_schemas
 from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
 from agent_rl.environments.email.inbox.store import open_inbox_store
-from agent_rl.records import Email
+from agent_rl.environments.email.records import Email
 from agent_rl.environments.email.scenarios import generate_scenarios
 
 INBOX = "alice@example.com"

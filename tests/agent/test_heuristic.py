@@ -18,7 +18,8 @@ from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
 from agent_rl.environments.email.tools import tool_schemas
 from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
 from agent_rl.environments.email.inbox.store import open_inbox_store
-from agent_rl.records import Category, Email, Outcome, Scenario, Split
+from agent_rl.records import Outcome, Split
+from agent_rl.environments.email.records import Category, Email, Scenario
 from agent_rl.environments.email.scenarios import generate_scenarios
 
 

@@ -14,7 +14,8 @@ from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
 from agent_rl.agent.runner import RunnerConfig
 from agent_rl.environments.email.episodes import EpisodeTask, run_episode, run_episodes
 from agent_rl.environments.email.inbox.store import open_inbox_store
-from agent_rl.records import Category, Email, Episode, Outcome, Scenario, Split
+from agent_rl.records import Episode, Outcome, Split
+from agent_rl.environments.email.records import Category, Email, Scenario
 
 INBOX = "alice@example.com"
 OTHER = "bob@example.com"

@@ -21,7 +21,7 @@ from agent_rl.environments.email.tools import (
     tool_schemas,
 )
 from agent_rl.environments.email.inbox.store import open_inbox_store
-from agent_rl.records import Email
+from agent_rl.environments.email.records import Email
 
 ALICE = "alice@example.com"
 BOB = "bob@example.com"

@@ -16,7 +16,7 @@ from agent_rl.arbiter.server import running_arbiter
 from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
 from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.pool import PoolRepository
-from agent_rl.records import Scenario
+from agent_rl.environments.email.records import Scenario
 from agent_rl.environments.email.scenarios import generate_scenarios, save_scenarios
 
 

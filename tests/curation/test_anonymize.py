@@ -12,7 +12,7 @@ from agent_rl.curation.anonymize import (
 )
 from agent_rl.curation.surrogates import Surrogates, luhn_valid
 from agent_rl.environments.email.privacy import anonymize_world
-from agent_rl.records import Category, Email
+from agent_rl.environments.email.records import Category, Email
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 from agent_rl.curation.anonymize import AnonymizerConfig, episode_texts
 from agent_rl.curation.datasets import grpo_rows, sft_rows
 from agent_rl.environments.email.privacy import anonymize_partition
-from agent_rl.records import Email, Scenario
+from agent_rl.environments.email.records import Email, Scenario
 
 # Full names of varied origins, only ever written in bodies; none is in any header or among the surrogates.
 BODY_NAMES = [

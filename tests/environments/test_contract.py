@@ -195,7 +195,7 @@ def test_the_email_worlds_public_terms_come_with_its_privacy_spec(tmp_path):
     world's sites and cities when every inbox is a demo mailbox, none for another corpus."""
     from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus, public_terms
     from agent_rl.environments.email.inbox.store import open_inbox_store
-    from agent_rl.records import Email
+    from agent_rl.environments.email.records import Email
 
     url = f"sqlite:///{tmp_path / 'inbox.db'}"
     store = open_inbox_store(url)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent_rl.environments.email.inbox.store import open_inbox_store
-from agent_rl.records import Email
+from agent_rl.environments.email.records import Email
 
 ALICE = "alice@corp.example"
 BOB = "bob@corp.example"

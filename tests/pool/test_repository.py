@@ -10,7 +10,8 @@ import pytest
 from sqlalchemy import update
 
 from agent_rl.pool import ExportCursor, PoolRepository, SchemaVersionError, UnknownEpisodeError, schema
-from agent_rl.records import Category, Episode, Outcome
+from agent_rl.records import Episode, Outcome
+from agent_rl.environments.email.records import Category
 
 T0 = datetime(2025, 3, 3, 12, 0, tzinfo=timezone.utc)
 

@@ -24,7 +24,7 @@ from agent_rl.arbiter.keys import ApiKey, hash_token
 from agent_rl.arbiter.server import free_port, stop_arbiter, wait_until_serving
 from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
 from agent_rl.environments.email.inbox.store import open_inbox_store
-from agent_rl.records import Scenario
+from agent_rl.environments.email.records import Scenario
 from agent_rl.environments.email.scenarios import generate_scenarios, save_scenarios
 from tests.pg_server import TestPostgres, postgres_bin, private_postgres  # noqa: F401 - one helper, re-exported
 

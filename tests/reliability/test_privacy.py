@@ -21,7 +21,7 @@ from agent_rl import settings
 from agent_rl.agent.models import build_tiny_model
 from agent_rl.curation.datasets import load_jsonl
 from agent_rl.pool import PoolRepository
-from agent_rl.records import Email
+from agent_rl.environments.email.records import Email
 from curation_run import ANONYMIZED_STAGES, materialize_curation, seed_pool
 from resources.curation import CurationResource
 

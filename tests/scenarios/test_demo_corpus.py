@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from agent_rl.environments.email.inbox.demo_corpus import DOMAIN, build_demo_corpus, generate_demo_corpus
-from agent_rl.records import Category
+from agent_rl.environments.email.records import Category
 from agent_rl.reward.judge import contains_answer
 
 

@@ -9,7 +9,8 @@ from collections import Counter
 import pytest
 
 from agent_rl.environments.email.inbox.demo_corpus import generate_demo_corpus
-from agent_rl.records import Category, Split
+from agent_rl.records import Split
+from agent_rl.environments.email.records import Category
 from agent_rl.reward.judge import DeterministicJudge, contains_answer, is_idk
 from agent_rl.environments.email.scenarios import IDK_ANSWER, generate_scenarios, load_scenarios, save_scenarios
 from tests.conftest import ART_E_STYLE_QUESTIONS

@@ -33,7 +33,8 @@ from agent_rl.environments.email.inbox.store_interface import InboxStore
 from agent_rl.environments.email.memo_judge import MemoJudge
 from agent_rl.environments.email.tasks import NAME, judge_outcome, query_date_of, rubric_observation, scenario_task
 from agent_rl.environments.rubric import RubricWeights, reward_bounds, score
-from agent_rl.records import Category, Outcome, Scenario, Split
+from agent_rl.records import Outcome, Split
+from agent_rl.environments.email.records import Category, Scenario
 
 
 class EmailEnvironment(Environment):

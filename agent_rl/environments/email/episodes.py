@@ -14,7 +14,8 @@ from agent_rl.environments.email.environment import EmailEnvironment
 from agent_rl.environments.email.inbox.store_interface import InboxStore
 from agent_rl.environments.email.tasks import live_task, scenario_task
 from agent_rl.environments.policy import Policy
-from agent_rl.records import Episode, Scenario
+from agent_rl.records import Episode
+from agent_rl.environments.email.records import Scenario
 
 
 @dataclass

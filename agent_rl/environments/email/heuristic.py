@@ -31,7 +31,7 @@ from agent_rl.environments.email.reading import (  # noqa: F401 - question_categ
     question_category,
 )
 from agent_rl.environments.policy import Conversation, Policy, PolicyTurn, ToolCall, ToolSchema
-from agent_rl.records import Scenario
+from agent_rl.environments.email.records import Scenario
 
 IDK = "I don't know"
 

@@ -20,7 +20,7 @@ from agent_rl.curation.leak_check import Finding, input_words, plant_canaries
 from agent_rl.curation.privacy import EPISODES_FILE, canary_seed, count_kinds, leak_auditor, scan_records
 from agent_rl.curation.surrogates import pseudonym_key
 from agent_rl.environments.core import AnonymizerConfig
-from agent_rl.records import Email, Scenario
+from agent_rl.environments.email.records import Email, Scenario
 
 # Where the email world's records are written (assets/curation.py); findings name these.
 EMAILS_FILE = "anonymized_environment/inbox.db"

@@ -16,7 +16,7 @@ from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.environments.email.inbox.store_interface import InboxStore
 from agent_rl.environments.email.privacy import anonymize_partition
 from agent_rl.jsonl import save_jsonl
-from agent_rl.records import Scenario
+from agent_rl.environments.email.records import Scenario
 
 # The anonymized world this pass writes under a partition's folder, where `EmailWorld.reopen` reopens it.
 STORE_FILE = "inbox.db"

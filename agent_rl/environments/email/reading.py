@@ -8,7 +8,7 @@ import re
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from agent_rl.records import Category
+from agent_rl.environments.email.records import Category
 
 STOP_WORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before being below

@@ -25,7 +25,8 @@ from agent_rl.environments.rollouts import (
     scan_turns,
 )
 from agent_rl.environments.rubric import RubricObservation
-from agent_rl.records import Category, Outcome
+from agent_rl.records import Outcome
+from agent_rl.environments.email.records import Category
 from agent_rl.turn_budget import DEFAULT_MAX_TURNS
 
 

@@ -16,7 +16,8 @@ from agent_rl.environments.answers import DeterministicJudge, Judge, is_idk
 from agent_rl.environments.core import Task
 from agent_rl.environments.email.tools import EpisodeTrace
 from agent_rl.environments.rubric import FormatErrorKind, RubricObservation
-from agent_rl.records import Category, Outcome, Scenario
+from agent_rl.records import Outcome
+from agent_rl.environments.email.records import Category, Scenario
 from agent_rl.utc import as_utc
 
 log = logging.getLogger(__name__)

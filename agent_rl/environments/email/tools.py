@@ -23,7 +23,7 @@ from agent_rl.environments.core import session_tool_schemas
 from agent_rl.environments.rollouts import ANSWER_ACK
 from agent_rl.environments.sessions import tool_parameters
 from agent_rl.environments.email.inbox.store_interface import MAX_RESULTS, InboxStore
-from agent_rl.records import Email
+from agent_rl.environments.email.records import Email
 from agent_rl.utc import as_utc
 
 TOOL_NAMES = ("search_emails", "read_email", "return_final_answer")

@@ -12,7 +12,7 @@ from typing import Any
 
 from agent_rl.environments.email.inbox.store_interface import InboxStore
 from agent_rl.environments.email.scenarios.generate import save_scenarios
-from agent_rl.records import Scenario
+from agent_rl.environments.email.records import Scenario
 
 
 def build_inboxes(store: InboxStore, seed: int = 0, n_inboxes: int = 8, n_emails: int = 4000,

@@ -15,7 +15,7 @@ from email.utils import parseaddr
 from typing import Any
 
 from agent_rl.environments.email.inbox.store_interface import SearchQuery
-from agent_rl.records import Email
+from agent_rl.environments.email.records import Email
 from agent_rl.utc import as_utc
 
 # Word characters without "_": close to what SQLite's unicode61 tokenizer keeps as token characters.

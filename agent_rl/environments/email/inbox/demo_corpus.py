@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from agent_rl.environments.email.inbox.store_interface import AddReport, InboxStore
-from agent_rl.records import Category
+from agent_rl.environments.email.records import Category
 from agent_rl.environments.email.inbox.demo_threads import (
     _KINDS,
     _Builder,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from agent_rl.records import Category, Email
+from agent_rl.environments.email.records import Category, Email
 from agent_rl.environments.email.inbox.demo_world import (
     DOMAIN,
     Fact,

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_rl.records import Category, Email
+from agent_rl.environments.email.records import Category, Email
 
 DOMAIN = "northwind-energy.com"
 YEAR = 2024

@@ -41,7 +41,7 @@ from tqdm import tqdm
 
 from agent_rl.environments.email.inbox.parse import ParseError, parse_email
 from agent_rl.environments.email.inbox.store_interface import InboxStore
-from agent_rl.records import Email
+from agent_rl.environments.email.records import Email
 
 BATCH = 2000
 ENRON_DOMAIN = "enron.com"

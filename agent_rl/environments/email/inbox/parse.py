@@ -18,7 +18,7 @@ from email.policy import compat32
 from email.utils import getaddresses, parseaddr, parsedate_to_datetime
 from html.parser import HTMLParser
 
-from agent_rl.records import Email
+from agent_rl.environments.email.records import Email
 
 # A header line: a field name of printable ASCII except ':' and space, then ':'.
 _HEADER_LINE = re.compile(rb"^[!-9;-~]+:")

@@ -20,7 +20,7 @@ from agent_rl.environments.email.inbox.backend_rules import (
     keyset_pages, keyword_terms, leading_snippet, recipient_entries, recipients_table, search_filters, sender_key,
 )
 from agent_rl.environments.email.inbox.store_interface import AddReport, InboxStore, SearchQuery
-from agent_rl.records import Email, SearchHit
+from agent_rl.environments.email.records import Email, SearchHit
 from agent_rl.utc import as_utc
 
 log = logging.getLogger(__name__)

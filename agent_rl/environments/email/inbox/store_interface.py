@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from agent_rl.records import Email, SearchHit
+from agent_rl.environments.email.records import Email, SearchHit
 
 MAX_RESULTS = 10
 

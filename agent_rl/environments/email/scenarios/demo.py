@@ -13,7 +13,7 @@ from pathlib import Path
 from agent_rl import settings
 from agent_rl.environments.email.inbox.demo_corpus import DemoCorpus, build_demo_corpus, generate_demo_corpus
 from agent_rl.environments.email.inbox.store_interface import InboxStore
-from agent_rl.records import Scenario
+from agent_rl.environments.email.records import Scenario
 from agent_rl.environments.email.scenarios.generate import generate_scenarios, load_scenarios, save_scenarios
 
 

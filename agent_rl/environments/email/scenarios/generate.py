@@ -16,7 +16,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from agent_rl.environments.email.inbox.demo_corpus import DemoCorpus, Fact
-from agent_rl.records import Category, Scenario, Split
+from agent_rl.records import Split
+from agent_rl.environments.email.records import Category, Scenario
 from agent_rl.environments.email.scenarios.facts import UNANSWERABLE_KINDS, question_for
 
 IDK_ANSWER = "I don't know"

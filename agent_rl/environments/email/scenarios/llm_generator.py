@@ -17,7 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
-from agent_rl.records import Category, Email, Scenario, Split, utcnow
+from agent_rl.records import Split, utcnow
+from agent_rl.environments.email.records import Category, Email, Scenario
 from agent_rl.agent.chat_client import ChatClient, ChatEndpoint, ChatEndpointError, ChatReply, extract_json
 from agent_rl.environments.email.scenarios.generate import IDK_ANSWER
 
