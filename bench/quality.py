@@ -185,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
     from agent_rl.agent.local_policy import LocalPolicy
     from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
-    from agent_rl.curation.datasets import grpo_rows, save_jsonl, sft_rows
+    from agent_rl.curation.datasets import save_jsonl, sft_rows
+    from agent_rl.environments.email.grpo_rows import grpo_rows
     from agent_rl.evaluate.harness import EvalConfig, forgetting_probe
     from agent_rl.environments.email.inbox.store import open_inbox_store
     from agent_rl.policy_specs import load_stacked

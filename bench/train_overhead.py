@@ -30,7 +30,8 @@ TARGET = 1.10
 
 
 def build_data(root: Path) -> tuple[str, Path]:
-    from agent_rl.curation.datasets import grpo_rows, save_jsonl
+    from agent_rl.curation.datasets import save_jsonl
+    from agent_rl.environments.email.grpo_rows import grpo_rows
     from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
     from agent_rl.environments.email.inbox.store import open_inbox_store
     from agent_rl.environments.email.scenarios.generate import generate_scenarios

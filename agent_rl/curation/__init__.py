@@ -1,7 +1,7 @@
 """Curation: validation suite, anonymization, balancing and TRL dataset formatting of pool episodes."""
 
 from agent_rl.curation.balance import BalanceConfig, balance_episodes
-from agent_rl.curation.datasets import grpo_rows, load_jsonl, quality, save_jsonl, sft_rows
+from agent_rl.curation.datasets import load_jsonl, quality, save_jsonl, sft_rows
 from agent_rl.curation.validate import (
     GateConfig,
     GateResult,
@@ -13,5 +13,5 @@ from agent_rl.curation.validate import (
 
 __all__ = [
     "BalanceConfig", "GateConfig", "GateResult", "ValidationConfig", "ValidationResult", "balance_episodes",
-    "evaluate_gates", "grpo_rows", "load_jsonl", "quality", "save_jsonl", "sft_rows", "validate_episodes",
+    "evaluate_gates", "load_jsonl", "quality", "save_jsonl", "sft_rows", "validate_episodes",
 ]

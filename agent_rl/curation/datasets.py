@@ -1,4 +1,5 @@
-"""TRL-ready datasets: SFT conversations from good episodes, GRPO prompts from training scenarios, JSONL with hashes.
+"""TRL-ready datasets: SFT conversations from good episodes, JSONL with hashes (GRPO rows are the environment's:
+`World.grpo_rows`, else `train.plugin_rollouts.task_rows`).
 
 Quality (for SFT selection) is 0 unless the episode's outcome is correct; a correct episode's quality is what
 its environment's `demonstration_quality(reward)` says (the registry finds it by the episode's `environment`): 1 by
@@ -16,14 +17,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
 from agent_rl.agent.messages import call_arguments, is_malformed, malformed_calls, template_messages
 from agent_rl.agent.tool_calls import call_function, call_name
 from agent_rl.jsonl import canonical_line, read_jsonl, save_jsonl  # noqa: F401 - curation's names for them
-from agent_rl.records import DEFAULT_ENVIRONMENT, Split
+from agent_rl.records import DEFAULT_ENVIRONMENT
 
 log = logging.getLogger(__name__)
 
@@ -158,34 +158,6 @@ def sft_rows(
             budget -= 1
         out.append(row)
     return out
-
-
-def grpo_rows(scenarios: Iterable[Any], split: str | None = Split.TRAIN.value) -> list[dict[str, Any]]:
-    """Scenarios of `split` (None = all) as prompts with the columns the environment needs to score them. A scenario
-    (records.Scenario) is the default environment's task; its prompt is the opening that environment gives it."""
-    from agent_rl.environments.core import Task
-    from agent_rl.environments.registry import load_environment
-
-    environment = load_environment(DEFAULT_ENVIRONMENT)
-    rows = []
-    for scenario in scenarios:
-        data = scenario.model_dump(mode="json") if hasattr(scenario, "model_dump") else dict(scenario)
-        if split is not None and str(data.get("split")) != split:
-            continue
-        query_date = data.get("query_date")
-        when = datetime.fromisoformat(query_date) if isinstance(query_date, str) else query_date
-        opening = Task(id=str(data["id"]), environment=environment.name, context=data["inbox_id"],
-                       prompt=data["question"], metadata={"query_date": when} if when else {})
-        rows.append({
-            "prompt": environment.opening_messages(opening),
-            "scenario_id": data["id"],
-            "inbox": data["inbox_id"],
-            "answer": data["answer"],
-            "source_ids": list(data.get("source_ids") or []),
-            "category": str(data["category"]),
-            "query_date": when.isoformat() if isinstance(when, datetime) else query_date,
-        })
-    return rows
 
 
 load_jsonl = read_jsonl  # curation's name for the one JSONL reader (agent_rl/jsonl.py)

@@ -54,7 +54,7 @@ def row_question(row: dict[str, Any]) -> str:
 
 
 def row_task(row: dict[str, Any], environment: str) -> Task:
-    """The task a scenario's GRPO row (curation.datasets.grpo_rows) was made from, for the episode runner."""
+    """The task a scenario's GRPO row (environments/email/grpo_rows.py) was made from, for the episode runner."""
     query_date = parse_query_date(row.get("query_date")) or parse_query_date("1970-01-01")
     return Task(
         id=str(row.get("scenario_id") or ""), environment=environment, context=str(row["inbox"]),

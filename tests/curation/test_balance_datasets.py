@@ -2,7 +2,8 @@
 import pytest
 
 from agent_rl.curation.balance import BalanceConfig, balance_episodes
-from agent_rl.curation.datasets import final_answer, grpo_rows, load_jsonl, quality, save_jsonl, sft_rows
+from agent_rl.curation.datasets import final_answer, load_jsonl, quality, save_jsonl, sft_rows
+from agent_rl.environments.email.grpo_rows import grpo_rows
 from agent_rl.reward.judge import is_idk
 
 

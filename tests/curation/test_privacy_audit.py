@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from agent_rl.curation.anonymize import AnonymizerConfig, episode_texts
-from agent_rl.curation.datasets import grpo_rows, sft_rows
+from agent_rl.curation.datasets import sft_rows
+from agent_rl.environments.email.grpo_rows import grpo_rows
 from agent_rl.environments.email.privacy import anonymize_partition
 from agent_rl.environments.email.records import Email, Scenario
 

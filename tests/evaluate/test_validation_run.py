@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent_rl.curation.datasets import grpo_rows, load_jsonl, save_jsonl
+from agent_rl.curation.datasets import load_jsonl, save_jsonl
+from agent_rl.environments.email.grpo_rows import grpo_rows
 from agent_rl.environments.gateway import GatewayEnvironment
 from agent_rl.environments import worlds
 from agent_rl.environments.core import Capabilities

@@ -12,7 +12,8 @@ def train_data(tmp_path_factory) -> dict[str, Path | str]:
     from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
     from agent_rl.agent.models import build_tiny_model
     from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
-    from agent_rl.curation.datasets import grpo_rows, save_jsonl, sft_rows
+    from agent_rl.curation.datasets import save_jsonl, sft_rows
+    from agent_rl.environments.email.grpo_rows import grpo_rows
     from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
     from agent_rl.environments.email.inbox.store import open_inbox_store
     from agent_rl.environments.email.scenarios.generate import generate_scenarios

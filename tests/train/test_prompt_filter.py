@@ -37,7 +37,7 @@ def test_nothing_passes_and_nothing_else_falls_back_to_the_candidates_or_fails_c
 
 def _inbox_rows(tmp_path, n: int):
     """A demo inbox store, its first `n` scenarios and their GRPO rows."""
-    from agent_rl.curation.datasets import grpo_rows
+    from agent_rl.environments.email.grpo_rows import grpo_rows
     from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
     from agent_rl.environments.email.inbox.store import open_inbox_store
     from agent_rl.environments.email.scenarios import generate_scenarios

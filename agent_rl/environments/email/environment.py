@@ -202,11 +202,11 @@ class EmailWorld(World):
 
     def grpo_rows(self, tasks: list[Task]) -> list[dict[str, Any]]:
         """The scenarios of `tasks` as the rows its rollouts read (inbox, golden answer, gold sources, query date:
-        `curation.datasets.grpo_rows`), in the order given."""
-        from agent_rl.curation.datasets import grpo_rows
+        grpo_rows.py), in the order given."""
+        from agent_rl.environments.email.grpo_rows import grpo_rows
 
         scenarios = {scenario.id: scenario for scenario in self.env._all_scenarios()}
-        return grpo_rows([scenarios[task.id] for task in tasks], split=None)
+        return grpo_rows([scenarios[task.id] for task in tasks], split=None, environment=self.env)
 
     def build(self, **options: Any) -> dict[str, Any]:
         """The inbox store: a real export ingested (`ingest_path`), else the demo corpus of `seed`, `n_inboxes`,

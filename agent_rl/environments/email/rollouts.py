@@ -1,7 +1,7 @@
 """The email assistant's GRPO rollouts: its inbox tools bound to one training row, judged by the rubric.
 
 `EmailWorld.rollout_factory` hands TRL `InboxEnvironment`s: `reset(**row)` binds one to a row of
-`curation.datasets.grpo_rows` (inbox, query date, golden answer...), its public methods are the three tools,
+`grpo_rows.py` (inbox, query date, golden answer...), its public methods are the three tools,
 inherited unchanged so their schemas match SFT and serving, and the observation carries the rubric's inputs, so
 the trainer scores it by the rubric's separate reward groups (train/rewards.py) where a plug-in's rollouts get its
 judge's one number.
