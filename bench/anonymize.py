@@ -37,7 +37,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_rl.curation.surrogates import luhn_check_digit  # noqa: E402
+from agent_rl.surrogates import luhn_check_digit  # noqa: E402
 
 TARGET_SPEEDUP = 10.0
 TARGET_NAME_RECALL = 0.99
@@ -127,7 +127,7 @@ def census_names() -> tuple[list[str], list[str]]:
     """First and last names from the US census lists shipped in the `names` package (not Faker's)."""
     import names
 
-    from agent_rl.curation.surrogates import FIRST_NAMES, LAST_NAMES
+    from agent_rl.surrogates import FIRST_NAMES, LAST_NAMES
 
     folder = Path(names.__file__).parent
     surrogates = {n.lower() for n in FIRST_NAMES + LAST_NAMES}  # a surrogate equal to a planted name would look missed

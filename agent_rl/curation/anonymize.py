@@ -39,7 +39,7 @@ from agent_rl.curation.patterns import MESSAGE_ID
 from agent_rl.curation.presidio_engines import _engines, load_engines  # noqa: F401 - load_engines re-exported
 from agent_rl.curation.record_walk import RecordLayout, RecordWalker  # noqa: F401 (RecordLayout: for environments)
 from agent_rl.curation.names import NameFinder
-from agent_rl.curation.surrogates import Surrogates, match_case, pseudonym_key
+from agent_rl.surrogates import Surrogates, match_case, pseudonym_key
 # The anonymizer's settings are on the ground floor, where an environment's own privacy pass receives them.
 from agent_rl.environments.core import (  # noqa: F401 - re-exported under their old names
     DEFAULT_ENTITIES,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_rl.curation.patterns import AddressPattern
-from agent_rl.curation.surrogates import TITLES
+from agent_rl.surrogates import TITLES
 
 
 def _stop_words() -> frozenset[str]:

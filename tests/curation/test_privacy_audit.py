@@ -224,7 +224,7 @@ def test_a_canary_shares_no_word_with_the_input_or_the_surrogates(demo_env):
     read as a leaked canary: a fast demo's week once failed no_pii_leak with 296 such findings."""
     from agent_rl.curation.leak_check import input_words, plant_canaries
     from agent_rl.environments.email.privacy import email_texts, scenario_texts
-    from agent_rl.curation.surrogates import FIRST_NAMES, LAST_NAMES
+    from agent_rl.surrogates import FIRST_NAMES, LAST_NAMES
 
     texts = [*(t for e in demo_env.emails for t in email_texts(e)), *(t for s in demo_env.scenarios
                                                                       for t in scenario_texts(s))]

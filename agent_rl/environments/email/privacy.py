@@ -18,7 +18,7 @@ from typing import Any
 from agent_rl.curation.anonymize import Anonymizer, RecordLayout, build_directory, episode_texts
 from agent_rl.curation.leak_check import Finding, input_words, plant_canaries
 from agent_rl.curation.privacy import EPISODES_FILE, canary_seed, count_kinds, leak_auditor, scan_records
-from agent_rl.curation.surrogates import pseudonym_key
+from agent_rl.surrogates import pseudonym_key
 from agent_rl.environments.core import AnonymizerConfig
 from agent_rl.environments.email.records import Email, Scenario
 

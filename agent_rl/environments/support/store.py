@@ -263,8 +263,8 @@ class Pseudonymizer:
     """
 
     def __init__(self, secret: str) -> None:
-        from agent_rl.curation.surrogates import FIRST_NAMES as FIRST_POOL
-        from agent_rl.curation.surrogates import LAST_NAMES as LAST_POOL
+        from agent_rl.surrogates import FIRST_NAMES as FIRST_POOL
+        from agent_rl.surrogates import LAST_NAMES as LAST_POOL
 
         if not secret:
             raise ValueError("pseudonymizing needs a secret key")
