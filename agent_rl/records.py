@@ -14,7 +14,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 # Episodes and tasks written before environments were plug-ins all came from the email assistant.
 DEFAULT_ENVIRONMENT = "email"
 # Episode keys of exports written before environments were plug-ins, and their names now.
-LEGACY_EPISODE_KEYS = {"inbox_id": "context", "sources": "citations"}
+LEGACY_EPISODE_KEYS = {"inbox_id": "context", "sources": "citations", "scenario_id": "task_id"}
 
 
 def current_episode_keys(row: dict[str, Any]) -> dict[str, Any]:
@@ -67,7 +67,7 @@ class Episode(BaseModel):
     environment: str = DEFAULT_ENVIRONMENT
     context: str = Field(validation_alias=AliasChoices("context", "inbox_id"))
     task_category: str | None = None
-    scenario_id: str | None = None
+    task_id: str | None = Field(None, validation_alias=AliasChoices("task_id", "scenario_id"))
     question: str
     policy_version: str
     messages: list[dict[str, Any]] = Field(default_factory=list)
@@ -95,3 +95,8 @@ class Episode(BaseModel):
     def sources(self) -> list[str]:
         """The email assistant's name for `citations`."""
         return self.citations
+
+    @property
+    def scenario_id(self) -> str | None:
+        """The email assistant's name for `task_id`."""
+        return self.task_id

@@ -65,7 +65,7 @@ def play(engine: str, model: str, adapter: str, environment, tasks, eval_n: int,
     result = evaluate_tasks(policy, environment, tasks, config)
     wall = time.perf_counter() - started
     episodes = result.episodes
-    outcomes = {e.scenario_id or str(i): e.outcome == "correct" for i, e in enumerate(episodes)}
+    outcomes = {e.task_id or str(i): e.outcome == "correct" for i, e in enumerate(episodes)}
     if engine.startswith("vllm"):
         from agent_rl.agent.engine import stop_engines
 

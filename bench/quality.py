@@ -132,7 +132,7 @@ def outcome_changes(before: Path, after: Path) -> dict[str, int]:
     a GRPO run that nets +1 can hide 9 changes, and the changes say what it learned."""
     def outcomes(path: Path) -> dict[str, str]:
         with path.open(encoding="utf-8") as handle:
-            return {e["scenario_id"]: e["outcome"] for e in map(json.loads, handle)}
+            return {e.get("task_id") or e["scenario_id"]: e["outcome"] for e in map(json.loads, handle)}
 
     first, second = outcomes(before), outcomes(after)
     moves = Counter(f"{first[sid]}->{second[sid]}" for sid in first if sid in second and first[sid] != second[sid])

@@ -287,7 +287,7 @@ def _to_episode(environment: Environment, episode: _Live, policy: Policy, config
         environment=environment.name,
         context=task.context,
         task_category=task.category if task.reference is not None else None,
-        scenario_id=task.id if task.reference is not None else None,
+        task_id=task.id if task.reference is not None else None,
         question=task.prompt,
         policy_version=episode.play.policy_version or str(getattr(policy, "version", "unknown")),
         messages=episode.messages,

@@ -43,7 +43,7 @@ class ArbiterConfig(BaseModel):
     tasks_path: Path | None = Field(
         None, validation_alias=AliasChoices("tasks_path", "scenarios_path"),
         description="the replayable tasks' file, for an environment that reads one (the email assistant: JSONL of "
-                    "Scenario records); requests naming a scenario_id are judged against it"
+                    "Scenario records); requests naming a task_id are judged against it"
     )
     batch_window_ms: float = Field(
         0.0, ge=0, le=1000, description="how long to wait for more requests of the same version before running a batch"

@@ -130,7 +130,7 @@ class RecordWalker:
 
     def _episode(self, episode: Mapping[str, Any], fn: Callable[[str], str]) -> dict[str, Any]:
         out = dict(episode)
-        for name in ("citations", "sources", "scenario_id"):  # `sources`: exports of earlier releases
+        for name in ("citations", "sources", "task_id", "scenario_id"):  # `sources`, `scenario_id`: earlier exports
             if name in out:
                 out[name] = self._ids(out[name])
         for name in ("question", "final_answer", "context", "inbox_id", "feedback"):

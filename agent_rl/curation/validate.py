@@ -120,7 +120,7 @@ def _field_specs(config: ValidationConfig) -> list[tuple[str, str, bool]]:
         ("environment", "str", True),
         ("context", "str", True),
         ("task_category", "str", config.require_category),
-        ("scenario_id", "str", False),
+        ("task_id", "str", False),
         ("question", "str", True),
         ("policy_version", "str", True),
         ("messages", "json-list", True),

@@ -105,7 +105,7 @@ DEFAULT_ENTITIES = (
 KEEP_KEYS = ("tool_call_id", "date", "query_date")
 # JSON keys whose values are ids (of emails, tasks, citations): the names and addresses inside them are pseudonymized
 # by curation's `pseudonymize_id`, the same way everywhere, so an episode's cited sources still match its world.
-ID_KEYS = ("id", "message_id", "citations", "sources", "source_ids", "scenario_id")
+ID_KEYS = ("id", "message_id", "citations", "sources", "source_ids", "task_id", "scenario_id")
 
 
 class AnonymizerConfig(BaseModel):

@@ -151,7 +151,7 @@ def mark_rewarded(rollouts: list[dict[str, Any]], above: float) -> list[dict[str
 def example(rollout: dict[str, Any], why: str) -> dict[str, Any]:
     return {
         "why": why,
-        "episode_id": rollout.get("episode_id") or rollout.get("scenario_id"),
+        "episode_id": rollout.get("episode_id") or rollout.get("task_id"),
         "question": str(rollout.get("question", ""))[:200],
         "final_answer": str(rollout.get("final_answer") or "")[:200],
         "sources": list(rollout.get("sources") or [])[:10],

@@ -83,8 +83,8 @@ def compute_metrics(episodes: list[Episode], expected_citations: Mapping[str, Co
     tools (a call to any other is an invalid turn; None: no list to check)."""
     expected_citations = expected_citations or {}
     n = len(episodes)
-    cited = [e for e in episodes if expected_citations.get(e.scenario_id or "")]
-    cited_gold = sum(1 for e in cited if set(e.citations) & set(expected_citations[e.scenario_id]))
+    cited = [e for e in episodes if expected_citations.get(e.task_id or "")]
+    cited_gold = sum(1 for e in cited if set(e.citations) & set(expected_citations[e.task_id]))
     valid_turns = total_turns = 0
     for episode in episodes:
         valid, total = _turn_validity(episode.messages, tool_names)
@@ -111,7 +111,7 @@ def compute_metrics(episodes: list[Episode], expected_citations: Mapping[str, Co
 
 def task_key(episode: Episode) -> str:
     """Which held-out task an episode played: its environment and task (scenario) id, else its own id."""
-    return f"{episode.environment}:{episode.scenario_id or episode.episode_id}"
+    return f"{episode.environment}:{episode.task_id or episode.episode_id}"
 
 
 def _by_category(episodes: list[Episode]) -> dict[str, dict[str, float]]:

@@ -197,7 +197,7 @@ def task_key(episode: Episode | Mapping[str, Any]) -> tuple[str, str]:
         first = next((m for m in _field(episode, "messages") or []
                       if isinstance(m, Mapping) and m.get("role") == "user"), {})
         return context, " ".join(text_of(first.get("content"), " ").lower().split())
-    return context, str(_field(episode, "scenario_id") or _field(episode, "question"))
+    return context, str(_field(episode, "task_id") or _field(episode, "scenario_id") or _field(episode, "question"))
 
 
 # -- replies -----------------------------------------------------------------------------------------------

@@ -43,8 +43,17 @@ def _v2_to_v3(conn: Connection) -> None:
     gateway_live.create(conn, checkfirst=True)
 
 
+def _v3_to_v4(conn: Connection) -> None:
+    """The loop's names: `scenario_id` (the email assistant's) -> `task_id`, with its index."""
+    columns = {c["name"] for c in inspect(conn).get_columns("episodes")}
+    if "scenario_id" in columns and "task_id" not in columns:
+        conn.execute(sql_text("DROP INDEX IF EXISTS ix_episodes_scenario_id"))
+        conn.execute(sql_text("ALTER TABLE episodes RENAME COLUMN scenario_id TO task_id"))
+    conn.execute(sql_text("CREATE INDEX IF NOT EXISTS ix_episodes_task_id ON episodes (task_id)"))
+
+
 # STEPS[n] upgrades a pool from version n to n + 1.
-STEPS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
+STEPS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def upgrade(conn: Connection, found: int, target: int, record: Callable[[Connection, int], None]) -> None:

@@ -278,7 +278,7 @@ class PoolRepository:
         start: datetime | None,
         end: datetime | None,
         policy_version: str | None = None,
-        scenario_id: str | None = None,
+        task_id: str | None = None,
         environments: Sequence[str] | None = None,
     ) -> list[Any]:
         c = schema.episodes.c
@@ -291,8 +291,8 @@ class PoolRepository:
             where.append(c.created_at < as_utc(end))
         if policy_version is not None:
             where.append(c.policy_version == policy_version)
-        if scenario_id is not None:
-            where.append(c.scenario_id == scenario_id)
+        if task_id is not None:
+            where.append(c.task_id == task_id)
         return where
 
     def export(
@@ -343,10 +343,10 @@ class PoolRepository:
         start: datetime | None = None,
         end: datetime | None = None,
         policy_version: str | None = None,
-        scenario_id: str | None = None,
+        task_id: str | None = None,
     ) -> int:
         stmt = select(func.count()).select_from(schema.episodes).where(
-            *self._filters(start, end, policy_version, scenario_id)
+            *self._filters(start, end, policy_version, task_id)
         )
         with self.engine.connect() as conn:
             return int(conn.execute(stmt).scalar() or 0)

@@ -9,6 +9,9 @@ and `sources` became `citations`; a task category is any string an environment d
 
 Version 3 (the gateway on several worker processes): `gateway_live` holds the gateway's episodes while they are
 served, so that any worker continues any of them; a row leaves it in the transaction that writes the episode.
+
+Version 4 (the loop's names for what every environment has): `scenario_id`, the email assistant's name, became
+`task_id`.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from sqlalchemy.types import TypeDecorator
 
 from agent_rl.utc import as_utc
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class UTCDateTime(TypeDecorator):
@@ -75,7 +78,7 @@ episodes = Table(
     Column("environment", String(64), nullable=False, server_default="email"),
     Column("context", String(320), nullable=False),
     Column("task_category", String(64)),
-    Column("scenario_id", String(200)),
+    Column("task_id", String(200)),
     Column("question", Text, nullable=False),
     Column("policy_version", String(200), nullable=False),
     Column("messages", JSON, nullable=False),
@@ -95,7 +98,7 @@ episodes = Table(
     # (created_at, episode_id) is the export cursor: this index serves time ranges and pages.
     Index("ix_episodes_created_at", "created_at", "episode_id"),
     Index("ix_episodes_policy_version", "policy_version"),
-    Index("ix_episodes_scenario_id", "scenario_id"),
+    Index("ix_episodes_task_id", "task_id"),
     Index("ix_episodes_environment", "environment"),
 )
 

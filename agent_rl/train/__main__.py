@@ -9,7 +9,7 @@ Config (JSON):
   sft:  {"model_path", "rows_jsonl", "out_dir", "settings": {...SFTSettings}, "tracking": {...}}, and
         "init_adapter" (optional): an adapter of the same base to keep training instead of a fresh one
   grpo: {"model_path", "sft_adapter", "grpo_rows_jsonl", "store_url", "out_dir",
-         "settings": {...GRPOSettings}, "solve_rates": {scenario_id: rate} (optional), "tracking": {...}}
+         "settings": {...GRPOSettings}, "solve_rates": {task_id: rate} (optional), "tracking": {...}}
         a plug-in environment instead of the inbox: "environment" (a name or import path) or "environment_file"
         (the anonymized environment curation saved, environments.worlds.load_saved) in place of "store_url" (the
         store of an environment that trains alone, the email assistant's inbox; "inbox_store_url" is its old name);

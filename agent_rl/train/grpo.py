@@ -265,7 +265,7 @@ def _check_rows(rows: list[dict[str, Any]], plugins: list, settings: GRPOSetting
     for index, row in enumerate(rows):
         missing = [k for k in needed if k not in row]
         if missing:
-            raise ValueError(f"GRPO row {index} ({row.get('scenario_id', '?')}): missing field(s) {', '.join(missing)}")
+            raise ValueError(f"GRPO row {index} ({row.get('task_id', '?')}): missing field(s) {', '.join(missing)}")
     if not rows:
         raise ValueError(f"{grpo_rows_jsonl} holds no GRPO rows")
     names = [p.name for p in plugins]

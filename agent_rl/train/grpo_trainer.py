@@ -192,8 +192,8 @@ class AgentGRPOTrainer(CpuResumeMixin, GRPOTrainer):
         """G copies each of `extra_prompts_per_step` training rows not in this batch, drawn by a generator
         seeded with the run's seed and the step (a resumed run draws the same)."""
         dataset = self.train_dataset
-        taken = {str(x.get("scenario_id")) for x in inputs}
-        ids = dataset["scenario_id"] if "scenario_id" in dataset.column_names else [None] * len(dataset)
+        taken = {str(x.get("task_id")) for x in inputs}
+        ids = dataset["task_id"] if "task_id" in dataset.column_names else [None] * len(dataset)
         pool = [i for i, sid in enumerate(ids) if sid is None or str(sid) not in taken]
         rng = random.Random(f"{self.args.seed}:{self.state.global_step}")
         chosen = rng.sample(pool, min(self.extra_prompts_per_step, len(pool)))
@@ -369,7 +369,7 @@ def _rollout_record(env: Any, obs, total: float, components: dict[str, float], s
         "step": step,
         "trained": True,  # False: an extra group left out of the loss (extra_prompts_per_step)
         "group": group,
-        "scenario_id": env.row.get("scenario_id"),
+        "task_id": env.row.get("task_id"),
         "environment": env.row.get("environment") or "email",
         "question": obs.question,
         "golden_answer": env.row.get("answer"),

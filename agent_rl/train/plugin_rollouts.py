@@ -21,10 +21,10 @@ from agent_rl.records import Outcome, Split
 
 def task_rows(environment: Environment, tasks: list[Task]) -> list[dict[str, Any]]:
     """GRPO rows for plug-in tasks: the opening messages as the prompt, the task itself for the judge, and the
-    columns the trainer's bookkeeping reads (scenario_id, category, answer)."""
+    columns the trainer's bookkeeping reads (task_id, category, answer)."""
     return [{
         "prompt": environment.opening_messages(task),
-        "scenario_id": task.id,
+        "task_id": task.id,
         "environment": environment.name,
         "category": str(task.category or ""),
         "answer": str(task.reference or ""),
@@ -80,7 +80,7 @@ class PluginRollout:
     def reset(self, **row: Any) -> None:
         """Bind to one row: a fresh session of the row's task (the prompt already holds the request)."""
         if "task" not in row:
-            raise ValueError(f"GRPO row {row.get('scenario_id', '?')!r} lacks field 'task' (plug-in rows carry it)")
+            raise ValueError(f"GRPO row {row.get('task_id', '?')!r} lacks field 'task' (plug-in rows carry it)")
         task = Task.model_validate_json(row["task"]) if isinstance(row["task"], str) else Task.model_validate(row["task"])
         # TRL keeps the routing column to itself when it picks among several environments: name ours again.
         self._row, self._task = {**row, "environment": row.get("environment") or self._environment.name}, task

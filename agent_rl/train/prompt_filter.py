@@ -49,7 +49,7 @@ def _histogram(rates: dict[str, float]) -> dict[str, int]:
 def row_question(row: dict[str, Any]) -> str:
     users = [m.get("content", "") for m in row.get("prompt") or [] if m.get("role") == "user"]
     if not users:
-        raise ValueError(f"GRPO row {row.get('scenario_id', '?')!r}: prompt has no user message")
+        raise ValueError(f"GRPO row {row.get('task_id', '?')!r}: prompt has no user message")
     return str(users[-1])
 
 
@@ -57,7 +57,7 @@ def row_task(row: dict[str, Any], environment: str) -> Task:
     """The task a scenario's GRPO row (environments/email/grpo_rows.py) was made from, for the episode runner."""
     query_date = parse_query_date(row.get("query_date")) or parse_query_date("1970-01-01")
     return Task(
-        id=str(row.get("scenario_id") or ""), environment=environment, context=str(row["inbox"]),
+        id=str(row.get("task_id") or ""), environment=environment, context=str(row["inbox"]),
         prompt=row_question(row), reference=str(row["answer"]), category=str(row["category"]), split=Split.TRAIN,
         metadata={"source_ids": [str(s) for s in row.get("source_ids") or []], "query_date": query_date.isoformat()},
     )
@@ -65,7 +65,7 @@ def row_task(row: dict[str, Any], environment: str) -> Task:
 
 def select_by_rates(rows: list[dict[str, Any]], rates: dict[str, float], settings: PromptFilterSettings) -> list[dict[str, Any]]:
     """Rows whose solve rate lies strictly between min_rate and max_rate; rows without a rate are left out."""
-    return [row for row in rows if (rate := rates.get(str(row.get("scenario_id")))) is not None
+    return [row for row in rows if (rate := rates.get(str(row.get("task_id")))) is not None
             and settings.min_rate < rate < settings.max_rate]
 
 

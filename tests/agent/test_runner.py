@@ -96,7 +96,7 @@ def test_teacher_episode_is_correct_and_fully_recorded(store):
     assert tool_message["name"] == "search_emails" and tool_message["tool_call_id"] == first_call["id"]
     assert episode.messages[-1] == {"role": "tool", "name": "return_final_answer", "content": "Answer recorded.",
                                     "tool_call_id": episode.messages[-2]["tool_calls"][0]["id"]}
-    assert episode.task_category == Category.DATE and episode.scenario_id == "s1"
+    assert episode.task_category == Category.DATE and episode.task_id == "s1"
     assert episode.policy_version == "heuristic-v1" and episode.prompt_tokens > 0 and episode.completion_tokens > 0
     Episode.model_validate_json(episode.model_dump_json())  # storable as is
 
@@ -231,7 +231,7 @@ def test_each_turn_is_one_batched_act_call_over_the_running_conversations(store)
     tasks = [EpisodeTask.from_scenario(s) for s in (quick, slow, quick)]
     episodes = run_episodes(policy, tasks, store, RunnerConfig(batch_size=2))
     assert [e.outcome for e in episodes] == [Outcome.CORRECT] * 3
-    assert [e.scenario_id for e in episodes] == ["quick", "slow", "quick"]
+    assert [e.task_id for e in episodes] == ["quick", "slow", "quick"]
     assert calls[0] == 2 and max(calls) <= 2 and calls.count(1) >= 1  # two batches: 2 then 1
     assert sum(calls) == sum(e.turns for e in episodes)
 
@@ -241,7 +241,7 @@ def test_live_traffic_without_a_scenario_has_no_reward(store):
     episode = run_episode(ScriptedPolicy([SEARCH, READ, answer("May 10, 2001")]), task, store)
     assert episode.reward is None and episode.reward_components == {}
     assert episode.outcome == Outcome.WRONG  # unjudged: never counted as correct
-    assert episode.tenant == "acme" and episode.policy_version == "v7" and episode.scenario_id is None
+    assert episode.tenant == "acme" and episode.policy_version == "v7" and episode.task_id is None
     declined = run_episode(ScriptedPolicy([answer("I don't know", ())]), task, store)
     assert declined.outcome == Outcome.IDK
 
@@ -292,14 +292,14 @@ def test_a_concurrent_policy_keeps_episodes_in_flight_so_none_waits_for_the_slow
     # Two in flight: while "slow" waits, the other place plays all five fast episodes one after another, each
     # turn asked for as soon as its tools answered; in waves the five could not finish before "slow" answered.
     assert policy.slow_waited_for_others[0] is True
-    assert [e.scenario_id for e in episodes] == ["fast0", "slow", "fast1", "fast2", "fast3", "fast4"]
+    assert [e.task_id for e in episodes] == ["fast0", "slow", "fast1", "fast2", "fast3", "fast4"]
     assert [e.outcome for e in episodes] == [Outcome.CORRECT, Outcome.WRONG, *[Outcome.CORRECT] * 4]
     assert [e.turns for e in episodes] == [3] * 6
     # The same plays in waves give the same episodes, turn for turn.
     waves = run_episodes(ScriptedPolicy([SEARCH, READ, answer("May 10, 2001")]), tasks, store,
                          RunnerConfig(batch_size=2))
-    assert [(e.scenario_id, e.outcome, e.messages) for e in waves] == \
-        [(e.scenario_id, e.outcome, e.messages) for e in episodes]
+    assert [(e.task_id, e.outcome, e.messages) for e in waves] == \
+        [(e.task_id, e.outcome, e.messages) for e in episodes]
 
 
 def test_in_flight_can_be_turned_off_and_a_failing_turn_ends_only_its_episode(store):

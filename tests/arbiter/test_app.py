@@ -32,7 +32,7 @@ def test_ask_serves_an_answer_and_logs_the_episode(arbiter, demo_world):
 
     stored = arbiter.pool.get(body["episode_id"])
     assert stored is not None
-    assert stored.policy_version == "heuristic" and stored.scenario_id == scenario.id
+    assert stored.policy_version == "heuristic" and stored.task_id == stored.scenario_id == scenario.id
     assert stored.question == scenario.question and stored.inbox_id == scenario.inbox_id
     assert stored.final_answer == body["answer"] and stored.sources == body["sources"]
     assert stored.reward is not None and stored.reward == body["reward"]  # judged: the scenario is known
@@ -43,7 +43,7 @@ def test_live_traffic_without_scenario_has_no_reward(arbiter, demo_world):
     scenario = _scenario(demo_world)
     body = arbiter.client.post("/v1/ask", json={"inbox": scenario.inbox_id, "question": "What is new?"}).json()
     stored = arbiter.pool.get(body["episode_id"])
-    assert stored.reward is None and stored.scenario_id is None
+    assert stored.reward is None and stored.task_id is None
 
 
 def test_feedback_is_recorded_and_unknown_episodes_are_404(arbiter, demo_world):

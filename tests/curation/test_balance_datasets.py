@@ -77,7 +77,7 @@ def test_grpo_rows_hold_what_the_environment_needs(demo_env):
     row = rows[0]
     assert [m["role"] for m in row["prompt"]] == ["system", "system", "user"]
     assert row["inbox"] in row["prompt"][1]["content"] and row["prompt"][2]["content"] == train[0].question
-    assert set(row) == {"prompt", "scenario_id", "inbox", "answer", "source_ids", "category", "query_date"}
+    assert set(row) == {"prompt", "task_id", "inbox", "answer", "source_ids", "category", "query_date"}
 
 
 def test_save_jsonl_is_atomic_and_hashes_content(tmp_path):

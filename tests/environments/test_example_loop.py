@@ -57,7 +57,7 @@ def test_the_example_environment_runs_through_the_loop(store_url, tmp_path):
     served = LocalPolicy(tiny, adapter=sft.adapter_dir, batch_size=4, version="timetable-sft")
     test = env.tasks(Split.TEST)
     held_out = play_episodes(served, env, [Play(t) for t in test])
-    assert [e.scenario_id for e in held_out] == [t.id for t in test]
+    assert [e.task_id for e in held_out] == [t.id for t in test]
     assert all(e.policy_version == "timetable-sft" and e.environment == "timetable" for e in held_out)
     metrics = compute_metrics(held_out, tool_names=env.tool_names())
     assert metrics.n == len(test) and set(metrics.by_category) <= set(env.categories)

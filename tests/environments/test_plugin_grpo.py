@@ -35,7 +35,7 @@ def test_each_row_gets_a_fresh_session_and_the_environments_judge_scores_it():
     train = env.tasks(Split.TRAIN)
     answerable = next(t for t in train if t.category == "departure")
     rows = task_rows(env, [answerable])
-    assert rows[0]["prompt"] == env.opening_messages(answerable) and rows[0]["scenario_id"] == answerable.id
+    assert rows[0]["prompt"] == env.opening_messages(answerable) and rows[0]["task_id"] == answerable.id
     rollout = rollout_class(env, max_turns=4)()
     rollout.reset(**rows[0])
     train_id = answerable.metadata["trains"][0]
@@ -61,7 +61,7 @@ def test_each_row_gets_a_fresh_session_and_the_environments_judge_scores_it():
 def test_a_row_without_its_task_is_refused_naming_the_row():
     rollout = rollout_class(TimetableEnvironment(), max_turns=4)()
     with pytest.raises(ValueError, match="tt-1.*'task'"):
-        rollout.reset(prompt=[], scenario_id="tt-1")
+        rollout.reset(prompt=[], task_id="tt-1")
 
 
 REPLY_CALL = '{"name": "reply", "arguments": {"answer": "I don\'t know", "trains": []}}'
@@ -89,7 +89,7 @@ def test_grpo_trains_on_a_plugin_environment_with_its_judge_as_reward(tmp_path):
     assert (result.adapter_dir / "adapter_model.safetensors").is_file() and result.steps == 1
     rollouts = [json.loads(line) for line in result.rollouts_path.read_text().splitlines()]
     assert len(rollouts) == 4 and result.tool_calls >= 4
-    by_task = {r["scenario_id"]: r for r in rollouts}
+    by_task = {r["task_id"]: r for r in rollouts}
     # The timetable judge decided: "I don't know" is right where no train runs, an IDK elsewhere.
     assert by_task[picked[0].id]["outcome"] == "correct" and by_task[picked[1].id]["outcome"] == "idk"
     assert by_task[picked[0].id]["reward"] == pytest.approx(1.2) and by_task[picked[1].id]["reward"] == pytest.approx(0.0)

@@ -321,7 +321,7 @@ def test_teacher_plays_every_category_through_the_runner(env, teacher_test_episo
     assert len(episodes) == len(tasks) == 60
     by_category: dict[str, list[bool]] = defaultdict(list)
     for task, episode in zip(tasks, episodes):
-        assert episode.environment == "support" and episode.context == "store-0" and episode.scenario_id == task.id
+        assert episode.environment == "support" and episode.context == "store-0" and episode.task_id == task.id
         assert episode.policy_version == "teacher" and episode.tenant == "t1" and episode.final_answer
         by_category[task.category].append(episode.outcome == Outcome.CORRECT)
     assert set(by_category) == set(env.categories)

@@ -75,7 +75,7 @@ def test_metrics_count_hallucinations_idk_and_invalid_turns():
 
 def test_metrics_break_outcomes_down_by_category_and_measure_cited_sources():
     def episode(sid, outcome, category, sources=()):
-        return Episode(inbox_id="a@x", question="q", policy_version="v", scenario_id=sid, outcome=outcome,
+        return Episode(inbox_id="a@x", question="q", policy_version="v", task_id=sid, outcome=outcome,
                        task_category=category, sources=list(sources))
 
     expected = {"m1": ["e1"], "m2": ["e2", "e3"]}  # u1 (unanswerable) and the uncategorized one expect none

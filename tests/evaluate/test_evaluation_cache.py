@@ -20,7 +20,7 @@ def _adapter(folder, weights: bytes):
 def _episode(outcome: Outcome) -> Episode:
     return Episode(tenant="t", context="inbox", question="q?", policy_version="sft", messages=[],
                    outcome=outcome, reward=1.0 if outcome == Outcome.CORRECT else 0.0, turns=1,
-                   scenario_id="s1", task_category="date")
+                   task_id="s1", task_category="date")
 
 
 def test_a_result_is_reused_only_for_the_same_weights_world_and_settings(tmp_path):

@@ -73,7 +73,7 @@ def test_held_out_tasks_of_the_stored_world_play_as_the_email_path_did(stored):
     email.close()
     held_out.close()
     assert metrics.model_dump(exclude=TIMED) == expected.metrics.model_dump(exclude=TIMED)
-    assert [e.scenario_id for e in episodes] == [e.scenario_id for e in expected.episodes]
+    assert [e.task_id for e in episodes] == [e.task_id for e in expected.episodes]
     assert held_out.probe_items is None and held_out.per_environment == {}
 
 

@@ -44,9 +44,11 @@ def test_an_old_pool_is_upgraded_in_place_and_loses_nothing(store_url):
     _old_pool(store_url)
     pool = PoolRepository(store_url)
     try:
-        assert pool.schema_version() == schema.SCHEMA_VERSION == 3
+        assert pool.schema_version() == schema.SCHEMA_VERSION == 4
         old = [pool.get(f"old-{i}") for i in range(3)]
         assert [e.context for e in old] == ["jane0@example.com", "jane1@example.com", "jane2@example.com"]
+        assert [e.task_id for e in old] == ["sc-0", "sc-1", "sc-2"]
+        assert pool.count(task_id="sc-1") == 1
         assert [e.citations for e in old] == [["<m0@example.com>"], ["<m1@example.com>"], ["<m2@example.com>"]]
         assert {e.environment for e in old} == {"email"}
         assert old[0].feedback == "thumbs_up" and old[0].outcome == Outcome.CORRECT
@@ -70,7 +72,7 @@ def test_an_old_pool_is_upgraded_in_place_and_loses_nothing(store_url):
         with again.engine.connect() as conn:
             versions = conn.execute(select(schema.schema_version.c.version).order_by(
                 schema.schema_version.c.version)).scalars().all()
-            assert versions == [1, 2, 3]
+            assert versions == [1, 2, 3, 4]
             assert conn.execute(select(func.count()).select_from(schema.episodes)).scalar() == 4
     finally:
         again.close()
@@ -86,14 +88,15 @@ def test_a_version_2_pool_gains_the_gateways_live_table(store_url):
 
     pool = PoolRepository(store_url)
     pool.insert_episodes([make_episode(7)])
-    with pool.engine.begin() as conn:  # as a release before version 3 left it
+    with pool.engine.begin() as conn:  # as a release before version 3 left it (but for the task_id of version 4)
         schema.gateway_live.drop(conn)
-        conn.execute(schema.schema_version.delete().where(schema.schema_version.c.version == 3))
+        conn.execute(schema.schema_version.delete())
+        conn.execute(schema.schema_version.insert().values(version=2, applied_at=T0))
     pool.close()
     assert not inspect(create_engine(store_url)).has_table("gateway_live")
     pool = PoolRepository(store_url)
     try:
-        assert pool.schema_version() == 3 and pool.get("ep-00007") is not None
+        assert pool.schema_version() == 4 and pool.get("ep-00007") is not None
         store = LiveStore(pool)
         now = utcnow()
         assert store.insert({"episode_id": "live-1", "tenant": "t", "context": "c", "session": "s", "prefix": None,
@@ -103,5 +106,32 @@ def test_a_version_2_pool_gains_the_gateways_live_table(store_url):
                              "completion_tokens": 1, "latency_ms": 1.0, "created_at": now, "last_active": now})
         assert store.find_session("t", "c", "s")["episode_id"] == "live-1"
         store.close()
+    finally:
+        pool.close()
+
+
+def test_a_version_3_pool_names_its_task_ids_task_id(store_url):
+    """Version 4 renames `scenario_id`, the email assistant's name, to `task_id` (and its index); the ids stay."""
+    from sqlalchemy import inspect
+    from sqlalchemy import text as sql_text
+
+    pool = PoolRepository(store_url)
+    pool.insert_episodes([make_episode(i) for i in range(3)])
+    ids = [pool.get(f"ep-{i:05d}").task_id for i in range(3)]
+    with pool.engine.begin() as conn:  # as version 3 left it
+        conn.execute(sql_text("DROP INDEX ix_episodes_task_id"))
+        conn.execute(sql_text("ALTER TABLE episodes RENAME COLUMN task_id TO scenario_id"))
+        conn.execute(sql_text("CREATE INDEX ix_episodes_scenario_id ON episodes (scenario_id)"))
+        conn.execute(schema.schema_version.delete())
+        conn.execute(schema.schema_version.insert().values(version=3, applied_at=T0))
+    pool.close()
+    pool = PoolRepository(store_url)
+    try:
+        assert pool.schema_version() == 4
+        assert [pool.get(f"ep-{i:05d}").task_id for i in range(3)] == ids and all(ids)
+        columns = {c["name"] for c in inspect(pool.engine).get_columns("episodes")}
+        indexes = {i["name"] for i in inspect(pool.engine).get_indexes("episodes")}
+        assert "task_id" in columns and "scenario_id" not in columns
+        assert "ix_episodes_task_id" in indexes and "ix_episodes_scenario_id" not in indexes
     finally:
         pool.close()

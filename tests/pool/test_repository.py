@@ -22,7 +22,7 @@ def make_episode(i: int, created_at: datetime | None = None, **overrides) -> Epi
         created_at=created_at or T0 + timedelta(seconds=i),
         inbox_id="jane@example.com",
         task_category=Category.DATE,
-        scenario_id=f"sc-{i % 7}",
+        task_id=f"sc-{i % 7}",
         question=f"When is meeting {i}?",
         policy_version="heuristic" if i % 3 else "candidate",
         messages=[
@@ -197,16 +197,16 @@ def test_quarantine_keeps_malformed_rows_with_reasons(pool):
 
 def test_schema_version_is_recorded_and_newer_versions_are_refused(store_url):
     repo = PoolRepository(store_url)
-    assert repo.schema_version() == schema.SCHEMA_VERSION == 3
+    assert repo.schema_version() == schema.SCHEMA_VERSION == 4
     with repo.engine.begin() as conn:
         conn.execute(update(schema.schema_version).values(version=schema.SCHEMA_VERSION + 1))
     repo.close()
-    with pytest.raises(SchemaVersionError, match="schema version 4.*supports up to 3"):
+    with pytest.raises(SchemaVersionError, match="schema version 5.*supports up to 4"):
         PoolRepository(store_url)
     # Reopening an up-to-date pool is harmless.
     with repo.engine.begin() as conn:
         conn.execute(update(schema.schema_version).values(version=schema.SCHEMA_VERSION))
-    assert PoolRepository(store_url).schema_version() == 3
+    assert PoolRepository(store_url).schema_version() == 4
 
 
 def test_concurrent_writers_lose_nothing(pool):

@@ -9,7 +9,7 @@ from agent_rl.train.prompt_filter import filter_prompts
 
 
 def _rows(n: int) -> list[dict]:
-    return [{"scenario_id": f"s{i}", "prompt": [{"role": "user", "content": f"q{i}"}], "inbox": "a", "answer": "x",
+    return [{"task_id": f"s{i}", "prompt": [{"role": "user", "content": f"q{i}"}], "inbox": "a", "answer": "x",
              "category": "date"} for i in range(n)]
 
 
@@ -18,8 +18,8 @@ def test_drops_all_solved_and_never_solved_candidates_and_keeps_the_unexamined_r
     rates = {"s0": 0.0, "s1": 0.5, "s2": 1.0, "s3": 0.0, "s4": 0.25}
     settings = PromptFilterSettings(mode="solve_rates", max_candidates=5)
     kept, report = filter_prompts(rows, settings, solve_rates=rates)
-    assert [r["scenario_id"] for r in kept[:2]] == ["s1", "s4"]  # the survivors come first
-    assert [r["scenario_id"] for r in kept[2:]] == [f"s{i}" for i in range(5, 20)]
+    assert [r["task_id"] for r in kept[:2]] == ["s1", "s4"]  # the survivors come first
+    assert [r["task_id"] for r in kept[2:]] == [f"s{i}" for i in range(5, 20)]
     assert report.as_dict()["kept"] == 2 and report.as_dict()["unexamined_kept"] == 15 and not report.fallback
 
 
@@ -106,4 +106,4 @@ def test_sampled_solve_rates_do_not_depend_on_how_loaded_the_machine_is(tmp_path
     finally:
         environment.close()
         store.close()
-    assert clock[0] >= 3600.0 * len(rows) and rates == {str(row["scenario_id"]): 1.0 for row in rows}
+    assert clock[0] >= 3600.0 * len(rows) and rates == {str(row["task_id"]): 1.0 for row in rows}

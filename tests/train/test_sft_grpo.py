@@ -704,11 +704,11 @@ def test_extra_prompts_replace_groups_that_scored_alike(train_data, tmp_path):
     rows = train_data["grpo"].read_text().splitlines()[:4]
     prompts = tmp_path / "grpo.jsonl"
     prompts.write_text("\n".join(rows) + "\n")
-    ids = [json.loads(row)["scenario_id"] for row in rows]
+    ids = [json.loads(row)["task_id"] for row in rows]
     signal = set(ids[2:])
 
-    def separates_two_prompts(completions, scenario_id, **_):
-        return [float(index % 2) if sid in signal else 0.0 for index, sid in enumerate(scenario_id)]
+    def separates_two_prompts(completions, task_id, **_):
+        return [float(index % 2) if sid in signal else 0.0 for index, sid in enumerate(task_id)]
 
     settings = _forced_pairs(train_data["tiny"], max_steps=2, experimental={"extra_prompts_per_step": 2})
     result = train_grpo(train_data["tiny"], None, prompts, train_data["store_url"], tmp_path / "g", settings,
@@ -717,8 +717,8 @@ def test_extra_prompts_replace_groups_that_scored_alike(train_data, tmp_path):
     assert len(records) == 2 * 4 * 2 and result.groups == 8 and result.extra_groups == 4
     for step in (0, 1):
         batch = [r for r in records if r["step"] == step]
-        assert {r["scenario_id"] for r in batch} == set(ids)  # 2 batch prompts + 2 extra ones
-        assert {r["scenario_id"] for r in batch if r["trained"]} == signal
+        assert {r["task_id"] for r in batch} == set(ids)  # 2 batch prompts + 2 extra ones
+        assert {r["task_id"] for r in batch if r["trained"]} == signal
         assert sum(r["trained"] for r in batch) == 4
     assert (result.skipped_micro_batches, result.scored_micro_batches) == (0, 8)
     assert result.zero_variance_groups == 4  # 2 of the 4 prompts, both steps

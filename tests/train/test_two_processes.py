@@ -86,7 +86,7 @@ def test_two_processes_train_what_one_process_trains_on_the_same_global_batch(st
     assert max(float((one["weights"][k] - two["weights"][k]).abs().max()) for k in one["weights"]) <= WEIGHT_ATOL
     if stage == "grpo":
         # Rank 0 recorded every process's rollouts: the whole batches, as one process records them.
-        keys = ("scenario_id", "group", "step", "reward", "outcome", "messages")
+        keys = ("task_id", "group", "step", "reward", "outcome", "messages")
         records = [[{k: json.loads(line)[k] for k in keys} for line in Path(run["rollouts_path"]).read_text().splitlines()]
                    for run in (one, two)]
         assert len(records[0]) == 2 * GLOBAL_MICRO_BATCHES["grpo"] and records[0] == records[1]

@@ -22,10 +22,10 @@ from collections import Counter
 from pathlib import Path
 
 
-def first_is_better(completions, scenario_id, **_):
+def first_is_better(completions, task_id, **_):
     """1 for the first rollout of each group of two (each process holds whole groups), 0 for the second, in the
     groups of scenarios numbered a multiple of 3; 0 for both elsewhere."""
-    return [float(index % 2 == 0 and int(sid[-4:]) % 3 == 0) for index, sid in enumerate(scenario_id)]
+    return [float(index % 2 == 0 and int(sid[-4:]) % 3 == 0) for index, sid in enumerate(task_id)]
 
 
 def _row_seeded(generate_round):

@@ -177,7 +177,7 @@ class EmailWorld(World):
         # sites, departments and cities are task answers, never a person's: they survive anonymization.
         from agent_rl.environments.email.inbox.demo_world import public_terms_of
 
-        return PrivacySpec(id_fields=("scenario_id", "citations"),
+        return PrivacySpec(id_fields=("task_id", "citations"),
                            public_terms=public_terms_of(self.env._inbox_store().inboxes()))
 
     def anonymize(self, episodes: list[dict[str, Any]], out_dir: Path, canaries: list[str],

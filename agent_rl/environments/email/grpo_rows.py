@@ -31,7 +31,7 @@ def grpo_rows(scenarios: Iterable[Any], split: str | None = Split.TRAIN.value,
                        prompt=data["question"], metadata={"query_date": when} if when else {})
         rows.append({
             "prompt": environment.opening_messages(opening),
-            "scenario_id": data["id"],
+            "task_id": data["id"],
             "inbox": data["inbox_id"],
             "answer": data["answer"],
             "source_ids": list(data.get("source_ids") or []),

@@ -53,7 +53,7 @@ class InboxEnvironment(InboxTools):
         """Bind to one row: the inbox and query date scope the tools; the golden answer stays for the judge."""
         for key in ("inbox", "answer", "prompt"):
             if key not in row:
-                raise ValueError(f"GRPO row {row.get('scenario_id', '?')!r} lacks field {key!r}")
+                raise ValueError(f"GRPO row {row.get('task_id', '?')!r} lacks field {key!r}")
         self._inbox = str(row["inbox"])
         self._query_date = parse_query_date(row.get("query_date"))
         self.trace = EpisodeTrace()
@@ -113,7 +113,7 @@ class InboxEnvironment(InboxTools):
     def _task(self) -> Task:
         """The bound row as the email environment's task record."""
         row = self._row
-        return Task(id=str(row.get("scenario_id") or ""), environment=NAME, context=self._inbox,
+        return Task(id=str(row.get("task_id") or ""), environment=NAME, context=self._inbox,
                     prompt=self.question, reference=str(row["answer"]), category=str(row.get("category") or ""),
                     metadata={"source_ids": [str(s) for s in (row.get("source_ids") or [])]})
 

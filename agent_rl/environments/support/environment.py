@@ -176,7 +176,7 @@ class SupportWorld(World):
         # Product names and cities are the store's, not anyone's: a name detector must leave them be.
         public = sorted({p.name for p in self.env.database.products.values()}
                         | {c.address.city for c in self.env.database.customers.values()})
-        return PrivacySpec(id_fields=("scenario_id", "citations"), known_people=self.known_people,
+        return PrivacySpec(id_fields=("task_id", "citations"), known_people=self.known_people,
                            public_terms=tuple(public))
 
     def known_people(self, context: str) -> list[tuple[str, str]]:
