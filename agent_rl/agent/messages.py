@@ -54,7 +54,7 @@ Which direction each caller needs
     (curation/datasets.py `conversation`, with ids=False: a row is the same bytes whatever ids a run made up).
   - `training_messages`: the same shape, strict, for a training row (train/sft.py, train/static_prefix.py).
   - `wire_messages`, `wire_arguments`, OpenAI's shape: requests to an OpenAI-compatible server
-    (agent/http_policy.py, arbiter/upstreams.py) and the gateway's replies (arbiter/gateway_messages.py).
+    (agent/http_policy.py, arbiter/upstreams.py) and the gateway's replies (arbiter/gateway/messages.py).
   - `policy_calls`: a PolicyTurn's calls with their arguments decoded, for the runner to execute.
 """
 

@@ -2,7 +2,7 @@
 
 Callers of /v1/ask and /v1/feedback authenticate with an API key (`Authorization: Bearer <key>`,
 see keys.py) that limits them to their contexts; routing changes take the separate admin token.
-Every error is JSON `{"error": ..., "detail": ...}` (on the OpenAI-compatible gateway's paths, gateway_routes.py,
+Every error is JSON `{"error": ..., "detail": ...}` (on the OpenAI-compatible gateway's paths, gateway/routes.py,
 OpenAI's `{"error": {"message", "type", "param", "code"}}` instead); bad requests are 4xx and logged (without
 bodies, credentials or the addresses asked about), a pool that cannot be written is 503; a body nested more than
 `json_walk.MAX_JSON_DEPTH` levels deep (a verdict written as JSON counts on its own) is a 400 before anything
@@ -32,11 +32,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent_rl.arbiter.config import ArbiterConfig
-from agent_rl.arbiter.gateway import Gateway, PoolDown
+from agent_rl.arbiter.gateway.service import Gateway, PoolDown
 from agent_rl.arbiter.episode_routes import add_episode_read_routes
 from agent_rl.arbiter.file_routes import add_file_routes, is_files_path, upload_body_limit
-from agent_rl.arbiter.gateway_routes import add_gateway_routes, is_gateway_path
-from agent_rl.arbiter.gateway_wire import GatewayError, openai_error, too_deep_message
+from agent_rl.arbiter.gateway.routes import add_gateway_routes, is_gateway_path
+from agent_rl.arbiter.gateway.wire import GatewayError, openai_error, too_deep_message
 from agent_rl.arbiter.job_routes import add_job_routes, is_jobs_path
 from agent_rl.arbiter.keys import KEYS_ENV, KEYS_FILE_ENV, ApiKey
 from agent_rl.arbiter.metrics import prometheus_text

@@ -45,7 +45,7 @@ def serve_command(
 ) -> None:
     """Serve POST /v1/ask, POST /v1/feedback, GET|PUT /v1/routing, GET /healthz, GET /metrics and the
     OpenAI-compatible gateway (POST /v1/chat/completions, GET /v1/models, POST /v1/episodes/{id}/end; see
-    gateway.py)."""
+    gateway/)."""
     from pydantic import ValidationError
 
     from agent_rl.arbiter.config import ArbiterConfig

@@ -55,7 +55,7 @@ class ArbiterConfig(BaseModel):
         True, description="while several versions on engines of their own are routed (an A/B test on CPU), each "
                           "engine computes on its share of the cores (agent_rl/arbiter/placement.py)")
     max_body_bytes: PositiveInt = Field(64 * 1024, description="larger request bodies are refused with 413")
-    # The OpenAI-compatible gateway (gateway.py): whole conversations travel in each request.
+    # The OpenAI-compatible gateway (gateway/): whole conversations travel in each request.
     gateway_max_body_bytes: PositiveInt = Field(
         4 * 1024 * 1024, description="larger gateway request bodies (/v1/chat/completions) are refused with 413")
     gateway_idle_s: float = Field(300.0, gt=0, description="a gateway episode without calls for this long ends and is written")

@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from sqlalchemy.exc import SQLAlchemyError
 
-from agent_rl.arbiter.gateway_wire import GatewayError
+from agent_rl.arbiter.gateway.wire import GatewayError
 from agent_rl.arbiter.keys import ApiKey
 from agent_rl.arbiter.routing import public_version
 from agent_rl.pool.tenant_view import MAX_PAGE, list_episodes, read_episode

@@ -39,7 +39,7 @@ from agent_rl.arbiter.files import (
     StoreUnavailable,
     is_file_id,
 )
-from agent_rl.arbiter.gateway_wire import GatewayError, object_not_found, store_unavailable
+from agent_rl.arbiter.gateway.wire import GatewayError, object_not_found, store_unavailable
 from agent_rl.arbiter.keys import ApiKey
 from agent_rl.arbiter.tenant_objects import found_or_404, listing, opened_once, page_limit, page_or_400
 

@@ -28,7 +28,7 @@ from fastapi import FastAPI, Request
 
 from agent_rl.arbiter.file_routes import file_store_of
 from agent_rl.arbiter.files import FileRecord, FilesConfig, FileStore, StoreUnavailable, is_file_id
-from agent_rl.arbiter.gateway_wire import GatewayError, object_not_found, store_unavailable, too_deep_message
+from agent_rl.arbiter.gateway.wire import GatewayError, object_not_found, store_unavailable, too_deep_message
 from agent_rl.arbiter.keys import ApiKey
 from agent_rl.arbiter.tenant_objects import found_or_404, listing, opened_once, page_limit, page_or_400
 from agent_rl.environments.openai_jobs.rows import JobRow, Method

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 
-from agent_rl.arbiter.gateway_wire import GatewayError
+from agent_rl.arbiter.gateway.wire import GatewayError
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ After an answer the user lets stand (thanks, or silence), a stated share asks a 
 which the agent works on and answers like the first. The hidden truth is about the whole conversation: one draw per
 user, before the first question, and every reaction, follow-ups' included, follows it.
 
-Conversations come out as the gateway records them (`agent_rl.arbiter.gateway_sessions.LiveEpisode.record`): an
+Conversations come out as the gateway records them (`agent_rl.arbiter.gateway.sessions.LiveEpisode.record`): an
 `Episode` of environment "gateway", outcome unjudged, OpenAI wire messages (tool-call arguments as JSON text,
 `tool` results naming their call), the client-declared tools, `final_answer` the last reply's text, and the
 rating, when given, in `feedback`. Each user draws from a `random.Random` of their own (seed and index): same

@@ -53,7 +53,7 @@ _COUNT = select(func.count()).select_from(_T)
 class Query:
     """One statement of what every call does, ready for a driver: its SQL, parameters, whether rows come back
     and how to read them. LiveStore runs it on a pooled connection; a caller with an asynchronous driver
-    connection (gateway_shared.py, PostgreSQL) runs it there instead."""
+    connection (arbiter/gateway/shared.py, PostgreSQL) runs it there instead."""
 
     __slots__ = ("sql", "params", "fetch", "decode")
 

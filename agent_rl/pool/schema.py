@@ -142,7 +142,7 @@ quarantine = Table(
 
 # Gateway episodes while they are served (agent_rl/pool/live.py): the authoritative copy every arbiter worker
 # reads and extends. `row_version` grows by one with every change; `session` is the caller's name for the
-# episode (NULL: grouped by `prefix`, the hash of its transcript so far, gateway_sessions.prefix_hashes).
+# episode (NULL: grouped by `prefix`, the hash of its transcript so far, arbiter/gateway/sessions.prefix_hashes).
 gateway_live = Table(
     "gateway_live",
     metadata,

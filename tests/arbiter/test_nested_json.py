@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from agent_rl.arbiter.gateway_wire import GatewayError, parse_chat_request
+from agent_rl.arbiter.gateway.wire import GatewayError, parse_chat_request
 from agent_rl.json_walk import MAX_JSON_DEPTH, text_too_deep, too_deep
 from agent_rl.pool import PoolRepository
 from tests.arbiter.arbiter_fixtures import bearer

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from agent_rl.arbiter.gateway_wire import ChatRequest
+from agent_rl.arbiter.gateway.wire import ChatRequest
 from agent_rl.feedback import conversations as talk
 from agent_rl.feedback.population import (
     DEFAULT_NOISE,

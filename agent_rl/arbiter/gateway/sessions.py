@@ -11,7 +11,7 @@ The transcript is compared as SDKs send it back (`_canonical`), not byte for byt
 
 Live episodes live in the pool (`gateway_live`, agent_rl/pool/live.py), so any worker process continues any
 session and a killed worker loses nothing it had recorded; `SessionIndex` is one worker's cache of them
-(gateway_shared.py keeps it honest against the pool). While the pool is down a worker serves from its cache
+(shared.py keeps it honest against the pool). While the pool is down a worker serves from its cache
 and keeps its own changes (`LiveEpisode.local`) until the pool is back.
 """
 

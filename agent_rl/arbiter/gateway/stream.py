@@ -15,8 +15,8 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agent_rl.arbiter.gateway_messages import assistant_message
-from agent_rl.arbiter.gateway_wire import usage_counts
+from agent_rl.arbiter.gateway.messages import assistant_message
+from agent_rl.arbiter.gateway.wire import usage_counts
 
 STREAM_PIECE_CHARS = 24
 

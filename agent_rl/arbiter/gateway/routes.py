@@ -6,7 +6,7 @@
 app's own errors on these paths (`is_gateway_path`). A caller names its episode with the session in the URL
 (for SDKs that only take a base URL) or the `X-Agent-RL-Episode` header; the episode id comes back in that
 header on every reply. The handlers only authenticate, parse and shape replies: what a call does is
-`Gateway.complete` (gateway.py).
+`Gateway.complete` (service.py).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from agent_rl.arbiter.gateway import Gateway, PoolDown
-from agent_rl.arbiter.gateway_stream import sse_events, stream_chunks
-from agent_rl.arbiter.gateway_wire import ChatRequest, GatewayError, parse_chat_request
+from agent_rl.arbiter.gateway.service import Gateway, PoolDown
+from agent_rl.arbiter.gateway.stream import sse_events, stream_chunks
+from agent_rl.arbiter.gateway.wire import ChatRequest, GatewayError, parse_chat_request
 from agent_rl.arbiter.keys import ApiKey
 from agent_rl.arbiter.routing import public_version
 

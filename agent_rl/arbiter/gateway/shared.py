@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
-from agent_rl.arbiter.gateway_sessions import LiveEpisode, SessionIndex
+from agent_rl.arbiter.gateway.sessions import LiveEpisode, SessionIndex
 from agent_rl.pool.live import AsyncPostgres, LiveStore
 from agent_rl.records import Episode, utcnow
 

@@ -1,12 +1,12 @@
 """An OpenAI-compatible gateway: any agent built on the `openai` client runs on the arbiter by changing its base URL.
 
-This module is the gateway's engine: for each call it finds or starts the live episode (gateway_sessions.py),
+This module is the gateway's engine: for each call it finds or starts the live episode (sessions.py),
 calls the version routing picked, records the reply and writes ended episodes to the pool. The endpoints are
-in gateway_routes.py, the wire format in gateway_wire.py and gateway_stream.py, replies in gateway_messages.py;
+in routes.py, the wire format in wire.py and stream.py, replies in messages.py;
 messages reach our policies in the chat template's shape (agent/messages.py).
 
 All calls of an episode go to the version routing picked for its first call (named sessions hash to the
-version, so they stay put across workers and restarts). Live episodes are kept in the pool (gateway_shared.py,
+version, so they stay put across workers and restarts). Live episodes are kept in the pool (shared.py,
 agent_rl/pool/live.py): any worker process continues any episode, and any worker ends it. The episode id is in the `X-Agent-RL-Episode`
 response header and in the body (`agent_rl.episode_id`, also on the final stream chunk).
 
@@ -49,17 +49,17 @@ from typing import Any
 
 from agent_rl.agent.messages import template_messages, text_of
 from agent_rl.agent.policy import Policy
-from agent_rl.arbiter.gateway_messages import turn_to_message, undeclared_tools, upstream_message
-from agent_rl.arbiter.gateway_sessions import (
+from agent_rl.arbiter.gateway.messages import turn_to_message, undeclared_tools, upstream_message
+from agent_rl.arbiter.gateway.sessions import (
     DEFAULT_CONTEXT,
     DEFAULT_ENVIRONMENT,
     LiveEpisode,
     call_hashes,
     transcript_hash,
 )
-from agent_rl.arbiter.gateway_shared import Call, SharedSessions, StoreDown, episode_of_row
-from agent_rl.arbiter.gateway_stream import StreamedReply, sse_bytes
-from agent_rl.arbiter.gateway_wire import ChatRequest, GatewayError, completion_body, openai_error, usage_counts
+from agent_rl.arbiter.gateway.shared import Call, SharedSessions, StoreDown, episode_of_row
+from agent_rl.arbiter.gateway.stream import StreamedReply, sse_bytes
+from agent_rl.arbiter.gateway.wire import ChatRequest, GatewayError, completion_body, openai_error, usage_counts
 from agent_rl.arbiter.keys import ApiKey
 from agent_rl.arbiter.policies import PolicyLoadError
 from agent_rl.arbiter.routing import public_version
@@ -71,7 +71,7 @@ log = logging.getLogger("agent_rl.arbiter.gateway")
 
 DEFAULT_MAX_TOKENS = 512
 # How a call found its episode: the transcript it matched, the prefix its record expects (the token it claimed
-# that transcript with, gateway_shared.py), and the running hash of its messages (None: a named session).
+# that transcript with, shared.py), and the running hash of its messages (None: a named session).
 Found = tuple[str | None, str | None, Any]
 
 
