@@ -1,8 +1,8 @@
 """Labels from implicit feedback: how well the labeler (agent_rl/feedback/) labels the episodes nobody rated.
 
 A simulated week of an outside agent's traffic is labeled from its own ratings, and the labels are scored against
-the simulation's hidden truth. Two worlds, one model of users' behaviour (agent_rl/feedback/behaviour.py):
-  - `--world population` (default): agent_rl/feedback/population.py, a scripted agent's conversations, for the
+the simulation's hidden truth. Two worlds, one model of users' behaviour (agent_rl/simulated_users/behaviour.py):
+  - `--world population` (default): agent_rl/simulated_users/population.py, a scripted agent's conversations, for the
     default noise and the two noisier presets, each with `--seeds` independent weeks (seconds each);
   - `--world gateway`: the gateway demo's own week (bench/gateway_week.py: the outside program's users through the
     arbiter's gateway to the simulated o3), at `--noise`, `--seeds` weeks (~2-3 minutes each on 2 cores): what
@@ -48,7 +48,7 @@ from sklearn.metrics import roc_auc_score  # noqa: E402
 
 from agent_rl.curation.live import held_out  # noqa: E402
 from agent_rl.feedback.labeler import LabelerConfig, against_truth, label_episodes  # noqa: E402
-from agent_rl.feedback.population import NOISE_PRESETS, PopulationConfig, simulate  # noqa: E402
+from agent_rl.simulated_users.population import NOISE_PRESETS, PopulationConfig, simulate  # noqa: E402
 from agent_rl.feedback.signals import Signals, episode_signals  # noqa: E402
 
 MIN_AUC, MAX_ECE, MIN_ROWS_RATIO = 0.85, 0.05, 10.0

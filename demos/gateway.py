@@ -3,7 +3,7 @@
 The outside agent is its own program (`examples/outside_agent.py`): a mail assistant written on the official
 `openai` client that declares its tools, runs the calls it gets back against its own mailbox backend and sends
 the results back, talking to the gateway over HTTP with an API key of its own. Its users are simulated
-(`agent_rl/feedback/users.py`): each asks a question whose right answer only the simulation knows, is satisfied
+(`agent_rl/simulated_users/users.py`): each asks a question whose right answer only the simulation knows, is satisfied
 or not with stated noise (the hidden truth, written to a file the loop never reads), re-asks, corrects, thanks,
 complains, leaves, and a few percent rate through the gateway's feedback endpoint. Production behind the gateway
 is the demo's production agent (the rule-based reader in the fast profile, the simulated o3 otherwise), routed by
@@ -103,7 +103,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     from agent_rl.curation.live import judged_by_users
-    from agent_rl.feedback.population import NOISE_PRESETS
+    from agent_rl.simulated_users.population import NOISE_PRESETS
 
     if not judged_by_users(args.env):
         parser.error(f"--env {args.env!r}: this driver runs the gateway's demo only")

@@ -8,7 +8,7 @@ backend (a mailbox database it builds from the demo corpus generator, in its own
 email tools' search and read functions), and sends the results back. The model behind the gateway is whatever
 agent-rl routes to. A share of backend calls fails (`--backend-error-rate`, 5%): services do.
 
-Its users are simulated (agent_rl/feedback/users.py): each asks a question about their mailbox whose right
+Its users are simulated (agent_rl/simulated_users/users.py): each asks a question about their mailbox whose right
 answer only the simulation knows, reacts to the answer with the stated noise, sometimes goes on to ask about
 something else in the same mailbox (`follow_up_candidates`), and a few percent rate it through the gateway's
 feedback endpoint. Whether each user ended up satisfied (the hidden truth) is written to `--truth`,
@@ -215,9 +215,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from openai import OpenAI
 
     from agent_rl.environments.email.scenarios.generate import load_scenarios
-    from agent_rl.feedback.outside_agent import ToolLoopAgent
-    from agent_rl.feedback.population import NOISE_PRESETS
-    from agent_rl.feedback.users import Question, UsersConfig, run_users
+    from agent_rl.simulated_users.outside_agent import ToolLoopAgent
+    from agent_rl.simulated_users.population import NOISE_PRESETS
+    from agent_rl.simulated_users.users import Question, UsersConfig, run_users
     from agent_rl.reward.judge import DeterministicJudge
 
     if args.noise not in NOISE_PRESETS:
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--first-index", type=int, default=0, help="index of the first user (later rounds go on)")
     r.add_argument("--rated-share", type=float, default=0.05)
-    r.add_argument("--noise", default="default", help="users' noise preset (agent_rl/feedback/population.py)")
+    r.add_argument("--noise", default="default", help="users' noise preset (agent_rl/simulated_users/population.py)")
     r.add_argument("--backend-error-rate", type=float, default=0.05)
     r.add_argument("--lowercase-share", type=float, default=0.3, help="share of re-asks users type in lower case")
     r.add_argument("--concurrency", type=int, default=8)

@@ -3,7 +3,7 @@ nothing to end and ratings dropped; a closing user message gets one short reply.
 
 from __future__ import annotations
 
-from agent_rl.feedback.outside_agent import Turn
+from agent_rl.simulated_users.outside_agent import Turn
 
 
 class QuietEnding:

@@ -152,7 +152,7 @@ def test_the_real_sensor_decides_and_the_traffic_stops_there(tmp_path):
     import dagster as dg
 
     from agent_rl import registry, settings
-    from agent_rl.feedback.population import PopulationConfig, simulate
+    from agent_rl.simulated_users.population import PopulationConfig, simulate
     from agent_rl.pool.repository import PoolRepository
     from pipelines.sensors import challenger_sensor, rollout_sensor
     from resources.registry import MlflowResource

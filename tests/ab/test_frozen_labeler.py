@@ -1,6 +1,6 @@
 """The labeler an A/B test reads (issue 64): the model curation labeled the week with, kept by curation, copied when
 the test starts, read by every look of that test whatever later weeks keep; the decision's evidence in the
-routing history, the log and MLflow. Simulated conversations (feedback/population.py), a logistic labeler, the
+routing history, the log and MLflow. Simulated conversations (agent_rl/simulated_users/population.py), a logistic labeler, the
 rule-based agent registered as challenger: no language model."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from agent_rl.curation.live import LABELER, judge_by_feedback, label_unrated
 from agent_rl.curation.week_labeler import freeze_week_labeler
 from agent_rl.feedback.frozen import TEST_STAGE, WEEK_STAGE, FrozenLabeler
 from agent_rl.feedback.labeler import LabelerConfig
-from agent_rl.feedback.population import PopulationConfig, simulate
+from agent_rl.simulated_users.population import PopulationConfig, simulate
 from agent_rl.pool.repository import PoolRepository
 
 WEEK = datetime(2026, 11, 16, tzinfo=timezone.utc)

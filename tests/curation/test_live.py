@@ -149,7 +149,7 @@ def test_skipped_grpo_leaves_sft_as_the_candidate_and_says_why():
 
 
 def _simulated_week(rated_share: float):
-    from agent_rl.feedback.population import PopulationConfig, simulate
+    from agent_rl.simulated_users.population import PopulationConfig, simulate
 
     simulated = simulate(PopulationConfig(n_episodes=2000, rated_share=rated_share, seed=4))
     rows = [judge_by_feedback(s.episode.model_dump(mode="json")) for s in simulated]

@@ -21,7 +21,7 @@ from agent_rl.curation.tenant_agreement import (
 )
 from agent_rl.curation.tenants import cap_tenant_share
 from agent_rl.feedback.labeler import LabelerConfig
-from agent_rl.feedback.population import PopulationConfig, simulate
+from agent_rl.simulated_users.population import PopulationConfig, simulate
 from tests.curation.test_tenants import rows_of
 
 

@@ -52,7 +52,7 @@ def test_one_tenant_alone_or_within_the_cap_keeps_everything():
 
 def test_a_tenants_ratings_do_not_move_another_tenants_labels():
     from agent_rl.feedback.labeler import LabelerConfig
-    from agent_rl.feedback.population import PopulationConfig, simulate
+    from agent_rl.simulated_users.population import PopulationConfig, simulate
 
     simulated = simulate(PopulationConfig(n_episodes=1200, rated_share=0.25, seed=4))
     honest = [judge_by_feedback({**s.episode.model_dump(mode="json"), "tenant": "honest"}) for s in simulated]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from agent_rl.curation.live import held_out, judge_by_feedback, labeler_fit_rows
 from agent_rl.feedback.labeler import LabelerConfig
-from agent_rl.feedback.population import PopulationConfig, simulate
+from agent_rl.simulated_users.population import PopulationConfig, simulate
 from agent_rl.feedback.signals import episode_signals
 from bench.labels import fit_rows, score_week
 

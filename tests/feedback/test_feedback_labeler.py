@@ -18,7 +18,7 @@ from agent_rl.feedback.labeler import (
     expected_calibration_error,
     label_episodes,
 )
-from agent_rl.feedback.population import PopulationConfig, simulate
+from agent_rl.simulated_users.population import PopulationConfig, simulate
 from agent_rl.feedback.signals import Signals, episode_signals
 
 

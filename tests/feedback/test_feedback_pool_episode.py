@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from agent_rl.arbiter.gateway.sessions import LiveEpisode
-from agent_rl.feedback.population import PopulationConfig, simulate
+from agent_rl.simulated_users.population import PopulationConfig, simulate
 from agent_rl.feedback.signals import episode_signals
 from agent_rl.pool import PoolRepository
 

@@ -1,4 +1,4 @@
-"""The simulated population (agent_rl/feedback/population.py): deterministic per seed, rating share as configured,
+"""The simulated population (agent_rl/simulated_users/population.py): deterministic per seed, rating share as configured,
 conversations in the gateway's wire shape, behaviour that depends on the hidden truth but overlaps, follow-up
 questions on another topic at the configured shares."""
 
@@ -10,8 +10,8 @@ import re
 import pytest
 
 from agent_rl.arbiter.gateway.wire import ChatRequest
-from agent_rl.feedback import conversations as talk
-from agent_rl.feedback.population import (
+from agent_rl.simulated_users import conversations as talk
+from agent_rl.simulated_users.population import (
     DEFAULT_NOISE,
     NOISE_PRESETS,
     NOISY,

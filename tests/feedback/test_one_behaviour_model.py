@@ -10,13 +10,13 @@ import json
 import math
 import random
 
-from agent_rl.feedback import behaviour, population, users
-from agent_rl.feedback import conversations as talk
+from agent_rl.simulated_users import behaviour, population, users
+from agent_rl.simulated_users import conversations as talk
 from agent_rl.feedback.labeler import LabelerConfig, against_truth, label_episodes
-from agent_rl.feedback.outside_agent import Turn
-from agent_rl.feedback.population import PopulationConfig, simulate
+from agent_rl.simulated_users.outside_agent import Turn
+from agent_rl.simulated_users.population import PopulationConfig, simulate
 from agent_rl.feedback.signals import episode_signals, signals_from_messages
-from agent_rl.feedback.users import Grounding, Question, UsersConfig, run_users
+from agent_rl.simulated_users.users import Grounding, Question, UsersConfig, run_users
 from tests.fake_agents import QuietEnding
 
 # The agent's own noise set to none in both worlds: what is compared is the users.

@@ -12,10 +12,10 @@ from openai import OpenAI
 
 from agent_rl.environments.email.tools import call_tool, make_tools, tool_schemas
 from agent_rl.environments.email.inbox.store import open_inbox_store
-from agent_rl.feedback.outside_agent import ToolLoopAgent
-from agent_rl.feedback.population import DEFAULT_NOISE
+from agent_rl.simulated_users.outside_agent import ToolLoopAgent
+from agent_rl.simulated_users.population import DEFAULT_NOISE
 from agent_rl.feedback.signals import SignalConfig, content_words, episode_signals, similarity
-from agent_rl.feedback.users import Grounding, Question, UsersConfig, run_users
+from agent_rl.simulated_users.users import Grounding, Question, UsersConfig, run_users
 from agent_rl.reward.judge import DeterministicJudge
 from examples.outside_agent import follow_up_candidates
 from tests.arbiter import arbiter_fixtures

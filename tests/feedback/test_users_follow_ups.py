@@ -1,4 +1,4 @@
-"""Simulated users who ask a follow-up question on another topic (agent_rl/feedback/users.py), against a scripted
+"""Simulated users who ask a follow-up question on another topic (agent_rl/simulated_users/users.py), against a scripted
 stand-in for the outside agent (no gateway): the follow-up comes at the preset's share after an answer the user let
 stand, the agent answers it in the same conversation, re-asks then restate it, and the hidden truth covers both
 questions."""
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import math
 
-from agent_rl.feedback.outside_agent import Turn
-from agent_rl.feedback.population import NoiseConfig, Reactions
+from agent_rl.simulated_users.outside_agent import Turn
+from agent_rl.simulated_users.population import NoiseConfig, Reactions
 from agent_rl.feedback.signals import signals_from_messages
-from agent_rl.feedback.users import Grounding, Question, UsersConfig, run_users
+from agent_rl.simulated_users.users import Grounding, Question, UsersConfig, run_users
 from tests.fake_agents import QuietEnding
 
 FIRST = Question("Where is my order 123?", lambda answer: "123" in answer)  # the agent quotes it: always right

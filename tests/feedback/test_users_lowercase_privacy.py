@@ -13,9 +13,9 @@ from openai import OpenAI
 from agent_rl.curation.anonymize import AnonymizerConfig
 from agent_rl.curation.plugin_privacy import anonymize_plugin_partition
 from agent_rl.environments.email.inbox.demo_world import public_terms
-from agent_rl.feedback.outside_agent import ToolLoopAgent
-from agent_rl.feedback.population import DEFAULT_NOISE
-from agent_rl.feedback.users import Question, UsersConfig, run_users
+from agent_rl.simulated_users.outside_agent import ToolLoopAgent
+from agent_rl.simulated_users.population import DEFAULT_NOISE
+from agent_rl.simulated_users.users import Question, UsersConfig, run_users
 from examples.outside_agent import SYSTEM, TOOLS, Mailbox
 from tests.arbiter import arbiter_fixtures
 from tests.arbiter.arbiter_fixtures import api_key
