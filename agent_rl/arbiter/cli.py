@@ -183,10 +183,10 @@ def _replayable_tasks(env: str, tasks_path: Path | None) -> list:
     """The tasks of `env` a replay may send, from the tasks file when one is named (an environment that reads
     none refuses it rather than sending something else)."""
     from agent_rl.environments.core import EnvironmentError
-    from agent_rl.environments.registry import accepted_options, load_environment
+    from agent_rl.environments.registry import load_environment, world_options
 
-    options = {"scenarios_path": str(tasks_path)} if tasks_path else {}
-    if options and not accepted_options(env, options):
+    options = world_options(env, tasks_path=tasks_path)
+    if tasks_path and not options:
         raise EnvironmentError(env, "reads no tasks file (--tasks): it brings its own tasks")
     environment = load_environment(env, **options)
     try:

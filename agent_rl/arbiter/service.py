@@ -30,7 +30,7 @@ from agent_rl.arbiter.routing import Router, Split
 from agent_rl.pool import PoolRepository, Routing
 from agent_rl.pool.repository import normalize_weights
 from agent_rl.environments.core import Environment, Task
-from agent_rl.environments.registry import accepted_options, load_environment
+from agent_rl.environments.registry import load_environment, world_options
 from agent_rl.records import Episode
 
 log = logging.getLogger(__name__)
@@ -60,11 +60,9 @@ class OutOfScope(PermissionError):
 
 def serving_environment(config: ArbiterConfig) -> Environment:
     """The environment /v1/ask serves, from the registry. The world store and tasks file the configuration names
-    go to an environment that takes them by the options `store_url` and `scenarios_path` (the email assistant: its
-    inbox store and scenarios file); others bring their own."""
-    named = {"store_url": config.store_url, "scenarios_path": config.tasks_path}
-    options = {key: str(value) for key, value in named.items() if value}
-    return load_environment(config.environment, **accepted_options(config.environment, options))
+    go to an environment that takes them (`registry.world_options`); others bring their own."""
+    return load_environment(config.environment, **world_options(config.environment, config.store_url,
+                                                                config.tasks_path))
 
 
 @dataclass

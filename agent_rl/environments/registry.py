@@ -14,6 +14,7 @@ import importlib
 import importlib.metadata
 import inspect
 import re
+import warnings
 from typing import Any
 
 from agent_rl.environments.core import Capabilities, Environment, EnvironmentError, check_environment
@@ -108,6 +109,19 @@ def accepted_options(spec: str, options: dict[str, Any]) -> dict[str, Any]:
     names = {p.name for p in parameters if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                                       inspect.Parameter.KEYWORD_ONLY)}
     return {key: value for key, value in options.items() if key in names}
+
+
+def world_options(spec: str, store_url: str | None = None, tasks_path: str | None = None) -> dict[str, str]:
+    """The options naming a world's store and tasks file (a command line's `--store-url`, `--tasks`) that the
+    environment `spec` takes: `store_url` and `tasks_path` by those names, or a tasks file as `scenarios_path`, the
+    name plug-ins written after the email assistant's first options took (warned: it goes in the next release)."""
+    named = {key: str(value) for key, value in (("store_url", store_url), ("tasks_path", tasks_path)) if value}
+    taken = accepted_options(spec, named)
+    if "tasks_path" in named and "tasks_path" not in taken and accepted_options(spec, {"scenarios_path": ""}):
+        warnings.warn(f"environment {spec!r} takes its tasks file as scenarios_path: name the option tasks_path "
+                      "(scenarios_path goes in the next release)", DeprecationWarning, stacklevel=2)
+        taken["scenarios_path"] = named["tasks_path"]
+    return taken
 
 
 def environment_commands() -> list[tuple[str, Any, str]]:

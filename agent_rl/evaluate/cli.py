@@ -15,22 +15,21 @@ def eval_command(
     split: Annotated[Split, typer.Option("--split")] = Split.TEST,
     n: Annotated[Optional[int], typer.Option("--n", help="tasks to sample (default 60; 0 = all)")] = 60,
     seed: Annotated[int, typer.Option(help="sampling seed: same seed, same tasks")] = 0,
-    scenarios: Annotated[Optional[str], typer.Option(help="email: scenarios JSONL (default: the scenarios asset's)")] = None,
-    db: Annotated[Optional[str], typer.Option("--db", help="email: inbox store URL")] = None,
+    scenarios: Annotated[Optional[str], typer.Option("--tasks", "--scenarios", help="the environment's tasks file, where it reads one (email: scenarios JSONL; default the scenarios asset's)")] = None,
+    db: Annotated[Optional[str], typer.Option("--store-url", "--db", help="the environment's store, where it keeps one (email: the inbox store URL)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     env: Annotated[str, typer.Option("--env", help="environment: a built-in name (email), an installed plug-in's "
                                      "name or an import path package.module:Class (docs/environments.md)")] = "email",
 ) -> None:
     """Evaluate a policy on an environment's held-out tasks (fixed seed), as validation does."""
-    from agent_rl.environments.registry import load_environment
+    from agent_rl.environments.registry import load_environment, world_options
     from agent_rl.evaluate.harness import EvalConfig, evaluate_tasks
     from agent_rl.policy_specs import load_policy
 
-    # The email assistant's world can be named on the command line; other environments bring their own.
-    options = {key: value for key, value in (("store_url", db), ("scenarios_path", scenarios)) if value}
+    # A world can be named on the command line (the email assistant's); other environments bring their own.
     environment = None
     try:
-        environment = load_environment(env, **options)
+        environment = load_environment(env, **world_options(env, db, scenarios))
         tasks = environment.tasks(split)
         loaded = load_policy(policy)
         result = evaluate_tasks(loaded, environment, tasks, EvalConfig(split=split, max_scenarios=n or None, seed=seed),

@@ -14,7 +14,7 @@ from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus
 from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.environments.email.memo_judge import MemoJudge
 from agent_rl.environments.email.scenarios import generate_scenarios, save_scenarios
-from agent_rl.environments.registry import accepted_options, load_environment
+from agent_rl.environments.registry import accepted_options, load_environment, world_options
 from agent_rl.records import Split
 from agent_rl.reward.judge import Verdict
 
@@ -117,3 +117,26 @@ def test_options_naming_a_world_reach_only_an_environment_that_takes_them(world)
     assert accepted_options("email", options) == options
     assert accepted_options("support", options) == {}
     assert accepted_options("support", {"seed": 3, "store_url": "x"}) == {"seed": 3}
+
+
+class TasksFromAFile:
+    """A plug-in factory written after the email assistant's first options: its tasks file is `scenarios_path`."""
+
+    def __init__(self, scenarios_path: str | None = None) -> None:
+        self.scenarios_path = scenarios_path
+
+
+def test_a_world_named_on_the_command_line_reaches_the_environment_under_the_loops_names(world, recwarn):
+    url, path = world[0], str(world[1])
+    assert world_options("email", url, path) == {"store_url": url, "tasks_path": path}
+    environment = load_environment("email", **world_options("email", url, path))
+    try:
+        assert environment.world().replayable_tasks() == [scenario_task(s) for s in world[2]]
+    finally:
+        environment.close()
+    assert world_options("support", url, path) == {}  # it brings its own world
+    assert not recwarn.list
+    # A plug-in that took the tasks file under its first name still gets it, warned.
+    spec = f"{__name__}:TasksFromAFile"
+    with pytest.warns(DeprecationWarning, match="tasks_path"):
+        assert world_options(spec, url, path) == {"scenarios_path": path}

@@ -46,16 +46,18 @@ class EmailEnvironment(Environment):
 
     def __init__(self, store: InboxStore | None = None, scenarios: list[Scenario] | None = None,
                  tools: ToolConfig | None = None, rubric: RubricWeights | None = None,
-                 judge: Judge | None = None, store_url: str | None = None, scenarios_path: str | None = None) -> None:
-        """`store` and `scenarios` as objects, or where to find them (`store_url`, `scenarios_path`: options a
-        command line passes through the registry); neither: the demo world's, opened when first needed."""
+                 judge: Judge | None = None, store_url: str | None = None, tasks_path: str | None = None,
+                 scenarios_path: str | None = None) -> None:
+        """`store` and `scenarios` as objects, or where to find them (`store_url`, `tasks_path`: options a command
+        line passes through the registry; `scenarios_path` is tasks_path's first name); neither: the demo world's,
+        opened when first needed."""
         self.store = store
         self.store_url = store_url
         self._local = threading.local()  # the store opened from store_url for each thread that plays
         self._opened: list[InboxStore] = []
         self._opened_lock = threading.Lock()
         self._scenarios = scenarios
-        self.scenarios_path = scenarios_path
+        self.scenarios_path = tasks_path or scenarios_path
         self.tool_config = tools or ToolConfig()
         self.rubric = rubric or RubricWeights()
         # Deterministic verdicts are remembered: served traffic replays the same scenarios over and over.
