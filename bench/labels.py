@@ -20,6 +20,9 @@ demo profile's 6,000 users a week. Reported per preset (means over the seeds, an
     episodes, and the ECE a perfectly calibrated labeler would still show on that many (sampling noise);
   - auc_ratings_ceiling: the AUC the hidden truth itself reaches against the same ratings, where users rate against
     how it went (rating noise): no labeler's out-of-fold AUC can exceed it, so the check's AUC bar must sit below;
+  - auc_signals_ceiling (population world): what the signals themselves allow, lower still: a logistic model fitted
+    on the hidden truth of `--ceiling-weeks` other weeks (not on ratings: the signals' best, no labeler's), scored
+    against each week's ratings (`_ratings`) and its truth (`_truth`); the check's AUC bar must sit below the first;
   - check_passed: in how many weeks the check passed (when it fails the week trains on its ratings alone);
   - rows_ratings_only vs rows_with_labels: training rows from the ratings alone vs ratings plus confident labels
     (had the labels been used), their ratio, and good rows alone (what SFT takes);
@@ -41,6 +44,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -83,7 +87,25 @@ def gateway_week(preset: str, seed: int, episodes: int, rated_share: float
     return [episode_signals(r) for r in rows], truth
 
 
-def score_week(signals: list[Signals], truth: dict[str, bool], config: LabelerConfig, fit: str) -> dict[str, float]:
+def signals_ceiling(preset: str, weeks: int, episodes: int, rated_share: float) -> Any:
+    """A logistic model of the hidden truth from the signals, fitted on `weeks` population weeks no bench week uses
+    (seeds from 1000): the most the signals tell, which no labeler fitted on ratings can beat."""
+    from sklearn.linear_model import LogisticRegression
+
+    from agent_rl.feedback.labeler import _matrix
+
+    rows: list[Signals] = []
+    truth: dict[str, bool] = {}
+    for seed in range(1000, 1000 + weeks):
+        signals, week_truth = population_week(preset, seed, episodes, rated_share)
+        rows += signals
+        truth.update(week_truth)
+    model = LogisticRegression(max_iter=2000).fit(_matrix(rows), [int(truth[s.episode_id]) for s in rows])
+    return lambda signals: model.predict_proba(_matrix(signals))[:, 1]
+
+
+def score_week(signals: list[Signals], truth: dict[str, bool], config: LabelerConfig, fit: str,
+               ceiling: Any = None) -> dict[str, float]:
     """Label a week and score the labels against the hidden truth."""
     result = label_episodes(fit_rows(signals, fit), config)
     report = result.report
@@ -91,17 +113,23 @@ def score_week(signals: list[Signals], truth: dict[str, bool], config: LabelerCo
     confident = [s for s in result.scored if s.good is not None]  # the labels, had the check passed
     rated = [s for s in fit_rows(signals, fit) if s.rated and s.episode_id in truth]
     ratings_good = [int((s.rating or 0) > 0) for s in rated]
-    ceiling = (roc_auc_score(ratings_good, [float(truth[s.episode_id]) for s in rated])
-               if 0 < sum(ratings_good) < len(ratings_good) else None)
+    ceiling_auc = (roc_auc_score(ratings_good, [float(truth[s.episode_id]) for s in rated])
+                   if 0 < sum(ratings_good) < len(ratings_good) else None)
     good_labels = sum(bool(s.good) for s in confident)
     nan = float("nan")
+    signals_ratings = signals_truth = nan
+    if ceiling is not None and 0 < sum(ratings_good) < len(ratings_good):
+        signals_ratings = roc_auc_score(ratings_good, ceiling(rated))
+        signals_truth = roc_auc_score([int(truth[s.episode_id]) for s in signals], ceiling(signals))
     return {
         "auc_truth": scored["auc"] if scored["auc"] is not None else nan,
         "ece_truth": scored["ece"] if scored["ece"] is not None else nan,
         "mean_probability": scored["mean_probability"] if scored["mean_probability"] is not None else nan,
         "truth_share": scored["truth_share"] if scored["truth_share"] is not None else nan,
         "auc_ratings_oof": report.auc if report.auc is not None else nan,
-        "auc_ratings_ceiling": ceiling if ceiling is not None else nan,
+        "auc_ratings_ceiling": ceiling_auc if ceiling_auc is not None else nan,
+        "auc_signals_ceiling_ratings": signals_ratings,
+        "auc_signals_ceiling_truth": signals_truth,
         "ece_ratings_oof": report.ece if report.ece is not None else nan,
         "ece_floor_ratings": report.ece_floor if report.ece_floor is not None else nan,
         "check_passed": float(report.passed),
@@ -130,6 +158,9 @@ def summarize(weeks: list[dict[str, float]]) -> dict[str, object]:
         "ece_truth_per_seed": [round(w["ece_truth"], 3) for w in weeks],
         "auc_ratings_oof": round(mean["auc_ratings_oof"], 3),
         "auc_ratings_ceiling": round(mean["auc_ratings_ceiling"], 3),
+        "auc_signals_ceiling_ratings": round(mean["auc_signals_ceiling_ratings"], 3),
+        "auc_signals_ceiling_truth": round(mean["auc_signals_ceiling_truth"], 3),
+        "auc_ratings_oof_per_seed": [round(w["auc_ratings_oof"], 3) for w in weeks],
         "ece_ratings_oof": round(mean["ece_ratings_oof"], 3),
         "ece_floor_ratings": round(mean["ece_floor_ratings"], 3),
         "check_passed": f"{int(sum(w['check_passed'] for w in weeks))}/{len(weeks)}",
@@ -158,6 +189,8 @@ def main() -> None:
                         help="the labeler's rows, comma-separated to compare on the same weeks: curation (curation's: "
                              "the rated episodes validation holds out left out, good or not), good-out (only the "
                              "held-out good ones left out: curation's fit before 2026-11-29), all")
+    parser.add_argument("--ceiling-weeks", type=int, default=6,
+                        help="population world: weeks of hidden truth the signals' ceiling is fitted on (0: none)")
     parser.add_argument("--calibration", choices=("none", "sigmoid", "isotonic"), default=LabelerConfig.calibration,
                         help="the labeler's calibration (LabelerConfig.calibration), to compare against the default")
     args = parser.parse_args()
@@ -169,10 +202,12 @@ def main() -> None:
         parser.error(f"--fit: a comma-separated list of {', '.join(FITS)}")
     scores: dict[str, dict[str, list]] = {fit: {name: [] for name in names} for fit in fits}
     for name in names:
+        ceiling = (signals_ceiling(name, args.ceiling_weeks, args.episodes, args.rated_share)
+                   if args.world == "population" and args.ceiling_weeks > 0 else None)
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             signals, truth = WORLDS[args.world](name, seed, args.episodes, args.rated_share)
             for fit in fits:
-                scores[fit][name].append(score_week(signals, truth, config, fit))
+                scores[fit][name].append(score_week(signals, truth, config, fit, ceiling))
     by_fit = {fit: {name: summarize(weeks) for name, weeks in per.items()} for fit, per in scores.items()}
     presets = by_fit[fits[0]]
     default = presets.get("default")

@@ -51,7 +51,7 @@ class CurationResource(ConfigurableResource):
                                 "implicit signals, with a labeler calibrated on the rated ones (agent_rl/feedback)")
     label_positive_threshold: float = Field(default=0.8, gt=0.5, le=1, description="labeled good at or above")
     label_negative_threshold: float = Field(default=0.2, ge=0, lt=0.5, description="labeled bad at or below")
-    labeler_min_auc: float = Field(default=0.85, ge=0.5, le=1, description="the labeler's check: out-of-fold AUC")
+    labeler_min_auc: float = Field(default=0.76, ge=0.5, le=1, description="the labeler's check: out-of-fold AUC")
     labeler_max_ece: float = Field(default=0.05, gt=0, le=1, description="the labeler's check: calibration error")
     labeler_judge: str | None = Field(
         default=None, description="a model judge labels instead of the signals, held to the same thresholds and "

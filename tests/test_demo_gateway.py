@@ -34,7 +34,7 @@ def test_a_week_of_an_outside_agent_end_to_end(tmp_path):
     assert re.search(r"ratings: \d+ \(\d+ up\)", summary)
     rows = re.search(r"SFT rows: \d+ \(good episodes they come from: (\d+) rated by users, (\d+) labeled", summary)
     assert rows and int(rows.group(1)) > 0, summary
-    assert re.search(r"labeler check \(bars AUC >= 0.85, ECE <= 0.05 beyond sampling noise, the profile's\): "
+    assert re.search(r"labeler check \(bars AUC >= 0.76, ECE <= 0.05 beyond sampling noise, the profile's\): "
                      r"out of fold on \d+ rated: AUC 0\.\d{3}, ECE 0\.\d{3} \(sampling noise alone ~0\.\d{3}, "
                      r"beyond it 0\.\d{3}\)", summary)
     assert re.search(r"labeler vs the hidden truth on \d+ unrated episodes: AUC 0\.\d{3}, ECE 0\.\d{3}", summary)

@@ -3,7 +3,7 @@
 The few rated episodes teach a classifier how the implicit signals (signals.py) predict a rating (good: the
 rating is > 0, as curation reads it). Before any label is used the labeler is measured on rated episodes it did not
 learn from: every rated episode gets an out-of-fold probability (stratified k-fold, the model refitted per fold),
-and the check wants a ROC AUC and a calibration error within configurable bars (default AUC >= 0.85, and an
+and the check wants a ROC AUC and a calibration error within configurable bars (default AUC >= 0.76, and an
 expected calibration error at most 0.05 beyond sampling noise). Out-of-fold rather than one held-out slice because
 ratings are scarce: with 200 of them, a fifth held out would measure calibration on 40 episodes, too few to tell
 0.05 from noise.
@@ -12,6 +12,15 @@ Why the calibration bar is on the error beyond noise: even a perfectly calibrate
 set of ratings (about 0.077 on 150 of them, 10 bins: `ece_floor`), so a bar of 0.05 on the raw ECE fails every
 labeler of a week with a few hundred ratings, however good. The check subtracts that floor (the ECE the labeler's
 own probabilities would show if they were exactly right) and holds the rest to `max_ece`.
+
+Why the AUC bar is 0.76: the check measures the labeler against ratings, and ratings carry their users' noise, so no
+labeler can show more than the signals allow against them. In bench/labels.py's world, a model fitted on the hidden
+truth of 36,000 episodes (the signals' best, not a labeler's) reaches AUC 0.873 against that truth but only 0.846
+against the ratings; the labeler itself (AUC ~0.865 against the truth, week after week) shows 0.824 out of fold on a
+week's ~270 ratings, with a standard deviation of 0.042 from which users happened to rate. The earlier bar, 0.85,
+sat above that ceiling: the same labeler passed in 6 of 20 weeks by the luck of the draw. 0.76 is the ceiling less
+two standard deviations of one week's estimate: the same labeler passes ~9 weeks in 10 (18 of those 20), one that
+separates little (AUC ~0.7 against the truth) almost never (docs/experiments.md, 2026-11-30 (night)).
 
 When the check passes, the final model (fitted on every rated episode) scores the unrated ones and only the
 confident probabilities become labels: at or above `positive_threshold` good, at or below `negative_threshold`
@@ -72,7 +81,7 @@ class LabelerConfig:
 
     positive_threshold: float = 0.8
     negative_threshold: float = 0.2
-    min_auc: float = 0.85
+    min_auc: float = 0.76
     max_ece: float = 0.05
     min_rated: int = 100
     min_per_class: int = 20

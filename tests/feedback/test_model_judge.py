@@ -323,7 +323,7 @@ def test_the_judge_as_a_signal_passes_the_check_where_the_signals_alone_cannot(o
     rated = 140  # validation holds out a fifth of the rated episodes by id: >= 100 are left to fit on
     rows, truth = silent_week(n_rated=rated)
     alone = label_episodes(rows, LabelerConfig())  # the signals alone are at chance
-    assert not alone.report.passed and abs(alone.report.auc - 0.5) < 0.05 and "< 0.85" in alone.report.reason
+    assert not alone.report.passed and abs(alone.report.auc - 0.5) < 0.05 and "< 0.76" in alone.report.reason
     assert alone.report.judge_calls is None
     openai_stub.script(reads_the_answer())
     labeler = JudgeAndSignalsLabeler(judge=relative_judge(openai_stub))
