@@ -15,6 +15,7 @@ import importlib.metadata
 import inspect
 import re
 import warnings
+from os import PathLike
 from typing import Any
 
 from agent_rl.environments.core import Capabilities, Environment, EnvironmentError, check_environment
@@ -111,7 +112,8 @@ def accepted_options(spec: str, options: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in options.items() if key in names}
 
 
-def world_options(spec: str, store_url: str | None = None, tasks_path: str | None = None) -> dict[str, str]:
+def world_options(spec: str, store_url: str | None = None, tasks_path: str | PathLike[str] | None = None
+                  ) -> dict[str, str]:  # fmt: skip
     """The options naming a world's store and tasks file (a command line's `--store-url`, `--tasks`) that the
     environment `spec` takes: `store_url` and `tasks_path` by those names, or a tasks file as `scenarios_path`, the
     name plug-ins written after the email assistant's first options took (warned: it goes in the next release)."""
