@@ -10,8 +10,8 @@ is the demo's production agent (the rule-based reader in the fast profile, the s
 the arbiter like any version.
 
 Then the loop runs its week on that traffic with `AGENT_RL_ENV=gateway`: the labeler learns from the ratings and
-labels the rest only if its check passes, curation, SFT (GRPO is skipped: the tools run in the client),
-validation by replaying held-out rated-good episodes against production's incumbent, and, when a challenger is
+labels the rest only if its check passes, curation, SFT (GRPO is skipped: the tools run in the client), validation
+by replaying held-out good episodes (rated, or labeled) against production's incumbent, and, when a challenger is
 registered, the A/B sensors on more of the same users' traffic, deciding on their live feedback. The summary
 shows where the training rows came from (ratings or labels) and how the labeler agrees with the hidden truth.
 
@@ -267,7 +267,8 @@ def training_rows(run: demo_run.DemoRun) -> dict[str, int]:
     good = [e for e in train if quality(e) >= min_quality]
     return {"from_ratings": sum(FEEDBACK in (e.get("reward_components") or {}) for e in good),
             "from_labels": sum(LABELER in (e.get("reward_components") or {}) for e in good),
-            "held_out_for_validation": len(held)}
+            "held_out_for_validation": len(held),
+            "held_out_labeled": sum(LABELER in (e.get("reward_components") or {}) for e in held)}
 
 
 @dataclass(frozen=True)
@@ -576,8 +577,8 @@ def print_summary(args: argparse.Namespace, week: dict, started: float) -> None:
               f"({validated.get('labeler')})")
     if rows:
         print(f"SFT rows: {week['sft'].get('rows')} (good episodes they come from: {rows['from_ratings']} rated by "
-              f"users, {rows['from_labels']} labeled; {rows['held_out_for_validation']} rated-good episodes held out "
-              "for validation)")
+              f"users, {rows['from_labels']} labeled; {rows['held_out_for_validation']} good episodes held out for "
+              f"validation, {rows.get('held_out_labeled', 0)} of them labeled)")
     else:
         print("SFT rows: none (the run stopped before the SFT dataset)")
     if labeler:
@@ -600,7 +601,7 @@ def print_summary(args: argparse.Namespace, week: dict, started: float) -> None:
         if labeler.get("ratings_wrong") is not None:
             print(f"ratings vs the hidden truth: {_pct(labeler['ratings_wrong'])} contradict it (mis-clicks)")
     if report:
-        print(f"validation: {report.get('measure') or 'replay of held-out rated-good episodes'}")
+        print(f"validation: {report.get('measure') or 'replay of held-out good episodes'}")
         for name in ("sft", "incumbent"):
             metrics = report["metrics"].get(name)
             if metrics:

@@ -3,10 +3,10 @@
 The gateway stores such an episode `unjudged` with no reward (environment "gateway"). Curation turns the
 feedback users sent on it (`POST /v1/feedback`) into its outcome here, and nothing else: a thumbs-up (or a
 positive reward) makes it correct, a thumbs-down (or a reward <= 0) wrong, and an episode nobody rated stays
-unjudged, so it is clean data that never becomes an SFT positive. A fixed share of the rated-good episodes,
-chosen by a hash of the episode id, is held out: SFT never sees it and validation replays it
-(evaluate/replay.py). GRPO needs tools it can run itself; a gateway agent's tools run in the client, so the
-loop skips GRPO for these episodes and registers the SFT model.
+unjudged, so it is clean data that never becomes an SFT positive (unless the week's labeler, checked against the
+ratings, labels it). A fixed share of the good episodes, chosen by a hash of the episode id, is held out: SFT
+never sees it and validation replays it (evaluate/replay.py). GRPO needs tools it can run itself; a gateway
+agent's tools run in the client, so the loop skips GRPO for these episodes and registers the SFT model.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ REWARD_RANGE = (-1.0, 1.0)
 DEFAULT_HELD_OUT_SHARE = 0.2
 FEEDBACK = "feedback"  # the reward component of an outcome its users' feedback gave
 NO_WORLD = "gateway episodes bring no world: the client runs the tools"
-NO_TASKS = "gateway episodes bring no tasks: validation replays held-out episodes users rated good"
+NO_TASKS = "gateway episodes bring no tasks: validation replays held-out episodes judged good"
 NO_WORLD_TO_ANONYMIZE = "no world: the client runs the tools; validation replays these rated-good episodes"
 GRPO_SKIPPED = ("GRPO skipped: the episodes come from the gateway (environment 'gateway'), whose tools run in the "
                 "client, so there is no environment for GRPO to roll out in; the SFT model is the candidate")
@@ -113,8 +113,13 @@ def held_out(episode_id: str, share: float = DEFAULT_HELD_OUT_SHARE) -> bool:
 
 
 def is_rated_good(row: Mapping[str, Any]) -> bool:
-    """Correct by its users' feedback (a label the labeler gave is no rating: validation never replays one)."""
+    """Correct by its users' feedback (a label the labeler gave is no rating)."""
     return str(row.get("outcome")) == Outcome.CORRECT.value and LABELER not in (row.get("reward_components") or {})
+
+
+def is_labeled_good(row: Mapping[str, Any]) -> bool:
+    """Labeled good by the week's labeler (only a labeler that passed its check labels): nobody rated it."""
+    return str(row.get("outcome")) == Outcome.CORRECT.value and LABELER in (row.get("reward_components") or {})
 
 
 LABELER = "labeler"  # the reward component of an outcome the labeler gave (its probability that users were happy)
@@ -190,8 +195,16 @@ def _combined_report(results: dict[str, Any]):
 
 def split_live(rows: Iterable[Mapping[str, Any]], share: float = DEFAULT_HELD_OUT_SHARE
                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(trainable, held-out) gateway episodes; held-out are the rated-good ones the hash keeps for validation."""
+    """(trainable, held-out) gateway episodes; held out are the good ones (rated, or labeled by a labeler that
+    passed its check) whose id the hash keeps for validation, never trained on.
+
+    Why labeled episodes are held out too: replay validation asks whether a model takes the kind of action the
+    approved agent took (evaluate/replay.py), which a wrong label barely changes (a mislabeled episode was played
+    by the same agent), while a week's ~5% of rating users leave it some 30 rated-good episodes to hold out: a bound
+    of about +-3 points, wider than most of a 5-point non-inferiority margin. The replay reads rated episodes
+    first and fills its sample with labeled ones; the answer check reads rated ones only."""
     train, test = [], []
     for row in rows:
-        (test if is_rated_good(row) and held_out(str(row.get("episode_id")), share) else train).append(dict(row))
+        good = is_rated_good(row) or is_labeled_good(row)
+        (test if good and held_out(str(row.get("episode_id")), share) else train).append(dict(row))
     return train, test

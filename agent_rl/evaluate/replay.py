@@ -1,4 +1,4 @@
-"""Validation on live episodes that users rated good, for agents whose tools we cannot run (the gateway's).
+"""Validation on held-out live episodes judged good, for agents whose tools we cannot run (the gateway's).
 
 Without the agent's tools an episode cannot be played again, but each of its steps can be: the policy gets the
 conversation exactly as it stood before a recorded assistant turn (the user's words, the earlier calls and the
@@ -6,7 +6,9 @@ tool results the client returned) and must take the same kind of action the appr
 call to the same tool(s) or a reply in words. The share of steps it matches is the primary metric (reported as
 `accuracy`, next to the usual columns), so SFT, the base model and production's incumbent are measured the same
 way on the same held-out steps. It says whether a model acts like the agent users liked, not whether its answers
-are good.
+are good. The held-out episodes are those users rated good and, when the week's labeler passed its check, those
+it labeled good (`held_out_sample`: rated first); whether a model takes the approved kind of action hardly depends
+on a label being right, and ratings alone leave a week a few dozen episodes, too few for the gates' bounds.
 
 Where a model judge is configured (`AnswerJudging`: any OpenAI-compatible endpoint, the `JudgeConfig` labeling
 uses), the candidate's answers are also compared with the approved ones (`judge_answers`): at every held-out step
@@ -38,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent_rl.agent.policy import Policy, PolicyTurn
 from agent_rl.agent.tool_calls import call_name
 from agent_rl.curation.datasets import conversation
+from agent_rl.curation.live import is_labeled_good
 from agent_rl.environments.gateway import GatewayEnvironment
 from agent_rl.evaluate.harness import EvalConfig
 from agent_rl.evaluate.metrics import EvalMetrics, _percentile, _share
@@ -56,6 +59,7 @@ class Step:
     tools: list[dict[str, Any]]
     expected: tuple[str, ...]  # tool names called, in order; () for a reply in words
     answer: str | None = None  # the approved reply in words (None where it called tools)
+    rated: bool = True  # approved by its users' rating (False: by the week's labeler)
 
 
 def _action(message: Mapping[str, Any]) -> tuple[str, ...]:
@@ -75,8 +79,24 @@ def replay_steps(episodes: list[Mapping[str, Any]]) -> list[Step]:
             if message.get("role") == "assistant" and k > 0:
                 action = _action(message)
                 steps.append(Step(str(episode.get("episode_id")), str(episode.get("task_category") or "-"),
-                                  messages[:k], tools, action, None if action else str(message.get("content") or "")))
+                                  messages[:k], tools, action, None if action else str(message.get("content") or ""),
+                                  rated=not is_labeled_good(episode)))
     return steps
+
+
+def held_out_sample(episodes: list[Mapping[str, Any]], cap: int | None, seed: int = 0) -> list[Mapping[str, Any]]:
+    """The episodes to replay, at most `cap` (None: all): every rated one first (a seeded sample if they alone
+    exceed it), then a seeded sample of the labeled ones to fill it. Ratings are the users' own word; labels, from
+    a labeler that passed its check, add the volume that narrows the gates' bounds (curation/live.py `split_live`)."""
+    ordered = sorted(episodes, key=lambda e: str(e.get("episode_id")))
+    rated = [e for e in ordered if not is_labeled_good(e)]
+    labeled = [e for e in ordered if is_labeled_good(e)]
+    if cap is None or len(ordered) <= cap:
+        return rated + labeled
+    rng = random.Random(seed)
+    if len(rated) >= cap:
+        return rng.sample(rated, cap)
+    return rated + rng.sample(labeled, cap - len(rated))
 
 
 def _taken(turn: PolicyTurn) -> tuple[str, ...]:
@@ -102,12 +122,10 @@ def replay(policy: Policy, episodes: list[Mapping[str, Any]], config: EvalConfig
            max_new_tokens: int = 256) -> Replayed:
     """`evaluate_replay`, keeping the steps and the turns `policy` took at them."""
     config = config or EvalConfig()
-    pool = sorted(episodes, key=lambda e: str(e.get("episode_id")))
-    if config.max_scenarios is not None and len(pool) > config.max_scenarios:
-        pool = random.Random(config.seed).sample(pool, config.max_scenarios)
+    pool = held_out_sample(episodes, config.max_scenarios, config.seed)
     steps = replay_steps(pool)
     if not steps:
-        raise ValueError("no held-out live episode rated good has an assistant turn to replay: collect feedback "
+        raise ValueError("no held-out live episode judged good has an assistant turn to replay: collect feedback "
                          "on more gateway episodes (POST /v1/feedback)")
     groups: dict[str, list[int]] = defaultdict(list)  # one act() per tool set: policies take one tools list
     for i, step in enumerate(steps):
@@ -262,10 +280,11 @@ def judge_answers(judging: AnswerJudging | None, steps: list[Step], turns: list[
         return AnswerCheck("no judge", f"{LEFT_TO_AB}: no answer judge is configured")
     model = judging.judge.endpoint.model
     gating = gating and judging.min_share > 0
+    # Answers users approved by their rating only: a label says an episode went well, not that each reply did.
     both = [(i, step, turn.content) for i, (step, turn) in enumerate(zip(steps, turns))
-            if step.answer and step.answer.strip() and turn.parse_error is None and not turn.tool_calls
-            and turn.content.strip()]
-    not_judged = sum(1 for step in steps if step.answer and step.answer.strip()) - len(both)
+            if step.rated and step.answer and step.answer.strip() and turn.parse_error is None
+            and not turn.tool_calls and turn.content.strip()]
+    not_judged = sum(1 for step in steps if step.rated and step.answer and step.answer.strip()) - len(both)
     base = dict(judge_model=model, answers_not_judged=not_judged, min_share=judging.min_share, alpha=alpha,
                 gating=gating)
     if not both:

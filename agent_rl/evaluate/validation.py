@@ -3,11 +3,11 @@ measured on the same held-out set, the better trained model chosen, and the gate
 
 What the held-out set is follows from what the run's episodes allow (`Capabilities`), never from the environment's
 name: tasks played to the end in the anonymized worlds curation left, or, with no world of ours (live traffic
-judged by its users), a step-by-step replay of the held-out episodes users rated good. A replay checks the kind of
-action at each step; where an answer judge is configured it also compares the candidate's answers in words with
-the approved ones (replay.py: `AnswerJudging`), and that check joins the improvement gate; without one the report
-says that answer quality is left to the A/B test. The asset resolves the partition's paths and resources, calls
-`held_out_measure` and `validate`, and writes what they return.
+judged by its users), a step-by-step replay of the held-out episodes judged good (rated, or labeled). A replay
+checks the kind of action at each step; where an answer judge is configured it also compares the candidate's
+answers in words with the approved ones (replay.py: `AnswerJudging`), and that check joins the improvement gate;
+without one the report says that answer quality is left to the A/B test. The asset resolves the partition's paths
+and resources, calls `held_out_measure` and `validate`, and writes what they return.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from agent_rl.evaluate.cache import EvaluationCache
 from agent_rl.evaluate.gates import GateOutcome, GateSettings, forgetting_gate, promotion_gate
 from agent_rl.evaluate.harness import EvalConfig, evaluate_environments, forgetting_probe, torch_threads
 from agent_rl.evaluate.metrics import EvalMetrics
-from agent_rl.evaluate.replay import AnswerCheck, AnswerJudging, Replayed, judge_answers, replay
+from agent_rl.curation.live import is_labeled_good
+from agent_rl.evaluate.replay import AnswerCheck, AnswerJudging, Replayed, held_out_sample, judge_answers, replay
 from agent_rl.evaluate.report import CandidateChoice, choose_candidate
 
 PLAYED = "held-out tasks played to the end and judged"
@@ -56,8 +57,8 @@ class HeldOut:
 def held_out_measure(capabilities: Capabilities, config: EvalConfig, *, worlds: Callable[[], list[AnonymizedWorld]],
                      rated_good: Callable[[], list[dict]], answer_judge: AnswerJudging | None = None) -> HeldOut:
     """The held-out set the run's episodes allow: the anonymized worlds' held-out tasks (`worlds`, as GRPO saw
-    them) when there is a world of ours, else a replay of the held-out episodes users rated good (`rated_good`:
-    the tools ran in the client, so the steps users approved are all there is to measure against), whose
+    them) when there is a world of ours, else a replay of the held-out episodes judged good (`rated_good`: rated
+    or labeled; the tools ran in the client, so the steps users approved are all there is to measure against), whose
     candidate's answers `answer_judge` compares with the approved ones (None: left to the A/B test)."""
     if not capabilities.world:
         episodes = rated_good()
@@ -74,8 +75,11 @@ def held_out_measure(capabilities: Capabilities, config: EvalConfig, *, worlds: 
             return judge_answers(answer_judge, done.steps if done else [], done.turns if done else [],
                                  alpha=gates.alpha, gating=gates.kind != "open")
 
-        return HeldOut(f"replay of {len(episodes)} held-out gateway episodes users rated good: accuracy is the share "
-                       "of their steps where the model takes the approved action", play_replay,
+        sample = held_out_sample(episodes, config.max_scenarios, config.seed)
+        labeled = sum(1 for e in sample if is_labeled_good(e))
+        return HeldOut(f"replay of {len(sample)} held-out gateway episodes judged good ({len(sample) - labeled} rated "
+                       f"by users, {labeled} labeled by the week's labeler): accuracy is the share of their steps "
+                       "where the model takes the approved action", play_replay,
                        check_answers=check_answers,
                        answers_needed=frozenset({"sft", "grpo"}) if answer_judge is not None else frozenset())
     pairs = [(world.environment, world.tasks) for world in worlds()]

@@ -1,5 +1,6 @@
 """Live gateway episodes in curation: users' feedback is their outcome, unrated ones never train, a stable share
-of the rated-good ones is held out, and validation replays those steps (curation/live.py, evaluate/replay.py)."""
+of the good ones (rated, or labeled) is held out, and validation replays those steps (curation/live.py,
+evaluate/replay.py)."""
 
 from __future__ import annotations
 
@@ -110,8 +111,39 @@ def test_replay_measures_how_often_a_policy_takes_the_approved_action():
     assert agrees.by_category == {"lookup": {"n": 12, "accuracy": 1.0}}
     talks = evaluate_replay(Talker(), episodes, EvalConfig(max_scenarios=None))
     assert talks.accuracy == 0.5  # right on the final replies, wrong where it should have looked up
-    with pytest.raises(ValueError, match="rated good"):
+    with pytest.raises(ValueError, match="judged good"):
         evaluate_replay(Lookup(), [], EvalConfig())
+
+
+def _labeled(row: dict) -> dict:
+    """`row` as the week's labeler leaves an episode nobody rated and it labeled good."""
+    return {**row, "feedback": None, "outcome": "correct", "reward": 1.0, "reward_components": {"labeler": 0.93}}
+
+
+def test_replay_reads_rated_episodes_first_and_fills_its_sample_with_labeled_ones():
+    from agent_rl.evaluate.replay import held_out_sample, replay
+
+    rated = [judge_by_feedback(live_episode(i)) for i in range(4)]
+    labeled = [_labeled(live_episode(i)) for i in range(10, 30)]
+    sample = held_out_sample([*labeled, *rated], cap=10, seed=3)
+    assert len(sample) == 10 and {e["episode_id"] for e in rated} <= {e["episode_id"] for e in sample}
+    assert sample == held_out_sample([*rated, *labeled], cap=10, seed=3)  # the same, whatever the input order
+    assert {e["episode_id"] for e in held_out_sample(rated + labeled, cap=3)} < {e["episode_id"] for e in rated}
+    assert len(held_out_sample(rated + labeled, cap=None)) == 24
+    done = replay(Talker(), [*rated, *labeled], EvalConfig(max_scenarios=12))
+    assert done.metrics.n == 12 and [s.rated for s in done.steps].count(True) == 8  # 4 rated episodes, 2 steps each
+
+
+def test_the_answer_check_judges_only_the_answers_users_rated():
+    from agent_rl.evaluate.replay import AnswerJudging, judge_answers, replay
+    from agent_rl.feedback.judge import JudgeConfig
+
+    labeled = [_labeled(live_episode(i)) for i in range(5)]
+    done = replay(Lookup(), labeled, EvalConfig(max_scenarios=None))
+    judging = AnswerJudging(judge=JudgeConfig.model_validate(
+        {"endpoint": {"base_url": "http://127.0.0.1:9/v1", "model": "judge"}}))
+    check = judge_answers(judging, done.steps, done.turns)  # no call is made: nothing users rated to judge
+    assert check.status == "nothing to judge" and check.answers_not_judged == 0 and check.passed
 
 
 class PricedLookup(Lookup):
@@ -175,8 +207,12 @@ def test_unrated_gateway_episodes_get_the_labelers_confident_labels_and_stay_tol
     assert right / len(labeled) > 0.85  # against what the simulated users really felt
     rated = [r for r in labeled_rows if before[r["episode_id"]]["outcome"] != "unjudged"]
     assert all(r == before[r["episode_id"]] for r in rated)  # ratings are left as they were
-    _, held_out = split_live(labeled_rows)
-    assert held_out and not any(LABELER in (r.get("reward_components") or {}) for r in held_out)
+    train, held_out = split_live(labeled_rows)
+    # Held out: the good episodes, rated or labeled, whose id the hash keeps; a label that said "bad" never is.
+    assert all(r["outcome"] == "correct" for r in held_out)
+    held_labeled = [r for r in held_out if LABELER in (r.get("reward_components") or {})]
+    assert held_labeled and len(held_labeled) < len(held_out)
+    assert {r["episode_id"] for r in held_out}.isdisjoint(r["episode_id"] for r in train)
 
 
 def test_a_labeler_that_fails_its_check_labels_nothing_and_says_why():

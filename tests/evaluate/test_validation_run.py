@@ -80,7 +80,7 @@ def test_held_out_tasks_of_the_stored_world_play_as_the_email_path_did(stored):
 def test_live_traffic_is_replayed_and_no_world_is_opened():
     held_out = held_out_measure(GatewayEnvironment.capabilities, CONFIG, rated_good=lambda: [],
                                 worlds=lambda: pytest.fail("live traffic has no world to open"))
-    assert held_out.measure.startswith("replay of 0 held-out gateway episodes users rated good")
+    assert held_out.measure.startswith("replay of 0 held-out gateway episodes judged good (0 rated by users, 0 labeled")
 
 
 def test_validate_weighs_the_better_trained_model_and_reuses_what_it_measured_before(stored, tmp_path):
