@@ -275,6 +275,21 @@ class EngineServer:
         except OSError:
             return ""
 
+    def exit_note(self, wait_s: float = 0.0, chars: int = 800) -> str:
+        """Why a request found no engine, when its process is gone (waiting up to `wait_s` for a dying one): its
+        exit code (a negative one names the signal that ended it; -9 is often the kernel's out-of-memory killer)
+        and the end of its own log. Empty while it runs: then the failure was the connection's, not the engine's."""
+        process = self.process
+        if process is None:
+            return ""
+        try:
+            code = process.wait(timeout=wait_s) if wait_s > 0 else process.poll()
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is None:
+            return ""
+        return f"; the engine process exited (code {code}); its log ends: {self.log_tail(chars).strip()}"
+
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM to the engine's whole process group, SIGKILL after `grace_s`."""
         process, self.process = self.process, None
@@ -537,7 +552,8 @@ class EnginePolicy(Policy):
         try:
             response = self._client.post(f"{self.engine.base_url}/completions", json=body)
         except httpx.TransportError as exc:
-            raise EngineError(f"the engine at {self.engine.base_url} did not answer: {type(exc).__name__}") from exc
+            raise EngineError(f"the engine at {self.engine.base_url} did not answer: {type(exc).__name__}"
+                              f"{self.engine.exit_note(wait_s=2.0)}") from exc
         if response.status_code != 200:
             raise EngineError(f"the engine answered HTTP {response.status_code}: {response.text[:300]}")
         payload = response.json()

@@ -3,12 +3,16 @@
 Without the agent's tools an episode cannot be played again, but each of its steps can be: the policy gets the
 conversation exactly as it stood before a recorded assistant turn (the user's words, the earlier calls and the
 tool results the client returned) and must take the same kind of action the approved episode took there, a
-call to the same tool(s) or a reply in words. The share of steps it matches is the primary metric (reported as
-`accuracy`, next to the usual columns), so SFT, the base model and production's incumbent are measured the same
-way on the same held-out steps. It says whether a model acts like the agent users liked, not whether its answers
-are good. The held-out episodes are those users rated good and, when the week's labeler passed its check, those
-it labeled good (`held_out_sample`: rated first); whether a model takes the approved kind of action hardly depends
-on a label being right, and ratings alone leave a week a few dozen episodes, too few for the gates' bounds.
+call to the same tool(s) or a reply in words. The kind is the set of tools a turn calls, not how many calls it
+makes to each: reading two of the search hits at once where the approved agent read three is the same kind of
+action; searching or answering instead of reading is not (until 2026-11-30 the exact sequence was compared, and 12
+of the 27 steps a gateway candidate missed of 444 were one read more or fewer: docs/experiments.md). The share of
+steps it matches is the primary metric (reported as `accuracy`, next to the usual columns), so SFT, the base model
+and production's incumbent are measured the same way on the same held-out steps. It says whether a model acts like
+the agent users liked, not whether its answers are good. The held-out episodes are those users rated good and,
+when the week's labeler passed its check, those it labeled good (`held_out_sample`: rated first); whether a model
+takes the approved kind of action hardly depends on a label being right, and ratings alone leave a week a few
+dozen episodes, too few for the gates' bounds.
 
 Where a model judge is configured (`AnswerJudging`: any OpenAI-compatible endpoint, the `JudgeConfig` labeling
 uses), the candidate's answers are also compared with the approved ones (`judge_answers`): at every held-out step
@@ -159,7 +163,7 @@ def _cost_per_1k(policy: Policy, steps: list[Step], turns: list[PolicyTurn], con
 
 def _metrics(steps: list[Step], turns: list[PolicyTurn], latencies: list[float], n_episodes: int,
              cost_per_1k_usd: float) -> EvalMetrics:
-    matched = [_taken(turn) == step.expected and turn.parse_error is None for step, turn in zip(steps, turns)]
+    matched = [set(_taken(turn)) == set(step.expected) and turn.parse_error is None for step, turn in zip(steps, turns)]
     broken = sum(1 for turn in turns if turn.parse_error is not None)
     valid = sum(1 for step, turn in zip(steps, turns)
                 if turn.parse_error is None and set(_taken(turn)) <= {call_name(t) for t in step.tools})

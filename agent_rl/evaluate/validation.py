@@ -79,7 +79,8 @@ def held_out_measure(capabilities: Capabilities, config: EvalConfig, *, worlds: 
         labeled = sum(1 for e in sample if is_labeled_good(e))
         return HeldOut(f"replay of {len(sample)} held-out gateway episodes judged good ({len(sample) - labeled} rated "
                        f"by users, {labeled} labeled by the week's labeler): accuracy is the share of their steps "
-                       "where the model takes the approved action", play_replay,
+                       "where the model takes the approved kind of action (the same tools, or a reply in words)",
+                       play_replay,
                        check_answers=check_answers,
                        answers_needed=frozenset({"sft", "grpo"}) if answer_judge is not None else frozenset())
     pairs = [(world.environment, world.tasks) for world in worlds()]

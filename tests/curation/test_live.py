@@ -115,6 +115,23 @@ def test_replay_measures_how_often_a_policy_takes_the_approved_action():
         evaluate_replay(Lookup(), [], EvalConfig())
 
 
+class ReadsTwice(Policy):
+    """Looks up twice at once where the approved episode looked up once, then answers in words."""
+
+    version = "reads-twice"
+
+    def act(self, conversations, tools, max_new_tokens=256):
+        return [PolicyTurn(content="done") if messages[-1]["role"] == "tool"
+                else PolicyTurn(tool_calls=[ToolCall("lookup", {"key": "x"}), ToolCall("lookup", {"key": "y"})])
+                for messages in conversations]
+
+
+def test_the_kind_of_action_is_the_tools_called_not_how_many_calls_to_each():
+    episodes = [judge_by_feedback(live_episode(i)) for i in range(3)]
+    assert evaluate_replay(ReadsTwice(), episodes, EvalConfig(max_scenarios=None)).accuracy == 1.0
+    assert evaluate_replay(Talker(), episodes, EvalConfig(max_scenarios=None)).accuracy == 0.5
+
+
 def _labeled(row: dict) -> dict:
     """`row` as the week's labeler leaves an episode nobody rated and it labeled good."""
     return {**row, "feedback": None, "outcome": "correct", "reward": 1.0, "reward_components": {"labeler": 0.93}}
