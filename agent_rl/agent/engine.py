@@ -214,6 +214,9 @@ def _engine_env(config: EngineConfig) -> dict[str, str]:
     return env
 
 
+MAX_REVIVALS = 2  # restarts of one engine that died under requests, before its failure is the caller's
+
+
 class EngineServer:
     """A vLLM OpenAI server on loopback holding `config.model`, adapters loaded and unloaded at run time."""
 
@@ -226,6 +229,9 @@ class EngineServer:
         self._adapters: dict[str, str] = {}  # name -> path
         self._holders: dict[str, int] = {}  # name -> policies holding it
         self._lock = threading.Lock()
+        self._revive_lock = threading.Lock()
+        self.generation = 0  # one more each time `revive` starts the engine again
+        self.revivals_left = MAX_REVIVALS
         self._workdir = tempfile.TemporaryDirectory(prefix="agent-rl-engine-")
         self._log = open(Path(self._workdir.name) / "engine.log", "wb")  # noqa: SIM115 (lives as long as the engine)
         self.adapter_dir = Path(self._workdir.name) / "adapters"
@@ -289,6 +295,34 @@ class EngineServer:
         if code is None:
             return ""
         return f"; the engine process exited (code {code}); its log ends: {self.log_tail(chars).strip()}"
+
+    def revive(self, seen: int) -> bool:
+        """Start the engine again when its process died under a request sent at generation `seen`, its adapters
+        loaded again, and say whether to send the request again: True when this call or another thread's revived
+        it since `seen`, False when it still runs (the request failed on the connection, not the engine: the caller
+        reports it). A week's validation or an A/B test should not be lost to one crash of a serving library; an
+        engine that keeps dying is not started again after `MAX_REVIVALS` (EngineError, with why it died)."""
+        with self._revive_lock:
+            if self.generation != seen:
+                return True
+            note = self.exit_note(wait_s=2.0)
+            if not note:
+                return False
+            if self.revivals_left <= 0:
+                raise EngineError(f"the engine at {self.base_url} died again after {MAX_REVIVALS} restarts{note}")
+            self.revivals_left -= 1
+            log.warning("the engine at %s died under a request%s; starting it again", self.base_url, note)
+            adapters = dict(self._adapters)
+            self.process = None
+            self.start()
+            with self._lock:
+                for name, path in adapters.items():
+                    response = self._post("load_lora_adapter", {"lora_name": name, "lora_path": path})
+                    if response.status_code != 200:
+                        raise EngineError(f"the restarted engine refused adapter {name!r}: HTTP "
+                                          f"{response.status_code}: {response.text[:300]}")
+            self.generation += 1
+            return True
 
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM to the engine's whole process group, SIGKILL after `grace_s`."""
@@ -549,11 +583,16 @@ class EnginePolicy(Policy):
         }
         if self.settings.seed is not None:
             body["seed"] = self.settings.seed
-        try:
-            response = self._client.post(f"{self.engine.base_url}/completions", json=body)
-        except httpx.TransportError as exc:
-            raise EngineError(f"the engine at {self.engine.base_url} did not answer: {type(exc).__name__}"
-                              f"{self.engine.exit_note(wait_s=2.0)}") from exc
+        for attempt in (1, 2):
+            seen = self.engine.generation
+            try:
+                response = self._client.post(f"{self.engine.base_url}/completions", json=body)
+                break
+            except httpx.TransportError as exc:
+                if attempt == 1 and self.engine.revive(seen):
+                    continue  # the engine died under this request and runs again: send it once more
+                raise EngineError(f"the engine at {self.engine.base_url} did not answer: {type(exc).__name__}"
+                                  f"{self.engine.exit_note(wait_s=2.0)}") from exc
         if response.status_code != 200:
             raise EngineError(f"the engine answered HTTP {response.status_code}: {response.text[:300]}")
         payload = response.json()

@@ -40,23 +40,42 @@ def test_an_engine_started_from_a_thread_outlives_the_thread(tmp_path):
     assert engine.process is None
 
 
+
+# Dies under its first `deaths` completion requests (counted in a file, across restarts), then answers them;
+# records every adapter it is asked to load.
 DIES_ON_REQUEST = """
-import http.server, os, sys
+import http.server, json, os, sys
+port, state, deaths = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 class Dies(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200); self.end_headers(); self.wfile.write(b'{"data": []}')
     def do_POST(self):
-        print("RuntimeError: out of KV cache blocks", file=sys.stderr, flush=True)
-        os._exit(7)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path.endswith("load_lora_adapter"):
+            with open(os.path.join(state, "loaded"), "a") as f:
+                f.write(body["lora_name"] + "\\n")
+            self.send_response(200); self.end_headers(); self.wfile.write(b"{}")
+            return
+        counter = os.path.join(state, "deaths")
+        died = int(open(counter).read()) if os.path.exists(counter) else 0
+        if died < deaths:
+            open(counter, "w").write(str(died + 1))
+            print("RuntimeError: out of KV cache blocks", file=sys.stderr, flush=True)
+            os._exit(7)
+        reply = {"choices": [{"text": "hello from " + body["model"]}],
+                 "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+        self.send_response(200); self.end_headers(); self.wfile.write(json.dumps(reply).encode())
     def log_message(self, *args):
         pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Dies).serve_forever()
+http.server.HTTPServer(("127.0.0.1", port), Dies).serve_forever()
 """
 
 
 class DiesOnRequest(EngineServer):
+    deaths = 1
+
     def command(self) -> list[str]:
-        return [sys.executable, "-c", DIES_ON_REQUEST, str(self.port)]
+        return [sys.executable, "-c", DIES_ON_REQUEST, str(self.port), self.config.model, str(self.deaths)]
 
 
 class Tokens:
@@ -68,22 +87,45 @@ class Tokens:
         return 0
 
 
-def test_an_engine_that_dies_under_a_request_is_named_with_its_exit_code_and_its_log(tmp_path):
-    import pytest
+def _policy(engine, adapter=None):
+    from agent_rl.agent.engine import EnginePolicy
 
-    from agent_rl.agent.engine import EngineError, EnginePolicy
+    policy = EnginePolicy(engine, Tokens(), adapter=adapter)
+    policy.prompt_ids = lambda messages, tools: [1, 2, 3]
+    return policy
 
+
+def test_an_engine_that_dies_under_a_request_starts_again_with_its_adapters_and_the_request_is_answered(tmp_path):
     engine = DiesOnRequest(EngineConfig(model=str(tmp_path), startup_timeout_s=30))
     engine.start()
     try:
+        name = engine.load_adapter("v2", tmp_path)
+        turns = _policy(engine, name).act([[{"role": "user", "content": "hi"}]] * 3, [])
+        assert [t.content for t in turns] == ["hello from v2"] * 3  # every request in flight, sent again once
+        assert engine.generation == 1 and engine.process.poll() is None
+        assert (tmp_path / "loaded").read_text().split() == ["v2", "v2"]  # loaded again on the new process
+    finally:
+        engine.stop()
+
+
+def test_an_engine_that_keeps_dying_is_named_with_its_exit_code_and_its_log(tmp_path):
+    import pytest
+
+    from agent_rl.agent.engine import MAX_REVIVALS, EngineError
+
+    engine = DiesOnRequest(EngineConfig(model=str(tmp_path), startup_timeout_s=30))
+    engine.deaths = 100
+    engine.start()
+    try:
         assert engine.exit_note() == ""  # running: a failed request would be the connection's
-        policy = EnginePolicy(engine, Tokens())
-        policy.prompt_ids = lambda messages, tools: [1, 2, 3]
-        with pytest.raises(EngineError) as failed:
-            policy.act([[{"role": "user", "content": "hi"}]], [])
-        engine.process.wait(timeout=10)
-        message = str(failed.value)
-        # the exit code and the engine's own last words, not only "did not answer"
-        assert "did not answer" in message and "(code 7)" in message and "out of KV cache blocks" in message
+        messages = []
+        for _ in range(MAX_REVIVALS + 1):
+            with pytest.raises(EngineError) as failed:
+                _policy(engine).act([[{"role": "user", "content": "hi"}]], [])
+            messages.append(str(failed.value))
+        assert engine.generation == MAX_REVIVALS
+        # each failure says the process exited, with its code and its own last words, not only "did not answer"
+        assert all("(code 7)" in m and "out of KV cache blocks" in m for m in messages)
+        assert f"died again after {MAX_REVIVALS} restarts" in messages[-1]
     finally:
         engine.stop()
