@@ -5,11 +5,11 @@ conversation exactly as it stood before a recorded assistant turn (the user's wo
 tool results the client returned) and must take the same kind of action the approved episode took there, a
 call to the same tool(s) or a reply in words. The kind is the set of tools a turn calls, not how many calls it
 makes to each: reading two of the search hits at once where the approved agent read three is the same kind of
-action; searching or answering instead of reading is not (until 2026-11-30 the exact sequence was compared, and 12
-of the 27 steps a gateway candidate missed of 444 were one read more or fewer: docs/experiments.md). The share of
-steps it matches is the primary metric (reported as `accuracy`, next to the usual columns), so SFT, the base model
-and production's incumbent are measured the same way on the same held-out steps. It says whether a model acts like
-the agent users liked, not whether its answers are good. The held-out episodes are those users rated good and,
+action; searching or answering instead of reading is not (until 2026-11-30 the exact sequence was compared, and 13
+of the 27 steps a gateway candidate missed of 444 were the right tools called more or fewer times:
+docs/experiments.md). The share of steps it matches is the primary metric (reported as `accuracy`, next to the
+usual columns), so SFT, the base model and production's incumbent are measured the same way on the same held-out
+steps. It says whether a model acts like the agent users liked, not whether its answers are good. The held-out episodes are those users rated good and,
 when the week's labeler passed its check, those it labeled good (`held_out_sample`: rated first); whether a model
 takes the approved kind of action hardly depends on a label being right, and ratings alone leave a week a few
 dozen episodes, too few for the gates' bounds.
