@@ -9,10 +9,10 @@ action; searching or answering instead of reading is not (until 2026-11-30 the e
 of the 27 steps a gateway candidate missed of 444 were the right tools called more or fewer times:
 docs/experiments.md). The share of steps it matches is the primary metric (reported as `accuracy`, next to the
 usual columns), so SFT, the base model and production's incumbent are measured the same way on the same held-out
-steps. It says whether a model acts like the agent users liked, not whether its answers are good. The held-out episodes are those users rated good and,
-when the week's labeler passed its check, those it labeled good (`held_out_sample`: rated first); whether a model
-takes the approved kind of action hardly depends on a label being right, and ratings alone leave a week a few
-dozen episodes, too few for the gates' bounds.
+steps. It says whether a model acts like the agent users liked, not whether its answers are good. The held-out
+episodes are those users rated good and, when the week's labeler passed its check, those it labeled good
+(`held_out_sample`: rated first); whether a model takes the approved kind of action hardly depends on a label being
+right, and ratings alone leave a week a few dozen episodes, too few for the gates' bounds.
 
 Where a model judge is configured (`AnswerJudging`: any OpenAI-compatible endpoint, the `JudgeConfig` labeling
 uses), the candidate's answers are also compared with the approved ones (`judge_answers`): at every held-out step
