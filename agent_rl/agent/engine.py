@@ -231,7 +231,6 @@ class EngineServer:
         self._lock = threading.Lock()
         self._revive_lock = threading.Lock()
         self.generation = 0  # one more each time `revive` starts the engine again
-        self.revivals_left = MAX_REVIVALS
         self._workdir = tempfile.TemporaryDirectory(prefix="agent-rl-engine-")
         self._log = open(Path(self._workdir.name) / "engine.log", "wb")  # noqa: SIM115 (lives as long as the engine)
         self.adapter_dir = Path(self._workdir.name) / "adapters"
@@ -308,9 +307,8 @@ class EngineServer:
             note = self.exit_note(wait_s=2.0)
             if not note:
                 return False
-            if self.revivals_left <= 0:
+            if self.generation >= MAX_REVIVALS:
                 raise EngineError(f"the engine at {self.base_url} died again after {MAX_REVIVALS} restarts{note}")
-            self.revivals_left -= 1
             log.warning("the engine at %s died under a request%s; starting it again", self.base_url, note)
             adapters = dict(self._adapters)
             self.process = None
@@ -591,8 +589,9 @@ class EnginePolicy(Policy):
             except httpx.TransportError as exc:
                 if attempt == 1 and self.engine.revive(seen):
                     continue  # the engine died under this request and runs again: send it once more
+                # On the first attempt `revive` has just waited for the process and found it running.
                 raise EngineError(f"the engine at {self.engine.base_url} did not answer: {type(exc).__name__}"
-                                  f"{self.engine.exit_note(wait_s=2.0)}") from exc
+                                  f"{self.engine.exit_note(wait_s=2.0 if attempt == 2 else 0.0)}") from exc
         if response.status_code != 200:
             raise EngineError(f"the engine answered HTTP {response.status_code}: {response.text[:300]}")
         payload = response.json()

@@ -28,7 +28,7 @@ DEFAULT_HELD_OUT_SHARE = 0.2
 FEEDBACK = "feedback"  # the reward component of an outcome its users' feedback gave
 NO_WORLD = "gateway episodes bring no world: the client runs the tools"
 NO_TASKS = "gateway episodes bring no tasks: validation replays held-out episodes judged good"
-NO_WORLD_TO_ANONYMIZE = "no world: the client runs the tools; validation replays these rated-good episodes"
+NO_WORLD_TO_ANONYMIZE = "no world: the client runs the tools; validation replays the good ones held out"
 GRPO_SKIPPED = ("GRPO skipped: the episodes come from the gateway (environment 'gateway'), whose tools run in the "
                 "client, so there is no environment for GRPO to roll out in; the SFT model is the candidate")
 

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from agent_rl.curation.datasets import save_jsonl
+from agent_rl.curation.live import is_labeled_good
 from agent_rl.environments.core import Capabilities, ProbeItem
 from agent_rl.environments.worlds import AnonymizedWorld
 from agent_rl.evaluate.cache import EvaluationCache
 from agent_rl.evaluate.gates import GateOutcome, GateSettings, forgetting_gate, promotion_gate
 from agent_rl.evaluate.harness import EvalConfig, evaluate_environments, forgetting_probe, torch_threads
 from agent_rl.evaluate.metrics import EvalMetrics
-from agent_rl.curation.live import is_labeled_good
 from agent_rl.evaluate.replay import AnswerCheck, AnswerJudging, Replayed, held_out_sample, judge_answers, replay
 from agent_rl.evaluate.report import CandidateChoice, choose_candidate
 
