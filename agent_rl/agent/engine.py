@@ -26,7 +26,9 @@ Where merged engines compute: on every core, unless the caller places the versio
 loading). The arbiter places each merged version on its own share of the cores while a test routes several: two
 engines each on every core oversubscribe the machine, and on 2 cores of an Intel Xeon the later one came out 25-35%
 slower at p95 than the same model alone (docs/experiments.md, 2026-11-30), which a latency guardrail reads as the
-candidate's fault.
+candidate's fault. A placed engine's whole process tree stays on its share, not only vLLM's compute threads: its
+engine core spins while it waits for the worker, and left free it spun on the other engine's core (the pair served
+35% more once confined; bench/ab_engines.py).
 
 `AGENT_RL_ENGINE` picks where a model of ours generates: `vllm` (this engine), `torch` (`LocalPolicy`, our own
 decoder: what the test suite's tiny models use, and the fallback where vLLM is not installed) or `auto`
@@ -48,7 +50,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -220,6 +222,10 @@ MAX_REVIVALS = 2  # restarts of one engine that died under requests, before its 
 class EngineServer:
     """A vLLM OpenAI server on loopback holding `config.model`, adapters loaded and unloaded at run time."""
 
+    # A placed engine's whole process tree stays on its cores (`_child_setup`); False binds only vLLM's compute
+    # threads, as before that was measured (bench/ab_engines.py compares the two).
+    confine: bool = True
+
     def __init__(self, config: EngineConfig, port: int | None = None) -> None:
         self.config = config
         self.port = port or _free_port()
@@ -252,10 +258,10 @@ class EngineServer:
         # Started from one thread that lives as long as this process: the kernel's parent-death signal follows
         # the thread that forked, so an engine started from a short-lived thread (a background load) would be
         # stopped the moment that thread ended.
+        setup = _child_setup(self.config.cores if self.confine else None) if sys.platform == "linux" else None
         self.process = _LAUNCHER.submit(
             subprocess.Popen, self.command(), env=_engine_env(self.config), stdout=self._log,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None).result()
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=setup).result()
         deadline = started + self.config.startup_timeout_s
         with httpx.Client(timeout=5.0) as client:
             while time.perf_counter() < deadline:
@@ -453,6 +459,21 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
     except (OSError, AttributeError):
         pass
+
+
+def _child_setup(cores: Sequence[int] | None) -> Callable[[], None]:
+    """What the engine's child does before exec: die with its owner, and when the engine is placed, keep its whole
+    process tree on its cores. vLLM binds only the worker's compute threads (VLLM_CPU_OMP_THREADS_BIND); its
+    engine-core process waits for the worker by spinning for a second after every step (shm_broadcast's busy
+    loop), and left free it spun on the other engine's core: 44-49% of it while a test's champion served, on 2 cores
+    of an Intel Xeon (docs/experiments.md, 2026-11-30 late), slowing exactly the version it competes with. Children
+    inherit the affinity: the front end, engine core and worker all stay on the share."""
+    def setup() -> None:
+        _die_with_parent()
+        if cores:
+            os.sched_setaffinity(0, cores)
+
+    return setup
 
 
 def stop_engines() -> None:

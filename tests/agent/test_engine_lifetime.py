@@ -5,17 +5,26 @@ takes a minute); the process handling is EngineServer's own."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
 
+import httpx
+import pytest
+
 from agent_rl.agent.engine import EngineConfig, EngineServer
 
+# Answers /v1/models as vLLM's does, adding the cores it may run on and those of a child it started (vLLM's engine
+# core and worker are children of its front end).
 SERVER = """
-import http.server, sys
+import http.server, json, os, subprocess, sys
+child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                       capture_output=True, text=True).stdout.strip()
 class Models(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        self.send_response(200); self.end_headers(); self.wfile.write(b'{"data": []}')
+        body = {"data": [], "own": sorted(os.sched_getaffinity(0)), "child": json.loads(child)}
+        self.send_response(200); self.end_headers(); self.wfile.write(json.dumps(body).encode())
     def log_message(self, *args):
         pass
 http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Models).serve_forever()
@@ -39,6 +48,25 @@ def test_an_engine_started_from_a_thread_outlives_the_thread(tmp_path):
         engine.stop()
     assert engine.process is None
 
+
+def cores_of(config: EngineConfig) -> dict:
+    """What a stand-in engine started with `config` reports of its cores."""
+    engine = StandIn(config)
+    try:
+        return httpx.get(f"{engine.start().base_url}/models", timeout=10).json()
+    finally:
+        engine.stop()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is a Linux call")
+def test_a_placed_engine_and_its_children_stay_on_their_cores(tmp_path):
+    machine = sorted(os.sched_getaffinity(0))
+    one = machine[-1:]
+    assert cores_of(EngineConfig(model=str(tmp_path), cores=tuple(one), startup_timeout_s=30)) == \
+        {"data": [], "own": one, "child": one}
+    # Not placed: every core this process may use, children included.
+    assert cores_of(EngineConfig(model=str(tmp_path), startup_timeout_s=30)) == \
+        {"data": [], "own": machine, "child": machine}
 
 
 # Dies under its first `deaths` completion requests (counted in a file, across restarts), then answers them;
