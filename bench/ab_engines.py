@@ -8,7 +8,7 @@ routed to one version in proportion to the split, for a fixed time. Compared on 
   * `split`: the cores divided between the engines, each engine's processes kept on its own (as the arbiter places
     them);
   * `split-threads`: the same division, but only vLLM's compute threads bound (its front end and engine core free
-    to run on either share: how engines were placed before 2026-11-30's evening);
+    to run on either share: how engines were placed before 2026-11-30, late);
   * `overlap`: A's engine on every core, B's on the last one only (B's traffic takes turns with A's threads there).
 
     .venv/bin/python bench/ab_engines.py --home HOME [--model-b DIR] [--seconds 150] [--splits 0.5,0.1]
@@ -32,6 +32,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,12 +84,11 @@ def serve_for(policies: dict[str, object], environment, tasks: list, share_b: fl
 
 
 def latency_summary(seconds: list[float]) -> dict[str, float] | None:
-    """Mean and p95 of one version's episode latencies (the A/B test's latency guardrail reads the p95)."""
+    """Mean and p95 of one version's episode latencies, the p95 as the A/B test's latency guardrail computes it
+    (numpy's, agent_rl/ab/stats.py)."""
     if not seconds:
         return None
-    ordered = sorted(seconds)
-    return {"mean": round(sum(ordered) / len(ordered), 2), "p95": round(ordered[min(len(ordered) - 1,
-                                                                                     int(0.95 * len(ordered)))], 2)}
+    return {"mean": round(float(np.mean(seconds)), 2), "p95": round(float(np.percentile(seconds, 95)), 2)}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,7 +11,6 @@ import threading
 import time
 
 import httpx
-import pytest
 
 from agent_rl.agent.engine import EngineConfig, EngineServer
 
@@ -58,7 +57,6 @@ def cores_of(config: EngineConfig) -> dict:
         engine.stop()
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is a Linux call")
 def test_a_placed_engine_and_its_children_stay_on_their_cores(tmp_path):
     machine = sorted(os.sched_getaffinity(0))
     one = machine[-1:]
