@@ -59,7 +59,7 @@ def play(engine: str, model: str, adapter: str, environment, tasks, eval_n: int,
     started = time.perf_counter()
     policy, batch = load(engine, model, adapter, threads, engine_batch)
     startup = time.perf_counter() - started
-    config = EvalConfig(split=Split.TEST, max_scenarios=eval_n, seed=0, batch_size=batch,
+    config = EvalConfig(split=Split.TEST, max_tasks=eval_n, seed=0, batch_size=batch,
                         in_flight=engine != "vllm-waves")
     started = time.perf_counter()
     result = evaluate_tasks(policy, environment, tasks, config)

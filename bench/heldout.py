@@ -76,7 +76,7 @@ def play(model: str, adapter: str | None, batch: int, environment, tasks, eval_n
     policy = load_stacked(model, [adapter] if adapter else [], version=f"batch{batch}")
     policy.config = policy.config.model_copy(update={"batch_size": batch})
     timed = Timed(policy)
-    config = EvalConfig(split=Split.TEST, max_scenarios=eval_n, seed=0, batch_size=batch)
+    config = EvalConfig(split=Split.TEST, max_tasks=eval_n, seed=0, batch_size=batch)
     threshold = ragged_prefill.MIN_BATCH_PADDING
     ragged_prefill.MIN_BATCH_PADDING = 1.0 if padded else threshold  # 1.0: every batch one padded pass
     started = time.perf_counter()

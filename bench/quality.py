@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     sft_settings = SFTSettings(**{**json.loads(args.sft), **({"max_steps": args.sft_steps} if args.sft_steps else {})})
     grpo_settings = GRPOSettings(**{**json.loads(args.grpo),
                                     **({"max_steps": args.grpo_steps} if args.grpo_steps else {})})
-    eval_config = EvalConfig(split=Split.TEST, max_scenarios=args.eval_n, seed=0)
+    eval_config = EvalConfig(split=Split.TEST, max_tasks=args.eval_n, seed=0)
     table: dict[str, dict[str, float]] = {}
     figures: dict[str, object] = {"home": str(home), "eval_n": args.eval_n, "threads": torch.get_num_threads(),
                                   "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         base = LocalPolicy(str(args.model), batch_size=args.eval_batch, version="base", device=args.device)
         figures["base_forgetting_probe"] = forgetting_probe(base)  # what the trained rows' probe is held to
         if not args.skip_base:
-            base_config = eval_config.model_copy(update={"max_scenarios": min(args.base_n, args.eval_n)})
+            base_config = eval_config.model_copy(update={"max_tasks": min(args.base_n, args.eval_n)})
             table["prompted_base"] = row_of(evaluate_email(base, env.scenarios, store, base_config).metrics)
             table["prompted_base"]["forgetting_probe"] = figures["base_forgetting_probe"]
         del base

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-turn-cache-"))
     store = open_inbox_store(f"sqlite:///{work / 'inbox.db'}")
     scenarios = build_demo_environment(store).scenarios
-    config = EvalConfig(split=Split.TEST, max_scenarios=args.n, seed=0)
+    config = EvalConfig(split=Split.TEST, max_tasks=args.n, seed=0)
     policy = load_stacked(args.model, args.adapter, version="bench")
     policy.config = policy.config.model_copy(update={"batch_size": 16})
     budget = policy.turn_cache.max_tokens

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from agent_rl.environments import Environment, FinalAnswer, Judgement, Task, Trajectory
+from agent_rl.environments import Environment, FinalAnswer, Judgement, Task, Trajectory, World
 from agent_rl.environments.policy import Policy, PolicyTurn, ToolCall
 from agent_rl.records import Outcome, Split
 
@@ -106,6 +106,13 @@ def topic_of(question: str) -> str | None:
     return None
 
 
+class HelpdeskWorld(World):
+    """The help desk comes with the environment; the world adds the teacher that plays production first."""
+
+    def teacher(self, **options: object) -> Policy:
+        return HelpdeskTeacher()
+
+
 class HelpdeskEnvironment(Environment):
     name = "helpdesk"
     categories = tuple(ASKS)
@@ -128,8 +135,8 @@ class HelpdeskEnvironment(Environment):
                         category=topic, split=split, metadata={"topic": "" if topic == "out_of_scope" else topic}))
         return tasks
 
-    def teacher(self) -> Policy:
-        return HelpdeskTeacher()
+    def world(self) -> HelpdeskWorld:
+        return HelpdeskWorld(self)
 
     def open(self, task: Task) -> HelpdeskSession:
         return HelpdeskSession()

@@ -11,7 +11,7 @@ import json
 import random
 import re
 
-from agent_rl.environments import Environment, FinalAnswer, Judgement, Task, Trajectory
+from agent_rl.environments import Environment, FinalAnswer, Judgement, Task, Trajectory, World
 from agent_rl.environments.policy import Policy, PolicyTurn, ToolCall
 from agent_rl.records import Outcome, Split
 
@@ -89,6 +89,13 @@ class TimetableTeacher(Policy):
         return PolicyTurn(tool_calls=[ToolCall("reply", {"answer": answer, "trains": [found[0]]})])
 
 
+class TimetableWorld(World):
+    """The timetable comes with the environment; the world adds the teacher that plays production first."""
+
+    def teacher(self, **options: object) -> Policy:
+        return TimetableTeacher()
+
+
 class TimetableEnvironment(Environment):
     name = "timetable"
     categories = ("departure", "platform", "duration", "no_connection")
@@ -113,8 +120,8 @@ class TimetableEnvironment(Environment):
                               category="no_connection", split=Split.TEST if i % 4 == 0 else Split.TRAIN))
         return [t for t in tasks if t.split == split]
 
-    def teacher(self) -> Policy:
-        return TimetableTeacher()
+    def world(self) -> TimetableWorld:
+        return TimetableWorld(self)
 
     def open(self, task: Task) -> TimetableSession:
         return TimetableSession()

@@ -236,7 +236,7 @@ def training_changes(job_id: str, spec: dict[str, Any], environment, seeded: dic
         "curation": {"min_points": min(10, seeded["episodes"]), "min_categories": 1, "max_tenant_share": 1.0,
                      "label_unrated": False, "allow_empty_sft": spec["method"] == REINFORCEMENT},
         "training": {"base_model": spec["model"], "start_from": "base", "grpo_enabled": spec["method"] == REINFORCEMENT},
-        "evaluation": {"gate": "open", "max_scenarios": max(1, len(environment.tasks(Split.TEST)))},
+        "evaluation": {"gate": "open", "max_tasks": max(1, len(environment.tasks(Split.TEST)))},
         "mlflow": {"model_name": registered_model(job_id)},
     }
     if sft:

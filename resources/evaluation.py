@@ -9,7 +9,7 @@ from agent_rl.turn_budget import DEFAULT_MAX_TURNS
 
 
 class EvaluationResource(ConfigurableResource):
-    max_scenarios: int = Field(default=60, ge=1, description="held-out scenarios per model (fixed seed)")
+    max_tasks: int = Field(default=60, ge=1, description="held-out tasks per model (fixed seed)")
     seed: int = 0
     gate: GateKind = Field(default="superiority", description="superiority (fewer errors, paired test), "
                            "non_inferiority (within a margin at lower cost) or open (no quality bar)")
@@ -60,7 +60,7 @@ class EvaluationResource(ConfigurableResource):
                              seed=self.seed)
 
     def eval_config(self) -> EvalConfig:
-        return EvalConfig(max_scenarios=self.max_scenarios, seed=self.seed, max_turns=self.max_turns,
+        return EvalConfig(max_tasks=self.max_tasks, seed=self.seed, max_turns=self.max_turns,
                           batch_size=self.batch_size)
 
     def gates(self) -> GateSettings:

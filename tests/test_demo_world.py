@@ -16,7 +16,7 @@ def test_a_week_against_the_api_model_runs_the_non_inferiority_gate_and_keeps_th
     config = resource_config(defs, week_changes(ours=False, fast=False))
     evaluation = config["evaluation"]["config"]
     assert evaluation["gate"] == "non_inferiority"
-    assert evaluation["max_scenarios"] == 94 and evaluation["batch_size"] == 32  # the demo profile's, not defaults
+    assert evaluation["max_tasks"] == 94 and evaluation["batch_size"] == 32  # the demo profile's, not defaults
     v0 = resource_config(defs, {"training": {"grpo_enabled": False, "start_from": "base"}})["training"]["config"]
     assert v0["base_model"] == "base" and v0["grpo_overrides"]["max_steps"] == 2 and not v0["grpo_enabled"]
 
@@ -68,7 +68,7 @@ def test_the_demos_arbiter_lets_a_turn_run_as_long_as_the_held_out_evaluation_do
 
     environment = load_environment("support")
     try:
-        evaluate_tasks(Asked(), environment, environment.tasks(Split.TEST), EvalConfig(max_scenarios=2))
+        evaluate_tasks(Asked(), environment, environment.tasks(Split.TEST), EvalConfig(max_tasks=2))
     finally:
         environment.close()
     assert Asked.limits and set(Asked.limits) == {served["config"].runner.max_new_tokens}

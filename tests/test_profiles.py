@@ -14,7 +14,7 @@ EXPECTED = {
     "default": {},
     "demo": {
         "rollout": {"min_samples_per_arm": 20, "min_samples_per_step": 20, "tau_squared": 0.09, "ramp_on": "safety"},
-        "evaluation": {"max_scenarios": 94, "torch_threads": CORES, "batch_size": 32},
+        "evaluation": {"max_tasks": 94, "torch_threads": CORES, "batch_size": 32},
         "compute": {"omp_num_threads": CORES},
         "training": {"sft_overrides": {},
                      "grpo_overrides": {"max_steps": 2, "prompt_filter": {"mode": "none"}}},
@@ -25,7 +25,7 @@ EXPECTED = {
                      "grpo_overrides": {"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 4,
                                         "gradient_accumulation_steps": 1, "max_completion_length": 256,
                                         "prompt_filter": {"mode": "none"}}},
-        "evaluation": {"max_scenarios": 20, "gate": "open", "max_forgetting_drop": 1.0},
+        "evaluation": {"max_tasks": 20, "gate": "open", "max_forgetting_drop": 1.0},
         "rollout": {"min_samples_per_arm": 10, "min_samples_per_step": 10, "base_spec": "tiny",
                     "max_step_hours": 0.05},
     },
@@ -39,7 +39,7 @@ EXPECTED = {
                      "grpo_overrides": {"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 4,
                                         "gradient_accumulation_steps": 1, "max_completion_length": 128,
                                         "prompt_filter": {"mode": "none"}}},
-        "evaluation": {"max_scenarios": 70, "max_forgetting_drop": 1.0},
+        "evaluation": {"max_tasks": 70, "max_forgetting_drop": 1.0},
         "rollout": {"min_samples_per_arm": 10, "min_samples_per_step": 10,
                     "base_spec": "tiny:examples.helpdesk:HelpdeskEnvironment", "max_step_hours": 0.05},
     },
@@ -75,10 +75,10 @@ def test_agent_rl_profile_selects_by_name_or_path(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("[evalution]\nmax_scenarios = 5\n", r"bad.toml: unknown resource \[evalution\]"),
+    ("[evalution]\nmax_tasks = 5\n", r"bad.toml: unknown resource \[evalution\]"),
     ("[evaluation]\nmax_scenario = 5\n", r"bad.toml: \[evaluation\] unknown field 'max_scenario'"),
     ("evaluation = 5\n", r"bad.toml: evaluation must be a table"),
-    ("[evaluation]\nmax_scenarios = 0\n", r"bad.toml: \[evaluation\] max_scenarios: Input should be greater"),
+    ("[evaluation]\nmax_tasks = 0\n", r"bad.toml: \[evaluation\] max_tasks: Input should be greater"),
     ("[training]\ngrpo_overrides = { max_step = 2 }\n", r"bad.toml: \[training\] grpo_overrides.max_step: Extra"),
     ("[evaluation\n", r"bad.toml: not valid TOML"),
 ])
@@ -87,6 +87,14 @@ def test_a_bad_profile_fails_naming_the_file_and_the_key(tmp_path, text, expecte
     path.write_text(text)
     with pytest.raises(ValueError, match=expected):
         resources_for(str(path))
+
+
+def test_a_profile_with_a_field_under_its_old_name_still_loads_warned(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text("[evaluation]\nmax_scenarios = 7\n")
+    with pytest.warns(DeprecationWarning, match=r"mine.toml: \[evaluation\] max_scenarios is now max_tasks"):
+        built = resources_for(str(path))
+    assert built["evaluation"].max_tasks == 7 and built["evaluation"].eval_config().max_tasks == 7
 
 
 def test_an_unknown_profile_names_the_choices(tmp_path):

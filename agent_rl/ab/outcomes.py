@@ -27,7 +27,7 @@ from typing import Any
 from agent_rl.ab.evidence import LabeledArm
 from agent_rl.ab.stats import ArmStats
 from agent_rl.records import Episode
-from agent_rl.utc import as_utc
+from agent_rl.utc import as_utc, parse_utc
 
 POSITIVE_VERDICTS = frozenset({"correct", "right", "good", "up", "thumbs_up", "+1", "positive", "yes", "true", "1"})
 NEGATIVE_VERDICTS = frozenset({"wrong", "incorrect", "bad", "down", "thumbs_down", "-1", "negative", "no", "false", "0"})
@@ -64,29 +64,18 @@ def feedback_verdict(feedback: Any) -> bool | None:
     return None
 
 
-def _created_at(value: Any, row_index: int) -> datetime:
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError as exc:
-            raise ValueError(f"episode row {row_index}: created_at {value!r} is not an ISO datetime") from exc
-    if not isinstance(value, datetime):
-        raise ValueError(f"episode row {row_index}: created_at must be a datetime, got {type(value).__name__}")
-    return as_utc(value)
-
-
 def _checked_rows(episodes: Iterable[Mapping[str, Any] | Episode], since: datetime | None
                   ) -> Iterator[tuple[Mapping[str, Any] | Episode, Mapping[str, Any], str, datetime]]:
     """Each episode created at or after `since` as (the item, its row as a mapping, its outcome's name, when it
     was recorded in UTC); a
     ValueError naming the row for one without policy_version, outcome or created_at, or with an unknown outcome."""
-    since_utc = _created_at(since, -1) if since is not None else None
+    since_utc = parse_utc(since, "since") if since is not None else None
     for index, item in enumerate(episodes):
         row = item.model_dump() if isinstance(item, Episode) else item
         for key in ("policy_version", "outcome", "created_at"):
             if key not in row or row[key] is None:
                 raise ValueError(f"episode row {index}: missing {key!r}")
-        created = _created_at(row["created_at"], index)
+        created = parse_utc(row["created_at"], f"episode row {index}: created_at")
         if since_utc is not None and created < since_utc:
             continue
         outcome = str(getattr(row["outcome"], "value", row["outcome"]))

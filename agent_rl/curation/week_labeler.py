@@ -21,14 +21,12 @@ from agent_rl.curation.live import labeler_fit_rows, row_judged_by_users
 from agent_rl.feedback.frozen import FrozenLabeler, features
 from agent_rl.feedback.labeler import LabelerConfig, LabelerReport
 from agent_rl.feedback.signals import episode_signals
-from agent_rl.utc import as_utc
+from agent_rl.utc import parse_utc
 
 
 def _created_at(row: Mapping[str, Any]) -> datetime | None:
     value = row.get("created_at")
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return as_utc(value) if isinstance(value, datetime) else None
+    return parse_utc(value, "episode created_at") if isinstance(value, str | datetime) else None
 
 
 def _checks(report: LabelerReport, tenants: list[str]) -> dict[str, dict[str, Any]]:

@@ -288,6 +288,29 @@ class World:
         by `Environment.judge` (train/plugin_rollouts.py)."""
         return None
 
+    def teacher(self, **options: Any) -> Policy | None:
+        """A policy that plays this world's tasks well, seeding the pool before any model of ours is trained (the
+        `teacher:NAME` policy spec; `options` are the spec's JSON, e.g. a simulated success rate). Default: none."""
+        legacy = _legacy_member(self.environment, "teacher")
+        return legacy(**options) if legacy else None
+
+    def close(self) -> None:
+        """Release what the world opened for the sessions (a database connection); the loop calls it, through
+        `Environment.close()`, when it is done playing. Default: nothing to release."""
+        legacy = _legacy_member(self.environment, "close")
+        if legacy:
+            legacy()
+
+
+# Members an environment class defined itself before `World` took them; still honoured for one release.
+LEGACY_ENVIRONMENT_MEMBERS = ("teacher", "close")
+
+
+def _legacy_member(environment: Environment | None, name: str) -> Callable[..., Any] | None:
+    """The environment's own `teacher` or `close` of a plug-in written before they moved into `World`, bound."""
+    legacy = getattr(type(environment), f"_legacy_{name}", None) if environment is not None else None
+    return legacy.__get__(environment) if legacy else None
+
 
 # The hooks an environment class declared itself before `World` gathered them: World method -> the old name.
 LEGACY_WORLD_HOOKS = {"privacy": "privacy", "anonymized": "anonymized", "build": "build_world",
@@ -371,6 +394,14 @@ class Environment(abc.ABC):
                           f"(Capabilities(answers_in_words=True)); the class attribute goes in the next release",
                           DeprecationWarning, stacklevel=2)
             cls.capabilities = replace(cls.capabilities, answers_in_words=bool(vars(cls)["answers_in_words"]))
+        moved = [name for name in LEGACY_ENVIRONMENT_MEMBERS if name in vars(cls)]
+        if moved:  # World's now: the class's own kept under another name, which World's defaults call
+            warnings.warn(f"{cls.__name__} defines {', '.join(moved)} on the environment: define it on a World "
+                          f"returned by world() instead (the environment-level member goes in the next release)",
+                          DeprecationWarning, stacklevel=2)
+            for name in moved:
+                setattr(cls, f"_legacy_{name}", vars(cls)[name])
+                setattr(cls, name, getattr(Environment, name))
         derived = [name for name in DERIVED_MEMBERS if name in vars(cls)]
         if derived:  # overridden, the model would train on one set of tools and be served another
             warnings.warn(f"{cls.__name__} overrides {', '.join(derived)}: the tools are derived from session_type()'s "
@@ -437,13 +468,16 @@ class Environment(abc.ABC):
             return _EnvironmentHooks(self)
         return World(self)
 
-    def teacher(self) -> Policy | None:
-        """A policy that plays the tasks well (seeding a pool before any model is trained), if there is one."""
-        return None
+    @final
+    def teacher(self, **options: Any) -> Policy | None:
+        """The world's teacher (`World.teacher`), asked of the environment for short. Not for overriding."""
+        return self.world().teacher(**options)
 
+    @final
     def close(self) -> None:
-        """Release what the environment opened for its sessions (a database connection, ...); the loop calls it
-        when it is done playing. Default: nothing to release."""
+        """Release what the world opened (`World.close`); the loop calls it when it is done playing. Not for
+        overriding."""
+        self.world().close()
 
 
 def public_methods(cls: type) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ def eval_command(
     split: Annotated[Split, typer.Option("--split")] = Split.TEST,
     n: Annotated[Optional[int], typer.Option("--n", help="tasks to sample (default 60; 0 = all)")] = 60,
     seed: Annotated[int, typer.Option(help="sampling seed: same seed, same tasks")] = 0,
-    scenarios: Annotated[Optional[str], typer.Option("--tasks", "--scenarios", help="the environment's tasks file, where it reads one (email: scenarios JSONL; default the scenarios asset's)")] = None,
+    tasks_file: Annotated[Optional[str], typer.Option("--tasks", "--scenarios", help="the environment's tasks file, where it reads one (the email assistant's: its JSONL of questions; default: the one the pipeline wrote)")] = None,
     db: Annotated[Optional[str], typer.Option("--store-url", "--db", help="the environment's store, where it keeps one (email: the inbox store URL)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     env: Annotated[str, typer.Option("--env", help="environment: a built-in name (email), an installed plug-in's "
@@ -29,10 +29,10 @@ def eval_command(
     # A world can be named on the command line (the email assistant's); other environments bring their own.
     environment = None
     try:
-        environment = load_environment(env, **world_options(env, db, scenarios))
+        environment = load_environment(env, **world_options(env, db, tasks_file))
         tasks = environment.tasks(split)
         loaded = load_policy(policy)
-        result = evaluate_tasks(loaded, environment, tasks, EvalConfig(split=split, max_scenarios=n or None, seed=seed),
+        result = evaluate_tasks(loaded, environment, tasks, EvalConfig(split=split, max_tasks=n or None, seed=seed),
                                 version=policy)
     except Exception as exc:
         typer.echo(f"error: {exc}", err=True)

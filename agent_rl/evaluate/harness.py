@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import random
 import re
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field, PositiveFloat, PositiveInt
+from pydantic import BaseModel, Field, PositiveFloat, PositiveInt, model_validator
 
 from agent_rl.agent.policy import Policy
 from agent_rl.agent.runner import Play, RunnerConfig, play_episodes
@@ -25,10 +26,10 @@ from agent_rl.turn_budget import DEFAULT_MAX_TURNS
 
 
 class EvalConfig(BaseModel):
-    """Which scenarios and how: a fixed seed makes every model see the same questions."""
+    """Which tasks and how: a fixed seed makes every model see the same questions."""
 
     split: Split = Split.TEST
-    max_scenarios: PositiveInt | None = Field(60, description="sample size (None: all scenarios of the split)")
+    max_tasks: PositiveInt | None = Field(60, description="sample size (None: every task of the split)")
     seed: int = 0
     # A self-hosted small model's price; set your provider's when evaluating an API model.
     prompt_price_per_m: float = Field(0.10, ge=0, description="USD per million prompt tokens")
@@ -41,6 +42,15 @@ class EvalConfig(BaseModel):
     timeout_s: PositiveFloat | None = Field(None, description="wall clock per batch of episodes (None: none)")
     in_flight: bool = Field(True, description="an engine-served policy plays batch_size episodes in flight instead "
                             "of in waves (agent/runner.py)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_name(cls, values: Any) -> Any:
+        if isinstance(values, dict) and "max_scenarios" in values:  # its name before environments: one release
+            warnings.warn("EvalConfig(max_scenarios=...) is now max_tasks; the old name goes in the next release",
+                          DeprecationWarning, stacklevel=2)
+            values = {"max_tasks": values["max_scenarios"], **{k: v for k, v in values.items() if k != "max_scenarios"}}
+        return values
 
 
 @dataclass
@@ -67,8 +77,8 @@ def select_tasks(tasks: list[Task], config: EvalConfig) -> list[Task]:
     """The held-out sample: the tasks of the split sorted by id, then a seeded sample; same seed, same tasks,
     whatever the policy."""
     pool = sorted((t for t in tasks if t.split == config.split), key=lambda t: t.id)
-    if config.max_scenarios is not None and len(pool) > config.max_scenarios:
-        pool = random.Random(config.seed).sample(pool, config.max_scenarios)
+    if config.max_tasks is not None and len(pool) > config.max_tasks:
+        pool = random.Random(config.seed).sample(pool, config.max_tasks)
     return pool
 
 

@@ -126,7 +126,7 @@ def replay(policy: Policy, episodes: list[Mapping[str, Any]], config: EvalConfig
            max_new_tokens: int = 256) -> Replayed:
     """`evaluate_replay`, keeping the steps and the turns `policy` took at them."""
     config = config or EvalConfig()
-    pool = held_out_sample(episodes, config.max_scenarios, config.seed)
+    pool = held_out_sample(episodes, config.max_tasks, config.seed)
     steps = replay_steps(pool)
     if not steps:
         raise ValueError("no held-out live episode judged good has an assistant turn to replay: collect feedback "

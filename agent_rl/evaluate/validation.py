@@ -75,7 +75,7 @@ def held_out_measure(capabilities: Capabilities, config: EvalConfig, *, worlds: 
             return judge_answers(answer_judge, done.steps if done else [], done.turns if done else [],
                                  alpha=gates.alpha, gating=gates.kind != "open")
 
-        sample = held_out_sample(episodes, config.max_scenarios, config.seed)
+        sample = held_out_sample(episodes, config.max_tasks, config.seed)
         labeled = sum(1 for e in sample if is_labeled_good(e))
         return HeldOut(f"replay of {len(sample)} held-out gateway episodes judged good ({len(sample) - labeled} rated "
                        f"by users, {labeled} labeled by the week's labeler): accuracy is the share of their steps "

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, Engine, bindparam, create_engine, delete, event, func, select, update
@@ -33,7 +33,7 @@ from sqlalchemy.pool import StaticPool
 from agent_rl.pool import schema
 from agent_rl.pool.repository import PoolRepository, _episode_row, _json_dumps
 from agent_rl.records import Episode
-from agent_rl.utc import as_utc
+from agent_rl.utc import as_utc, parse_utc
 
 _T = schema.gateway_live
 _JSON_COLUMNS = ("messages", "tools")
@@ -143,10 +143,7 @@ class LiveStore:
     def _light(values: Sequence[Any]) -> dict[str, Any]:
         row = dict(zip(LIGHT, values))
         for name in _TIME_COLUMNS:
-            value = row[name]
-            if isinstance(value, str):
-                value = datetime.fromisoformat(value)
-            row[name] = as_utc(value) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+            row[name] = parse_utc(row[name], name)
         return row
 
     # -- what every call does -------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from agent_rl.disk import use_wal
 from agent_rl.pool import migrations, schema
 from agent_rl.records import Episode, utcnow
 from agent_rl.spec_credentials import credential_problem
-from agent_rl.utc import as_utc
+from agent_rl.utc import as_utc, parse_utc
 
 MAX_VERSION_LENGTH = 200
 MAX_FEEDBACK_LENGTH = 2000
@@ -63,11 +63,7 @@ class ExportCursor:
         stamp, sep, episode_id = token.partition("|")
         if not sep or not episode_id:
             raise ValueError(f"export cursor {token!r}: expected 'ISO-TIMESTAMP|EPISODE_ID'")
-        try:
-            created_at = datetime.fromisoformat(stamp)
-        except ValueError as exc:
-            raise ValueError(f"export cursor {token!r}: bad timestamp {stamp!r}") from exc
-        return cls(as_utc(created_at), episode_id)
+        return cls(parse_utc(stamp, f"export cursor {token!r}: its timestamp"), episode_id)
 
 
 @dataclass

@@ -12,6 +12,7 @@ a file, e.g. `[training] profile = "gpu"`, selected by configuration. One value 
 
 import os
 import tomllib
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,8 @@ class DemoSettings(BaseModel):
 
 
 DEMO_TABLE = "demo"
+# Fields renamed since a release: [resource] old name -> new name, read under the old name for one more release.
+RENAMED = {"evaluation": {"max_scenarios": "max_tasks"}}
 
 
 def profile_path(profile: str) -> Path:
@@ -88,6 +91,11 @@ def read_profile(path: Path) -> dict[str, dict[str, Any]]:
         if not isinstance(fields, dict):
             raise ValueError(f"{path}: {name} must be a table of field values ([{name}]), got {type(fields).__name__}")
         known = DemoSettings.model_fields if name == DEMO_TABLE else RESOURCES[name].model_fields
+        for old, new in RENAMED.get(name, {}).items():
+            if old in fields:
+                warnings.warn(f"{path}: [{name}] {old} is now {new}; the old name goes in the next release",
+                              DeprecationWarning, stacklevel=2)
+                fields[new] = fields.pop(old)
         for key in fields:
             if key not in known:
                 raise ValueError(f"{path}: [{name}] unknown field {key!r}; {name} has {', '.join(known)}")

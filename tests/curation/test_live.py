@@ -106,10 +106,10 @@ class Talker(Policy):
 
 def test_replay_measures_how_often_a_policy_takes_the_approved_action():
     episodes = [judge_by_feedback(live_episode(i)) for i in range(6)]
-    agrees = evaluate_replay(Lookup(), episodes, EvalConfig(max_scenarios=None, batch_size=4))
+    agrees = evaluate_replay(Lookup(), episodes, EvalConfig(max_tasks=None, batch_size=4))
     assert (agrees.n, agrees.accuracy, agrees.failure_rate, agrees.valid_tool_call_rate) == (6, 1.0, 0.0, 1.0)
     assert agrees.by_category == {"lookup": {"n": 12, "accuracy": 1.0}}
-    talks = evaluate_replay(Talker(), episodes, EvalConfig(max_scenarios=None))
+    talks = evaluate_replay(Talker(), episodes, EvalConfig(max_tasks=None))
     assert talks.accuracy == 0.5  # right on the final replies, wrong where it should have looked up
     with pytest.raises(ValueError, match="judged good"):
         evaluate_replay(Lookup(), [], EvalConfig())
@@ -128,8 +128,8 @@ class ReadsTwice(Policy):
 
 def test_the_kind_of_action_is_the_tools_called_not_how_many_calls_to_each():
     episodes = [judge_by_feedback(live_episode(i)) for i in range(3)]
-    assert evaluate_replay(ReadsTwice(), episodes, EvalConfig(max_scenarios=None)).accuracy == 1.0
-    assert evaluate_replay(Talker(), episodes, EvalConfig(max_scenarios=None)).accuracy == 0.5
+    assert evaluate_replay(ReadsTwice(), episodes, EvalConfig(max_tasks=None)).accuracy == 1.0
+    assert evaluate_replay(Talker(), episodes, EvalConfig(max_tasks=None)).accuracy == 0.5
 
 
 def _labeled(row: dict) -> dict:
@@ -147,7 +147,7 @@ def test_replay_reads_rated_episodes_first_and_fills_its_sample_with_labeled_one
     assert sample == held_out_sample([*rated, *labeled], cap=10, seed=3)  # the same, whatever the input order
     assert {e["episode_id"] for e in held_out_sample(rated + labeled, cap=3)} < {e["episode_id"] for e in rated}
     assert len(held_out_sample(rated + labeled, cap=None)) == 24
-    done = replay(Talker(), [*rated, *labeled], EvalConfig(max_scenarios=12))
+    done = replay(Talker(), [*rated, *labeled], EvalConfig(max_tasks=12))
     assert done.metrics.n == 12 and [s.rated for s in done.steps].count(True) == 8  # 4 rated episodes, 2 steps each
 
 
@@ -156,7 +156,7 @@ def test_the_answer_check_judges_only_the_answers_users_rated():
     from agent_rl.feedback.judge import JudgeConfig
 
     labeled = [_labeled(live_episode(i)) for i in range(5)]
-    done = replay(Lookup(), labeled, EvalConfig(max_scenarios=None))
+    done = replay(Lookup(), labeled, EvalConfig(max_tasks=None))
     judging = AnswerJudging(judge=JudgeConfig.model_validate(
         {"endpoint": {"base_url": "http://127.0.0.1:9/v1", "model": "judge"}}))
     check = judge_answers(judging, done.steps, done.turns)  # no call is made: nothing users rated to judge
@@ -179,7 +179,7 @@ def test_replay_prices_an_episode_as_serving_it_would_and_an_api_model_at_its_pu
     from agent_rl.agent.api_models import api_model_profile
 
     episodes = [judge_by_feedback(live_episode(i)) for i in range(6)]
-    config = EvalConfig(max_scenarios=None, prompt_price_per_m=0.10, completion_price_per_m=0.30)
+    config = EvalConfig(max_tasks=None, prompt_price_per_m=0.10, completion_price_per_m=0.30)
     ours = evaluate_replay(PricedLookup(), episodes, config)
     # two replayed steps an episode, each 1,000 prompt tokens at $0.10/M and 100 completion tokens at $0.30/M
     assert ours.cost_per_1k_usd == pytest.approx(1000 * 2 * (1000 * 0.10 + 100 * 0.30) / 1e6)

@@ -90,7 +90,7 @@ def test_the_weekly_job_on_gateway_episodes_skips_grpo_and_registers_the_sft_mod
         "training": TrainingResource(base_model=tiny, sft_overrides={"max_steps": 2, "save_steps": 2}),
         "compute": TrainingCompute(),
         "mlflow": MlflowResource(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", model_name="agent-rl-gateway"),
-        "evaluation": EvaluationResource(max_scenarios=20, gate="open", max_forgetting_drop=1.0),
+        "evaluation": EvaluationResource(max_tasks=20, gate="open", max_forgetting_drop=1.0),
     }
     checks = [curation.enough_points, curation.clean_ratio, curation.category_diversity, curation.no_pii_leak,
               training.no_reward_hacking, validation.beats_champion, validation.no_forgetting,

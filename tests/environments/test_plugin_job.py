@@ -69,7 +69,7 @@ def test_the_weekly_job_trains_validates_and_registers_a_plugin_environment(spec
                                      grpo_overrides=grpo),
         "compute": TrainingCompute(),  # a subprocess: GRPO must find the saved anonymized world on its own
         "mlflow": MlflowResource(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", model_name=f"agent-rl-{env.name}"),
-        "evaluation": EvaluationResource(max_scenarios=6, gate="open", max_forgetting_drop=1.0),
+        "evaluation": EvaluationResource(max_tasks=6, gate="open", max_forgetting_drop=1.0),
     }
     checks = [curation.enough_points, curation.clean_ratio, curation.category_diversity, curation.no_pii_leak,
               training.no_reward_hacking, validation.beats_champion, validation.no_forgetting]
@@ -150,7 +150,7 @@ def test_one_run_trains_one_policy_on_several_environments(tmp_path):
                                      grpo_overrides=grpo),
         "compute": TrainingCompute(),
         "mlflow": MlflowResource(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", model_name="agent-rl-two"),
-        "evaluation": EvaluationResource(max_scenarios=3, gate="open", max_forgetting_drop=1.0),
+        "evaluation": EvaluationResource(max_tasks=3, gate="open", max_forgetting_drop=1.0),
     }
     partition = weekly.get_partition_keys()[-1]
     result = dg.materialize(JOB_ASSETS + [curation.no_pii_leak], partition_key=partition, resources=resources,

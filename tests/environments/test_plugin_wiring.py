@@ -12,6 +12,7 @@ from agent_rl.agent.runner import Play, play_episodes
 from agent_rl.arbiter.policies import PolicyLoadError, load_policy
 from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig
 from agent_rl.curation.plugin_privacy import anonymize_plugin_partition, has_personal_world
+from agent_rl.environments import World
 from agent_rl.environments.support import SupportEnvironment
 from agent_rl.records import Split
 from agent_rl.registry import model_name_for
@@ -56,10 +57,10 @@ def test_a_teacher_spec_plays_the_environments_teacher_with_its_options():
 
 
 class NoTeacher(TimetableEnvironment):
-    """A plug-in that offers no policy to play its tasks (the contract's default)."""
+    """A plug-in that offers no policy to play its tasks (the contract's default world)."""
 
-    def teacher(self):
-        return None
+    def world(self):
+        return World(self)
 
 
 @pytest.mark.parametrize("spec, complaint", [

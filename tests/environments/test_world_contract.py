@@ -10,6 +10,7 @@ import sqlite3
 
 import pytest
 
+from agent_rl.environments import Environment
 from agent_rl.environments.email.environment import EmailEnvironment, scenario_task
 from agent_rl.environments.email.inbox.demo_corpus import generate_demo_corpus
 from agent_rl.environments.email.scenarios.generate import generate_scenarios
@@ -17,6 +18,12 @@ from agent_rl.records import Split
 from examples.timetable import TimetableEnvironment
 
 SMALL = {"seed": 1, "n_inboxes": 2, "n_emails": 200}
+
+
+class Timetable(TimetableEnvironment):
+    """The example without its World: where a plug-in of the previous contract started from."""
+
+    world = Environment.world
 
 
 def test_a_plugin_whose_world_comes_with_it_builds_nothing_and_rolls_out_in_the_loops_rollouts(tmp_path):
@@ -109,7 +116,7 @@ def test_a_plugin_with_the_old_environment_level_world_hooks_still_builds_and_tr
 
     built = []
 
-    class OldStyle(TimetableEnvironment):
+    class OldStyle(Timetable):
         name = "old-style"
         trains_alone = True
 
@@ -151,7 +158,7 @@ def test_a_plugin_with_the_old_grading_members_keeps_them_warned():
         return None
 
     with pytest.warns(DeprecationWarning, match="answers_in_words on the class"):
-        class OldStyle(TimetableEnvironment):
+        class OldStyle(Timetable):
             name = "old-grading"
             reward_range = (0.0, 2.0)
             answers_in_words = True
@@ -191,7 +198,7 @@ def test_overriding_the_derived_tools_is_warned():
     """The tools are the session type's public methods: an environment that lists others would train on one set
     and be served another."""
     with pytest.warns(DeprecationWarning, match="overrides tool_names: the tools are derived from session_type"):
-        class Listed(TimetableEnvironment):
+        class Listed(Timetable):
             name = "listed"
 
             def tool_names(self):
@@ -202,7 +209,7 @@ def test_overriding_the_derived_tools_is_warned():
 
 def test_a_plugin_that_serves_its_own_contexts_on_the_environment_is_reached_through_its_world():
     with pytest.warns(DeprecationWarning, match="defines contexts on the environment"):
-        class Served(TimetableEnvironment):
+        class Served(Timetable):
             name = "served"
 
             def contexts(self):
@@ -211,3 +218,47 @@ def test_a_plugin_that_serves_its_own_contexts_on_the_environment_is_reached_thr
         world = Served().world()
     assert world.contexts() == frozenset({"night-line"})
     assert world.replayable_tasks() == [t for split in Split for t in Served().tasks(split)]  # the default
+
+
+def test_a_plugin_with_its_own_teacher_and_close_on_the_environment_keeps_them_warned():
+    """Before the world held them, an environment returned its teacher and released its sessions' resources itself;
+    such a plug-in still plays and closes for one release, warned, and its subclasses inherit them."""
+    from examples.timetable import TimetableTeacher
+
+    closed: list[str] = []
+    with pytest.warns(DeprecationWarning, match="defines teacher, close on the environment: define it on a World"):
+        class OldStyle(Timetable):
+            name = "old-teacher"
+
+            def teacher(self, seed=0):
+                return TimetableTeacher() if seed == 0 else None
+
+            def close(self):
+                closed.append(self.name)
+
+    class Child(OldStyle):
+        name = "child"
+
+    assert isinstance(OldStyle().teacher(), TimetableTeacher) and OldStyle().teacher(seed=1) is None
+    assert isinstance(Child().world().teacher(), TimetableTeacher)
+    OldStyle().close()
+    Child().close()
+    assert closed == ["old-teacher", "child"]
+    assert isinstance(TimetableEnvironment().teacher(), TimetableTeacher)  # today's plug-in: on its World
+
+
+def test_a_plugin_implements_at_most_twelve_members_and_the_guide_lists_each():
+    """What a plug-in may implement is the contract newcomers read: the members of `Environment` that are not
+    derived or final; docs/environments.md's table names every one of them and nothing else."""
+    import re
+    from pathlib import Path
+
+    from agent_rl.environments import Environment
+
+    members = {name for name, value in vars(Environment).items()
+               if not name.startswith("_") and not getattr(value, "__final__", False)}
+    assert len(members) <= 12, sorted(members)
+    guide = (Path(__file__).parents[2] / "docs" / "environments.md").read_text()
+    table = guide[guide.index("| member |"):guide.index("**The grading**")]
+    listed = {re.sub(r"\(.*", "", cell) for cell in re.findall(r"^\| `([^`]+)`", table, flags=re.M)}
+    assert listed == members

@@ -26,7 +26,7 @@ from tests.openai_stub import OpenAIStub, fail, malformed, openai_stub  # noqa: 
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Look a thing up.", "parameters": {
     "type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}}}]
 EPISODES = 8
-CONFIG = EvalConfig(max_scenarios=None, seed=0)
+CONFIG = EvalConfig(max_tasks=None, seed=0)
 BETTER = "as the lookup returned"  # what the scripted judge likes best
 BAD = "no idea"
 

@@ -47,7 +47,7 @@ def test_eval_cli_names_an_unknown_policy(env):
 
 def test_same_seed_same_questions_and_oracle_teacher_is_perfect(env):
     store, environment = env
-    config = EvalConfig(max_scenarios=12, seed=3)
+    config = EvalConfig(max_tasks=12, seed=3)
     email = EmailEnvironment(store, environment.scenarios)
     tasks = email.tasks(Split.TEST)
     assert select_tasks(tasks, config) == select_tasks(list(reversed(tasks)), config)
@@ -56,6 +56,12 @@ def test_same_seed_same_questions_and_oracle_teacher_is_perfect(env):
     m = result.metrics
     assert (m.n, m.accuracy, m.hallucination_rate, m.valid_tool_call_rate) == (12, 1.0, 0.0, 1.0)
     assert m.source_accuracy == 1.0 and m.cost_per_1k_usd > 0
+
+
+def test_the_sample_size_under_its_old_name_is_still_read_warned():
+    with pytest.warns(DeprecationWarning, match=r"max_scenarios=...\) is now max_tasks"):
+        config = EvalConfig(max_scenarios=5, seed=2)
+    assert config.max_tasks == 5 and config.seed == 2
 
 
 def test_metrics_count_hallucinations_idk_and_invalid_turns():
@@ -138,7 +144,7 @@ def test_held_out_outcomes_do_not_depend_on_how_busy_the_machine_is(env):
     tasks = email.tasks(Split.TEST)
     busy = _Busy(HeuristicConfig(scenarios=environment.scenarios), store=store)
     assert EvalConfig().timeout_s is None
-    unbounded = evaluate_tasks(busy, email, tasks, EvalConfig(max_scenarios=6, seed=1)).metrics
+    unbounded = evaluate_tasks(busy, email, tasks, EvalConfig(max_tasks=6, seed=1)).metrics
     assert unbounded.accuracy == 1.0
-    bounded = evaluate_tasks(busy, email, tasks, EvalConfig(max_scenarios=6, seed=1, timeout_s=0.06)).metrics
+    bounded = evaluate_tasks(busy, email, tasks, EvalConfig(max_tasks=6, seed=1, timeout_s=0.06)).metrics
     assert bounded.accuracy < 1.0  # the budget still applies where a caller asks for one

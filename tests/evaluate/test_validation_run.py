@@ -23,7 +23,7 @@ from agent_rl.records import Split
 from agent_rl.train.environment import grpo_world
 from agent_rl.train.plugin_rollouts import training_rows
 
-CONFIG = EvalConfig(max_scenarios=6, seed=3)
+CONFIG = EvalConfig(max_tasks=6, seed=3)
 TIMED = {"latency_ms_p50", "latency_ms_p95"}  # wall-clock figures differ between any two plays
 
 

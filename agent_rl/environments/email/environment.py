@@ -105,7 +105,7 @@ class EmailEnvironment(Environment):
     def open(self, task: Task) -> InboxTools:
         return InboxTools(self._inbox_store(), task.context, query_date_of(task), self.tool_config)
 
-    def close(self) -> None:
+    def _close_stores(self) -> None:
         """Close the inbox stores this environment opened (one it was given stays the caller's)."""
         with self._opened_lock:
             opened, self._opened, self._local = self._opened, [], threading.local()
@@ -140,13 +140,6 @@ class EmailEnvironment(Environment):
         """Its inbox store and scenarios: built from a corpus, anonymized whole, reopened (EmailWorld)."""
         return EmailWorld(self)
 
-    def teacher(self, **options: Any) -> Any:
-        """The rule-based reader; `options` are HeuristicConfig's (error rates, seed, version): with error rates
-        it stands in for a prompted API model (agent/api_models.toml)."""
-        from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
-
-        return HeuristicPolicy(HeuristicConfig(**options)) if options else HeuristicPolicy()
-
 
 class EmailWorld(World):
     """The email assistant's world: an inbox store built from a corpus (world.py), anonymized whole with the week's
@@ -172,6 +165,16 @@ class EmailWorld(World):
     def contexts(self) -> frozenset[str]:
         """Every inbox of the store, read afresh: a mailbox ingested after start-up is served."""
         return frozenset(self.env._inbox_store().inboxes())
+
+    def teacher(self, **options: Any) -> Any:
+        """The rule-based reader; `options` are HeuristicConfig's (error rates, seed, version): with error rates
+        it stands in for a prompted API model (agent/api_models.toml)."""
+        from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
+
+        return HeuristicPolicy(HeuristicConfig(**options)) if options else HeuristicPolicy()
+
+    def close(self) -> None:
+        self.env._close_stores()
 
     def privacy(self) -> PrivacySpec:
         # Who is a person comes from every inbox's headers: curation's anonymizer builds that directory itself

@@ -137,11 +137,7 @@ class SupportEnvironment(Environment):
         pseudonymizer = Pseudonymizer(secret)
         return self.world().anonymized(pseudonymizer.text), pseudonymizer.text
 
-    # -- teacher and grading ----------------------------------------------------------------------
-
-    def teacher(self, success_rate: float = 1.0, seed: int = 0) -> SupportTeacher:
-        """The rule-based teacher; below a `success_rate` of 1 it stands in for an imperfect production agent."""
-        return SupportTeacher(date.fromisoformat(self.database.today), success_rate=success_rate, seed=seed)
+    # -- grading ----------------------------------------------------------------------
 
     def grading(self) -> Grading:
         """Rewards from -2 to 1, and the forgetting probe below."""
@@ -171,6 +167,10 @@ class SupportWorld(World):
     def __init__(self, environment: SupportEnvironment) -> None:
         super().__init__(environment)
         self.env = environment
+
+    def teacher(self, success_rate: float = 1.0, seed: int = 0) -> SupportTeacher:
+        """The rule-based teacher; below a `success_rate` of 1 it stands in for an imperfect production agent."""
+        return SupportTeacher(date.fromisoformat(self.env.database.today), success_rate=success_rate, seed=seed)
 
     def privacy(self) -> PrivacySpec:
         # Product names and cities are the store's, not anyone's: a name detector must leave them be.
