@@ -46,12 +46,14 @@ from demos.run import (
 )
 
 
-def replay(url: str, scenarios, n: int, concurrency: int, key_prefix: str, quiet: bool = False):
+def replay(url: str, scenarios, n: int, concurrency: int, key_prefix: str, quiet: bool = False,
+           rate: float | None = None):
     from agent_rl.arbiter.replay import replay as replay_async
     from agent_rl.arbiter.replay import select_tasks
 
     chosen = select_tasks(scenarios, None, n)
-    summary = asyncio.run(replay_async(url, chosen, concurrency=concurrency, timeout_s=900, key_prefix=key_prefix))
+    summary = asyncio.run(replay_async(url, chosen, concurrency=concurrency, timeout_s=900, key_prefix=key_prefix,
+                                       rate=rate))
     if not quiet:
         print(f"replayed {summary.sent}: ok {summary.ok}, per version {summary.per_version}, "
               f"outcomes {summary.outcomes}, errors {summary.errors_by_status}", flush=True)
@@ -352,6 +354,7 @@ def ab_test(run: DemoRun, week: int, test) -> str | None:
 
     decision, rollout, sent = None, resources["rollout"], 0
     served: dict[str, int] = {}  # the challenger's episodes: in the test, and at the current step
+    rate = None  # requests/s after the first round: as many as that round was served at, arriving on their own
     for round_number in range(run.plan.args.ab_rounds):
         wait_for_routing(run.url, run.pool)
         state = latest_state(run.pool)
@@ -360,20 +363,33 @@ def ab_test(run: DemoRun, week: int, test) -> str | None:
         start = sent % len(test)  # each round goes on where the last stopped: the whole test split before repeats
         sent += requests
         summary = replay(run.url, [*test[start:], *test[:start]], requests, concurrency=AB_CONCURRENCY, quiet=True,
-                         key_prefix=f"ab{week}-{round_number}-{int(time.time())}")
+                         key_prefix=f"ab{week}-{round_number}-{int(time.time())}", rate=rate)
+        arriving = f", arriving at {rate:.2f}/s" if rate else ""
+        rate = rate or ab_rate(summary)
         stopping.check()
         outcome = rollout_sensor(dg.build_sensor_context(instance=run.instance, resources=resources))
         decision = getattr(outcome, "skip_message", str(outcome))
         challenger = summary.per_version.get(state.challenger, 0) if state else 0
         served = {"test": served.get("test", 0) + challenger,
                   "step": 0 if decision.startswith("advance") else served.get("step", 0) + challenger}
-        print(f"round {round_number + 1} ({requests} requests): {summary.per_version} -> {decision}", flush=True)
+        print(f"round {round_number + 1} ({requests} requests{arriving}): {summary.per_version} -> {decision}",
+              flush=True)
         if decision.startswith(("promote", "rollback")):
             break
     return decision
 
 
 AB_CONCURRENCY = 32  # requests in flight: the engine batches them (the held-out evaluation's 32 beat 16 on 2 cores)
+
+
+def ab_rate(summary) -> float | None:
+    """The arrival rate of the A/B test's later rounds: what its first round was served at (answers per second), its
+    requests sent as fast as answers came back while the champion, with 90% of them, held one engine's share of the
+    machine. From then on requests arrive on their own at that rate, as users do: a closed loop gives the slower
+    version more of the requests in flight, and with the versions on engines of their own its latency then grows with
+    its slowness (docs/experiments.md, 2026-11-30 late night); spread over both engines at 50%, that rate keeps each
+    inside what it serves."""
+    return summary.ok / summary.elapsed_s if summary.ok and summary.elapsed_s > 0 else None
 
 
 def round_requests(share: float, step_served: int, test_served: int, per_step: int, per_arm: int,

@@ -136,6 +136,7 @@ def replay_command(
     split: Annotated[Optional[str], typer.Option(help="Only tasks of this split: train or test")] = None,
     n: Annotated[Optional[int], typer.Option(help="Number of requests (cycles through the tasks); default one per task")] = None,
     concurrency: Annotated[int, typer.Option(help="Requests in flight at once")] = 16,
+    rate: Annotated[Optional[float], typer.Option(help="Requests per second arriving on their own (a Poisson process), as independent users' do; default: each of --concurrency senders sends when its answer is back")] = None,
     tasks_path: Annotated[Optional[Path], typer.Option("--tasks", "--scenarios", help="Tasks JSONL of an environment that reads one (email: scenarios); default the scenarios asset's (AGENT_RL_HOME/artifacts/scenarios/all/scenarios.jsonl)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the summary as JSON")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar")] = True,
@@ -152,6 +153,8 @@ def replay_command(
 
     if split is not None and split not in {s.value for s in Split}:
         raise typer.BadParameter(f"{split!r}: choose train or test", param_hint="--split")
+    if rate is not None and not rate > 0:
+        raise typer.BadParameter(f"{rate}: a positive number of requests per second", param_hint="--rate")
     try:
         chosen = select_tasks(_replayable_tasks(env, tasks_path), split, n)
     except (EnvironmentError, OSError, ValueError) as exc:
@@ -162,7 +165,8 @@ def replay_command(
         typer.echo("error: no API key: set AGENT_RL_API_KEY (or give --api-key) to a key allowed to replay", err=True)
         raise typer.Exit(2)
     bar = tqdm(total=len(chosen), unit="req", disable=not progress or as_json)
-    summary = asyncio.run(replay(url, chosen, concurrency=concurrency, on_done=lambda ok: bar.update(1), api_key=api_key))
+    summary = asyncio.run(replay(url, chosen, concurrency=concurrency, on_done=lambda ok: bar.update(1), api_key=api_key,
+                                 rate=rate))
     bar.close()
     report = summary.as_dict()
     if as_json:

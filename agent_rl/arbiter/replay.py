@@ -1,5 +1,6 @@
 """Replay an environment's tasks as traffic through a running arbiter, with bounded concurrency, and summarize what
-came back.
+came back. Requests go out as fast as answers come back (a closed loop: the pool filling up), or arriving on their
+own at a rate, as independent users do (an open loop: the A/B test, where each version's load must be its share).
 
 This is how the benchmark pool fills up without real users: each replayable task (the email assistant's scenarios)
 becomes one `POST /v1/ask` (with its id as `task_id`, so the episode is judged), cycling through the
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -84,13 +86,23 @@ async def replay(
     on_done: Callable[[bool], None] | None = None,
     key_prefix: str = "replay",
     api_key: str | None = None,
+    rate: float | None = None,
+    seed: int = 0,
 ) -> ReplaySummary:
     """Send one request per task (in order) with at most `concurrency` in flight; never raises on HTTP errors.
 
+    Without `rate`, each of `concurrency` senders sends its next request when its answer came back. With `rate`
+    (requests per second), requests arrive at random intervals averaging 1/rate (a Poisson process, `seed`ed),
+    whether or not earlier ones were answered: users do not wait for one another. Where versions are served apart
+    (one engine each, as the A/B test on CPU), a closed loop leaves the slower version holding more of the senders,
+    so its load, and with it its latency, grows with its slowness; arriving on their own, each version's load is its
+    share of the traffic. `concurrency` then only caps what is in flight (an arbiter that cannot keep up).
     `api_key` defaults to $AGENT_RL_API_KEY.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    if rate is not None and not rate > 0:
+        raise ValueError(f"rate must be a positive number of requests per second, got {rate}")
     api_key = api_key or os.environ.get(API_KEY_ENV)
     if not api_key:
         raise ValueError(f"no API key: pass api_key or set {API_KEY_ENV} (a key allowed to replay scenarios)")
@@ -139,8 +151,26 @@ async def replay(
                 next_index += 1
                 await send(i, tasks[i])
 
+        # Arrivals on their own: each request starts at its arrival time, waiting only for a free slot.
+        async def arrivals(per_s: float) -> None:
+            gaps, slots, loop = random.Random(seed), asyncio.Semaphore(concurrency), asyncio.get_running_loop()
+
+            async def arrive(i: int, at: float) -> None:
+                await asyncio.sleep(max(0.0, at - loop.time()))
+                async with slots:
+                    await send(i, tasks[i])
+
+            at, arriving = loop.time(), []
+            for i in range(len(tasks)):
+                arriving.append(arrive(i, at))
+                at += gaps.expovariate(per_s)
+            await asyncio.gather(*arriving)
+
         started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(min(concurrency, max(1, len(tasks))))))
+        if rate is None:
+            await asyncio.gather(*(worker() for _ in range(min(concurrency, max(1, len(tasks))))))
+        else:
+            await arrivals(rate)
         summary.elapsed_s = time.perf_counter() - started
 
     summary.errors_by_status = dict(statuses)
