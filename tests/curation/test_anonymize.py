@@ -102,6 +102,17 @@ def test_episodes_keep_their_shape_ids_and_valid_json(demo_env, anonymized):
                for a, b in zip(episodes, demo_env.episodes))
 
 
+def test_an_address_with_a_top_level_domain_no_registry_knows_is_replaced_but_a_message_id_is_not():
+    """A garbled reply ("no@enronIs.comro") holds an address by the leak auditor's reading, though Presidio's check
+    of the top-level domain turns it down: the anonymizer replaces it all the same (an auditor finding would fail the
+    week), and an address inside a message id stays, since ids map the same way everywhere."""
+    a = Anonymizer(AnonymizerConfig(key="k"))
+    out = a.anonymize_text("lin priHicisfun no@enronIs.comro\ufffders ship, see <1234.JavaMail.qx7@thyme.corp>")
+    assert "no@enronIs.comro" not in out and "@enronIs.comro" in out  # the person's part goes, the organisation's stays
+    assert "<1234.JavaMail.qx7@thyme.corp>" in out
+    assert a.anonymize_text("write to no@enronIs.comro") == a.anonymize_text("write to no@enronIs.comro")
+
+
 def test_planted_canaries_are_caught_and_report_counts(directory):
     a = Anonymizer(AnonymizerConfig(key="k"), directory)
     canaries = ["5500 0000 0000 0004", "canary.person@example.org", "(415) 555-0132"]
