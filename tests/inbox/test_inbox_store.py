@@ -436,15 +436,29 @@ def test_switching_to_wal_waits_out_another_process_holding_the_file(tmp_path):
 def test_many_processes_open_one_new_store_together(tmp_path):
     import multiprocessing
 
+    # Plain processes joined with a deadline, not a Pool: a Pool's exit terminates its spawned workers and has hung
+    # joining one that was still starting up on a busy machine.
     url = f"sqlite:///{tmp_path / 'shared' / 'inbox.db'}"
     context = multiprocessing.get_context("spawn")
-    with context.Pool(6) as pool:
-        assert pool.map(_open_and_count, [url] * 6) == [0] * 6
+    results = context.Queue()
+    workers = [context.Process(target=_open_and_count, args=(url, results)) for _ in range(6)]
+    for worker in workers:
+        worker.start()
+    try:
+        counts = [results.get(timeout=300) for _ in workers]
+    finally:
+        for worker in workers:
+            worker.join(timeout=60)
+            if worker.is_alive():
+                worker.kill()
+                worker.join()
+    assert counts == [0] * 6
+    assert [worker.exitcode for worker in workers] == [0] * 6
 
 
-def _open_and_count(url: str) -> int:
+def _open_and_count(url: str, results) -> None:
     store = open_inbox_store(url)
     try:
-        return len(store.inboxes())
+        results.put(len(store.inboxes()))
     finally:
         store.close()
