@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
-from agent_rl.agent.chat_client import ClosesOnExit
+from agent_rl.chat_client import ClosesOnExit
 from agent_rl.agent.chat_format import parse_completion, parse_tool_call
 from agent_rl.agent.messages import wire_messages
 from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, ToolCall, ToolSchema

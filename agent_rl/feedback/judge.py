@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator
 
-from agent_rl.agent.chat_client import (ChatClient, ChatEndpoint, ChatEndpointError, ChatReply, ClosesOnExit,
+from agent_rl.chat_client import (ChatClient, ChatEndpoint, ChatEndpointError, ChatReply, ClosesOnExit,
                                         extract_json)
 from agent_rl.agent.messages import text_of
 from agent_rl.environments.registry import capabilities_of

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from agent_rl.agent.chat_client import ChatEndpoint
+from agent_rl.chat_client import ChatEndpoint
 from agent_rl.feedback.judge import JudgeConfig, JudgePrompt, ModelJudge, compact_transcript
 from agent_rl.feedback.judge_agreement import EpisodeLike, judge_agreement, split_rated
 

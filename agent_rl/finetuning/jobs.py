@@ -37,7 +37,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from agent_rl import settings
-from agent_rl.agent.chat_client import ChatEndpoint
+from agent_rl.chat_client import ChatEndpoint
 from agent_rl.disk import fsync_path, older_than, open_wal_database
 from agent_rl.finetuning.checks import (
     BASE_HYPERPARAMETERS,

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, PrivateAttr
 
-from agent_rl.agent.chat_client import ChatClient, ChatEndpoint
+from agent_rl.chat_client import ChatClient, ChatEndpoint
 
 # texts -> one vector per text (the operator's embedding model, for text_similarity's cosine metric)
 EmbedFunction = Callable[[list[str]], Sequence[Sequence[float]]]

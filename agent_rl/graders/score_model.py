@@ -1,4 +1,4 @@
-"""OpenAI's score_model grader, asked through our OpenAI-compatible chat client (agent/chat_client.py).
+"""OpenAI's score_model grader, asked through our OpenAI-compatible chat client (agent_rl/chat_client.py).
 
 The grader's messages are rendered and sent to the operator's endpoint with the grader's model. OpenAI forces a
 structured reply; an OpenAI-compatible server may not, so we ask for `{"result": <number>}` in a system message
@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from agent_rl.agent.chat_client import ChatEndpoint, ChatEndpointError, ChatReply, extract_json
+from agent_rl.chat_client import ChatEndpoint, ChatEndpointError, ChatReply, extract_json
 from agent_rl.graders.config import GraderConfigError, InputText, ScoreModelGrader
 from agent_rl.graders.context import GraderContext
 from agent_rl.graders.result import GradeResult

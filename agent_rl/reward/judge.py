@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from agent_rl.agent.chat_client import ChatClient, ChatEndpoint, ChatEndpointError, ChatReply, extract_json
+from agent_rl.chat_client import ChatClient, ChatEndpoint, ChatEndpointError, ChatReply, extract_json
 from agent_rl.environments.answers import DeterministicJudge, Judge, Verdict, contains_answer, is_idk
 
 __all__ = ["DeterministicJudge", "Judge", "JudgeError", "LLMJudge", "Verdict", "contains_answer", "is_idk"]

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from agent_rl.agent.chat_client import ChatEndpoint
+from agent_rl.chat_client import ChatEndpoint
 from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
 from agent_rl.environments.gateway import GatewayEnvironment
 from agent_rl.evaluate.cache import EvaluationCache

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from agent_rl.agent.chat_client import ChatEndpoint
+from agent_rl.chat_client import ChatEndpoint
 from agent_rl.feedback.judge import (
     JudgeConfig,
     JudgePrompt,

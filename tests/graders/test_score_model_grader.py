@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_rl.agent.chat_client import ChatEndpoint
+from agent_rl.chat_client import ChatEndpoint
 from agent_rl.graders import GraderConfigError, GraderContext, grade, make_sample, validate
 from tests.openai_stub import fail, openai_stub  # noqa: F401 (fixture)
 

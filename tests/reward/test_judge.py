@@ -8,7 +8,7 @@ import time
 import pytest
 
 from agent_rl.reward.judge import DeterministicJudge, Judge, JudgeError, LLMJudge, Verdict, is_idk
-from agent_rl.agent.chat_client import ChatEndpoint
+from agent_rl.chat_client import ChatEndpoint
 from tests.openai_stub import delay, fail, malformed, openai_stub  # noqa: F401 (fixture)
 
 Q = "question"

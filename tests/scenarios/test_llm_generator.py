@@ -11,7 +11,7 @@ import pytest
 from agent_rl.environments.email.inbox.demo_corpus import generate_demo_corpus
 from agent_rl.records import Split
 from agent_rl.environments.email.records import Category
-from agent_rl.agent.chat_client import ChatEndpoint
+from agent_rl.chat_client import ChatEndpoint
 from agent_rl.environments.email.scenarios.llm_generator import LLMGeneratorConfig, generate_llm_scenarios
 from tests.openai_stub import fail, malformed, openai_stub  # noqa: F401 (fixture)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from agent_rl.agent.chat_client import ChatClient, ChatEndpoint, ChatEndpointError, extract_json
+from agent_rl.chat_client import ChatClient, ChatEndpoint, ChatEndpointError, extract_json
 from tests.openai_stub import fail, openai_stub, reply, tool_call  # noqa: F401 (fixture)
 
 
@@ -72,3 +72,13 @@ def test_chat_client_reports_an_unreachable_endpoint():
 )
 def test_extract_json_tolerates_fences_and_prose(text, value):
     assert extract_json(text) == value
+
+
+def test_the_chat_clients_old_module_name_still_imports_warned():
+    import importlib
+    import sys
+
+    sys.modules.pop("agent_rl.agent.chat_client", None)
+    with pytest.warns(DeprecationWarning, match="now agent_rl.chat_client"):
+        old = importlib.import_module("agent_rl.agent.chat_client")
+    assert old.ChatClient is ChatClient and old.extract_json is extract_json

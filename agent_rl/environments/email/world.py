@@ -61,7 +61,7 @@ def _llm_scenarios(store: InboxStore, seed: int, base_url: str, model: str,
                    api_key_env: str) -> tuple[list[Scenario], dict[str, Any]]:
     if not (base_url and model):
         raise ValueError("an ingested corpus needs an LLM endpoint to write scenarios: set llm_base_url and llm_model")
-    from agent_rl.agent.chat_client import ChatEndpoint
+    from agent_rl.chat_client import ChatEndpoint
     from agent_rl.environments.email.scenarios.llm_generator import LLMGeneratorConfig, generate_llm_scenarios
 
     emails = [email for address in store.inboxes() for email in store.iter_emails(address)]

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from agent_rl.records import Split, utcnow
 from agent_rl.environments.email.records import Category, Email, Scenario
-from agent_rl.agent.chat_client import ChatClient, ChatEndpoint, ChatEndpointError, ChatReply, extract_json
+from agent_rl.chat_client import ChatClient, ChatEndpoint, ChatEndpointError, ChatReply, extract_json
 from agent_rl.environments.email.scenarios.generate import IDK_ANSWER
 
 
