@@ -50,7 +50,7 @@ USERS = 32  # the demo's A/B rounds keep 32 requests in flight (demos/demo.py AB
 
 def serve_for(policies: dict[str, object], environment, tasks: list, share_b: float, seconds: float) -> dict:
     """USERS threads, each playing one episode after another on its version until `seconds` have passed."""
-    from agent_rl.agent.runner import Play, RunnerConfig, play_episodes
+    from agent_rl.environments.runner import Play, RunnerConfig, play_episodes
 
     users_b = max(1, round(USERS * share_b)) if share_b > 0 else 0
     done: dict[str, int] = {"a": 0, "b": 0}

@@ -46,7 +46,7 @@ def measure(episodes, environment) -> dict:
 def pass_k(policy_factory, environment, tasks, k: int) -> dict:
     """pass^1 and pass^k over `k` sampled tries of each task (tau-bench's reliability measure; with exactly k
     tries, pass^k is the share of tasks all of whose tries succeed)."""
-    from agent_rl.agent.runner import Play, RunnerConfig, play_episodes
+    from agent_rl.environments.runner import Play, RunnerConfig, play_episodes
 
     policy = policy_factory()
     plays = [Play(t, policy_version="sampled") for t in tasks for _ in range(k)]
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from agent_rl.agent.local_policy import LocalPolicy
     from agent_rl.agent.models import resolve_model
-    from agent_rl.agent.runner import Play, RunnerConfig, play_episodes
+    from agent_rl.environments.runner import Play, RunnerConfig, play_episodes
     from agent_rl.curation.datasets import save_jsonl, sft_rows
     from agent_rl.environments.support import SupportEnvironment
     from agent_rl.records import Split

@@ -197,7 +197,7 @@ def conversation_key(messages: list[dict[str, Any]]) -> str:
 
 def seed_pool(environment, spec: dict[str, Any], tenant: str) -> dict[str, Any]:
     """Write the job's training rows to the job's pool as judged episodes; what passed is what SFT learns from."""
-    from agent_rl.agent.runner import Play, RunnerConfig, play_episodes
+    from agent_rl.environments.runner import Play, RunnerConfig, play_episodes
     from agent_rl.policy_specs import load_policy
     from agent_rl.pool.repository import PoolRepository
     from agent_rl.records import Outcome, Split

@@ -3,7 +3,7 @@ means the same thing in training as in the evaluation that gates it."""
 
 import pytest
 
-from agent_rl.agent.runner import RunnerConfig
+from agent_rl.environments.runner import RunnerConfig
 from agent_rl.evaluate.harness import EvalConfig
 from agent_rl.reward.rubric import RubricObservation
 from agent_rl.records import Outcome

@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any
 
-from agent_rl.agent.messages import template_messages
+from agent_rl.environments.messages import template_messages
 from agent_rl.agent.policy import PolicyTurn, ToolCall
 from agent_rl.agent.tool_calls import MalformedArguments, decode_arguments
 
@@ -22,7 +22,7 @@ def render_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: list[di
                   add_generation_prompt: bool = True) -> str:
     """The generation prompt: the conversation rendered by the chat template, ending with the assistant header
     exactly as the template writes it in training (`<|im_start|>assistant\\n` for ChatML). Messages are put in the
-    template's shape first (agent/messages.py): OpenAI-style JSON-text arguments rendered as they are would be
+    template's shape first (environments/messages.py): OpenAI-style JSON-text arguments rendered as they are would be
     encoded twice and the prompt would differ from the training text."""
     return tokenizer.apply_chat_template(
         template_messages(messages),

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegative
 
 from agent_rl.chat_client import ClosesOnExit
 from agent_rl.agent.chat_format import parse_completion, parse_tool_call
-from agent_rl.agent.messages import wire_messages
+from agent_rl.environments.messages import wire_messages
 from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, ToolCall, ToolSchema
 
 # Worth another try: the server is busy, restarting or briefly unreachable.

@@ -174,7 +174,7 @@ def build_world_tiny_model(environment: str) -> Path:
         return out_dir
     import json
 
-    from agent_rl.agent.runner import Play, play_episodes
+    from agent_rl.environments.runner import Play, play_episodes
     from agent_rl.environments.registry import load_environment
     from agent_rl.records import Split
 

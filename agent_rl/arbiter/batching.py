@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
-from agent_rl.agent.runner import Play
+from agent_rl.environments.runner import Play
 from agent_rl.records import Episode
 
 # Plays a batch (each task's spec, the tasks); returns the episodes and the seconds spent playing them (not

@@ -68,7 +68,7 @@ def serve_command(
             raise typer.BadParameter(f"not valid JSON: {exc}", param_hint="--default-routing") from exc
     try:
         if max_new_tokens is not None:
-            from agent_rl.agent.runner import RunnerConfig
+            from agent_rl.environments.runner import RunnerConfig
 
             options["runner"] = RunnerConfig(max_new_tokens=max_new_tokens)
         config = ArbiterConfig(**options)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
-from agent_rl.agent.runner import RunnerConfig
+from agent_rl.environments.runner import RunnerConfig
 from agent_rl.arbiter.files import FilesConfig
 from agent_rl.arbiter.keys import ApiKey
 from agent_rl.arbiter.vllm_lora import VllmServing

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from agent_rl.agent.runner import Play, play_episodes
+from agent_rl.environments.runner import Play, play_episodes
 from agent_rl.agent.engine import EnginePolicy, MixedEnginePolicy
 from agent_rl.agent.shared_base import AdapterPolicy, MixedVersionPolicy, resident_bytes, serving_stats
 from agent_rl.arbiter.batching import EpisodeBatcher

@@ -23,7 +23,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, ValidationError
 
 from agent_rl.agent.http_policy import RETRYABLE_STATUS, parse_chat_completion
-from agent_rl.agent.messages import wire_messages
+from agent_rl.environments.messages import wire_messages
 from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, ToolSchema
 
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
-from agent_rl.agent.messages import call_arguments, is_malformed, malformed_calls, template_messages
+from agent_rl.environments.messages import call_arguments, is_malformed, malformed_calls, template_messages
 from agent_rl.agent.tool_calls import call_function, call_name
 from agent_rl.jsonl import canonical_line, read_jsonl, save_jsonl  # noqa: F401 - curation's names for them
 from agent_rl.records import DEFAULT_ENVIRONMENT
@@ -74,7 +74,7 @@ def _in_schema_order(arguments: dict[str, Any], allowed: list[str] | None) -> di
 
 
 def conversation(messages: list[dict[str, Any]], schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages in one consistent TRL layout: the chat template's shape (agent/messages.py) without call ids, each
+    """Messages in one consistent TRL layout: the chat template's shape (environments/messages.py) without call ids, each
     call's arguments in its schema's order. Malformed arguments keep their raw text, as serving showed them (a
     replayed step); `sft_rows` leaves such a conversation out."""
     allowed = _parameters(schemas)
@@ -111,7 +111,7 @@ def sft_rows(
 ) -> list[dict[str, Any]]:
     """Conversational TRL rows {"messages", "tools"} of correct episodes with quality >= min_quality. An episode
     with a tool call whose arguments are malformed is left out: training data holds neither the raw text nor a
-    repaired call (agent/messages.py).
+    repaired call (environments/messages.py).
 
     At most `max_idk_share` of the rows answer "I don't know" (None: no cap); the first IDK rows in input order
     are kept. Every other answer is a different string, so too many identical answers teach a small model to

@@ -53,7 +53,7 @@ class Policy(abc.ABC):
 
     version: str = "unknown"
     # True for a policy whose act() may be called from several threads at once and that batches those calls itself
-    # (an engine server with continuous batching): the runner then keeps episodes in flight (agent/runner.py).
+    # (an engine server with continuous batching): the runner then keeps episodes in flight (environments/runner.py).
     concurrent_turns: bool = False
 
     @abc.abstractmethod
@@ -61,3 +61,17 @@ class Policy(abc.ABC):
             max_new_tokens: int = 256) -> list[PolicyTurn]:
         """Next turn for each conversation, in order. Must not raise on odd conversations."""
 
+
+class RowRoutedPolicy(Policy):
+    """A policy that can answer each conversation with a different version (per-row adapters on one shared
+    base, agent/shared_base.py): the runner passes every row's routed version to `act_rows`."""
+
+    @abc.abstractmethod
+    def act_rows(
+        self,
+        rows: list[str | None],
+        conversations: list[Conversation],
+        tools: list[ToolSchema],
+        max_new_tokens: int = 256,
+    ) -> list[PolicyTurn]:
+        """Next turn for each conversation, conversation i answered by version rows[i]."""

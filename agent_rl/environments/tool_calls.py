@@ -31,7 +31,7 @@ def call_name(call: Any) -> str:
 def decode_arguments(raw: Any) -> dict[str, Any]:
     """Call arguments as a dict, JSON text decoded; None and blank text are a call without arguments, {} (as
     OpenAI-style servers send one). MalformedArguments for text that is not JSON, ValueError for anything else
-    that is not an object (each says what it got). The rules for whole messages: agent/messages.py."""
+    that is not an object (each says what it got). The rules for whole messages: environments/messages.py."""
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}
     if isinstance(raw, str):

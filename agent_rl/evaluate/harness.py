@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, Field, PositiveFloat, PositiveInt, model_validator
 
 from agent_rl.agent.policy import Policy
-from agent_rl.agent.runner import Play, RunnerConfig, play_episodes
+from agent_rl.environments.runner import Play, RunnerConfig, play_episodes
 from agent_rl.environments.core import Environment, Task
 from agent_rl.evaluate.metrics import EvalMetrics, compute_metrics
 from agent_rl.records import Episode, Split
@@ -41,7 +41,7 @@ class EvalConfig(BaseModel):
     # token and repeated-call budgets still bound every episode.
     timeout_s: PositiveFloat | None = Field(None, description="wall clock per batch of episodes (None: none)")
     in_flight: bool = Field(True, description="an engine-served policy plays batch_size episodes in flight instead "
-                            "of in waves (agent/runner.py)")
+                            "of in waves (environments/runner.py)")
 
     @model_validator(mode="before")
     @classmethod

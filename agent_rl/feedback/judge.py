@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validat
 
 from agent_rl.chat_client import (ChatClient, ChatEndpoint, ChatEndpointError, ChatReply, ClosesOnExit,
                                         extract_json)
-from agent_rl.agent.messages import text_of
+from agent_rl.environments.messages import text_of
 from agent_rl.environments.registry import capabilities_of
 from agent_rl.records import Episode
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from agent_rl.agent.messages import text_of
+from agent_rl.environments.messages import text_of
 from agent_rl.agent.tool_calls import call_name
 from agent_rl.feedback.ratings import feedback_reward
 from agent_rl.records import Episode

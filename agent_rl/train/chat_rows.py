@@ -2,7 +2,7 @@
 
 Shared by SFT's tokenizer (agent_rl/train/sft.py) and the static prefix (agent_rl/train/static_prefix.py), which
 must render a row's opening exactly as SFT does; a module of its own so the static prefix does not import sft.py,
-which imports it. The row's messages are read by agent/messages.py's `training_messages`.
+which imports it. The row's messages are read by environments/messages.py's `training_messages`.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def sampled_solve_rates(model_path: str | Path, adapter: str | Path | None, rows
     """Play every row `samples_per_prompt` times with the sampled SFT model in `environment`; share of correct
     episodes per row. No wall-clock budget: a solve rate measures the model, not how loaded the machine was."""
     from agent_rl.agent.local_policy import LocalPolicy
-    from agent_rl.agent.runner import Play, RunnerConfig, play_episodes
+    from agent_rl.environments.runner import Play, RunnerConfig, play_episodes
 
     policy = LocalPolicy(model_path, adapter=adapter, temperature=settings.temperature, seed=seed, batch_size=16)
     tasks = [row_task(row, environment.name) for row in rows for _ in range(settings.samples_per_prompt)]

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_rl.agent.messages import training_messages
+from agent_rl.environments.messages import training_messages
 from agent_rl.jsonl import read_jsonl
 from agent_rl.train.chat_rows import row_tools
 from agent_rl.train.config import SFTSettings, common_trainer_args

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_rl.agent.messages import training_messages
+from agent_rl.environments.messages import training_messages
 from agent_rl.train.chat_rows import row_tools
 
 # Below this many tokens the separate forward pass saves less than it costs.

@@ -9,7 +9,7 @@ import pytest
 
 from agent_rl.agent.api_models import api_model_profile, api_model_profiles
 from agent_rl.environments.email.heuristic import HeuristicPolicy
-from agent_rl.agent.runner import RunnerConfig
+from agent_rl.environments.runner import RunnerConfig
 from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
 from agent_rl.arbiter.policies import PolicyLoadError, load_policy
 from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus

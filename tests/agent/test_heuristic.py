@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy, question_category
 from agent_rl.agent.policy import PolicyTurn
-from agent_rl.agent.runner import RunnerConfig
+from agent_rl.environments.runner import RunnerConfig
 from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
 from agent_rl.environments.email.tools import tool_schemas
 from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from agent_rl.agent.http_policy import HttpPolicy, PolicyRequestError
-from agent_rl.agent.messages import wire_messages
+from agent_rl.environments.messages import wire_messages
 from tests.openai_stub import delay, fail, malformed, openai_stub, reply, tool_call  # noqa: F401 (fixture)
 
 TOOLS = [{"type": "function", "function": {"name": "read_email", "description": "Read one email",

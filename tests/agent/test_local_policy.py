@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agent_rl.agent.chat_format import END_MARKERS, parse_completion, render_prompt
 from agent_rl.agent.local_policy import LocalPolicy
-from agent_rl.agent.messages import template_messages
+from agent_rl.environments.messages import template_messages
 from agent_rl.agent.models import build_tiny_model
 from agent_rl.agent.policy import PolicyTurn
 

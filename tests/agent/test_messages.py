@@ -1,4 +1,4 @@
-"""One set of rules for messages (agent/messages.py), toward the chat template's shape and toward OpenAI's wire
+"""One set of rules for messages (environments/messages.py), toward the chat template's shape and toward OpenAI's wire
 shape, and the callers that once had copies of their own: the gateway, render_prompt, curation's SFT rows and
 replay steps, the training rows, the HTTP policy and the runner."""
 
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from agent_rl.agent.chat_format import parse_tool_call, render_prompt
-from agent_rl.agent.messages import (
+from agent_rl.environments.messages import (
     call_arguments,
     is_malformed,
     policy_calls,
@@ -214,3 +214,15 @@ def test_rendering_an_already_normalized_conversation_changes_nothing():
     once = template_messages(WIRE)
     assert template_messages(once) == once
     assert training_messages(once, "row") == once
+
+
+def test_the_old_module_names_of_the_runner_and_the_message_rules_are_the_moved_modules_warned():
+    import importlib
+    import sys
+
+    from agent_rl.environments import messages, runner
+
+    for name, moved in (("agent_rl.agent.runner", runner), ("agent_rl.agent.messages", messages)):
+        sys.modules.pop(name, None)
+        with pytest.warns(DeprecationWarning, match=f"now {moved.__name__}"):
+            assert importlib.import_module(name) is moved

@@ -11,7 +11,7 @@ import pytest
 
 from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
 from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
-from agent_rl.agent.runner import RunnerConfig
+from agent_rl.environments.runner import RunnerConfig
 from agent_rl.environments.email.episodes import EpisodeTask, run_episode, run_episodes
 from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.records import Episode, Outcome, Split

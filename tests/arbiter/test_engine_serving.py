@@ -26,7 +26,7 @@ from agent_rl.agent import engine as engine_module
 from agent_rl.agent.chat_format import render_prompt
 from agent_rl.agent.engine import EnginePolicy, MixedEnginePolicy, engine_policy, shared_engine, vllm_installed
 from agent_rl.agent.models import build_tiny_model
-from agent_rl.agent.runner import RunnerConfig
+from agent_rl.environments.runner import RunnerConfig
 from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
 from agent_rl.environments.email.inbox.store import open_inbox_store
 from agent_rl.policy_specs import load_stacked

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from agent_rl.agent.runner import RunnerConfig
+from agent_rl.environments.runner import RunnerConfig
 
 from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
 from agent_rl.agent.shared_base import MixedVersionPolicy

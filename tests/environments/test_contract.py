@@ -10,7 +10,7 @@ import json
 import pytest
 
 from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
-from agent_rl.agent.runner import Play, play_episodes
+from agent_rl.environments.runner import Play, play_episodes
 from agent_rl.environments import EnvironmentError, Judgement, Task
 from agent_rl.environments.core import check_environment
 from agent_rl.environments.email.environment import EmailEnvironment

@@ -10,7 +10,7 @@ import pytest
 
 from agent_rl.agent.local_policy import LocalPolicy
 from agent_rl.agent.models import build_tiny_model
-from agent_rl.agent.runner import Play, play_episodes
+from agent_rl.environments.runner import Play, play_episodes
 from agent_rl.curation.datasets import save_jsonl, sft_rows
 from agent_rl.curation.validate import GateConfig, config_for, evaluate_gates, validate_episodes
 from agent_rl.evaluate.metrics import compute_metrics

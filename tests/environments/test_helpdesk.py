@@ -10,7 +10,7 @@ import pytest
 
 from agent_rl.agent.local_policy import LocalPolicy
 from agent_rl.agent.models import build_tiny_model, resolve_model, world_tiny_model_path
-from agent_rl.agent.runner import Play, play_episodes
+from agent_rl.environments.runner import Play, play_episodes
 from agent_rl.curation.datasets import sft_rows
 from agent_rl.jsonl import save_jsonl
 from agent_rl.records import Outcome, Split

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from agent_rl.agent.policy import PolicyTurn, ToolCall
-from agent_rl.agent.runner import Play, play_episodes
+from agent_rl.environments.runner import Play, play_episodes
 from agent_rl.environments.core import EnvironmentError
 from agent_rl.environments.openai_jobs import JobFileError, Method, OpenAIJobEnvironment, read_rows
 from agent_rl.environments.registry import load_environment

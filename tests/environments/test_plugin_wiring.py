@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from agent_rl.agent.runner import Play, play_episodes
+from agent_rl.environments.runner import Play, play_episodes
 from agent_rl.arbiter.policies import PolicyLoadError, load_policy
 from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig
 from agent_rl.curation.plugin_privacy import anonymize_plugin_partition, has_personal_world

@@ -8,7 +8,7 @@ import dagster as dg
 import pytest
 
 from agent_rl import settings
-from agent_rl.agent.runner import Play, play_episodes
+from agent_rl.environments.runner import Play, play_episodes
 from agent_rl.curation.datasets import load_jsonl
 from agent_rl.environments.registry import load_environment
 from agent_rl.pool.repository import PoolRepository

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
-from agent_rl.agent.runner import Play, play_episodes
+from agent_rl.environments.runner import Play, play_episodes
 from agent_rl.environments import Task, Trajectory
 from agent_rl.environments.core import check_environment
 from agent_rl.environments.registry import load_environment, resolve

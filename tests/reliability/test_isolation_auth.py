@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
-from agent_rl.agent.runner import RunnerConfig
+from agent_rl.environments.runner import RunnerConfig
 from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
 from agent_rl.environments.email.tools import call_tool, is_no_results, make_tools
 from agent_rl.environments.email.inbox.demo_corpus import build_demo_corpus

@@ -79,7 +79,7 @@ def test_sampled_solve_rates_do_not_depend_on_how_loaded_the_machine_is(tmp_path
     """Every turn of the sampled model takes an hour of the runner's clock (a loaded machine): the solve rates are
     still the model's; a wall-clock budget would end them as run out and drop prompts for the machine's sake."""
     import agent_rl.agent.local_policy as local_policy
-    import agent_rl.agent.runner as runner
+    import agent_rl.environments.runner as runner
     from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
     from agent_rl.environments.registry import load_environment
     from agent_rl.train.prompt_filter import sampled_solve_rates

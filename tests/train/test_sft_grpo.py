@@ -216,7 +216,7 @@ def test_labels_cover_assistant_turns_only_and_teach_the_stop(train_data):
     assert text[text.rindex("<tool_call>"):].startswith('<tool_call>\n{"name": "return_final_answer"')
     assert text.rstrip().endswith("</tool_call><|im_end|>")
     # Same tokens as the chat template gives at generation time (no whitespace drift).
-    from agent_rl.agent.messages import training_messages
+    from agent_rl.environments.messages import training_messages
     from agent_rl.train.chat_rows import row_tools
     from agent_rl.train.sft import without_answer_ack
 

@@ -1,7 +1,7 @@
 """The assistant messages the gateway answers with, in OpenAI's wire shape.
 
 A client sends OpenAI wire messages; our policies (`Policy.act`) are handed them in the chat template's shape
-(agent/messages.py: text content, argument objects, the tool's name on each result) and answer with a
+(environments/messages.py: text content, argument objects, the tool's name on each result) and answer with a
 `PolicyTurn`. The episode stores the wire messages exactly as the client sent them, so what is built here is only
 the assistant message the client gets back (which is also what the episode records as the reply).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from agent_rl.agent.messages import wire_arguments
+from agent_rl.environments.messages import wire_arguments
 from agent_rl.agent.policy import PolicyTurn
 
 

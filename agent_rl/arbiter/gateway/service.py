@@ -3,7 +3,7 @@
 This module is the gateway's engine: for each call it finds or starts the live episode (sessions.py),
 calls the version routing picked, records the reply and writes ended episodes to the pool. The endpoints are
 in routes.py, the wire format in wire.py and stream.py, replies in messages.py;
-messages reach our policies in the chat template's shape (agent/messages.py).
+messages reach our policies in the chat template's shape (environments/messages.py).
 
 All calls of an episode go to the version routing picked for its first call (named sessions hash to the
 version, so they stay put across workers and restarts). Live episodes are kept in the pool (shared.py,
@@ -47,7 +47,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agent_rl.agent.messages import template_messages, text_of
+from agent_rl.environments.messages import template_messages, text_of
 from agent_rl.agent.policy import Policy
 from agent_rl.arbiter.gateway.messages import turn_to_message, undeclared_tools, upstream_message
 from agent_rl.arbiter.gateway.sessions import (

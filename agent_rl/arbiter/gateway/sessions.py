@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_rl.agent.messages import text_of
+from agent_rl.environments.messages import text_of
 from agent_rl.environments.gateway import GatewayEnvironment
 from agent_rl.records import Episode, Outcome, utcnow
 from agent_rl.utc import as_utc

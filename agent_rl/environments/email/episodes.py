@@ -1,6 +1,6 @@
 """Email questions as the episode runner plays them: an `EpisodeTask` names an inbox and a question (with its
 scenario when the answer is known) and becomes a `Play` of the email environment's task; `run_episodes` plays
-them on an inbox store through the loop's one runner (agent/runner.py), which knows no email."""
+them on an inbox store through the loop's one runner (environments/runner.py), which knows no email."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from agent_rl.agent.runner import Play, RunnerConfig, play_episodes
+from agent_rl.environments.runner import Play, RunnerConfig, play_episodes
 from agent_rl.environments.answers import Judge
 from agent_rl.environments.email.environment import EmailEnvironment
 from agent_rl.environments.email.inbox.store_interface import InboxStore
