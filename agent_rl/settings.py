@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 
@@ -13,8 +14,29 @@ def home() -> Path:
     return path
 
 
+STORE_URL_ENV = "AGENT_RL_STORE_URL"
+OLD_STORE_URL_ENV = "AGENT_RL_INBOX_URL"  # its first name, from when the email assistant was the only world: one release
+
+
+def store_url() -> str:
+    """The store the environment's world lives in (handed to an environment that keeps one): $AGENT_RL_STORE_URL,
+    else SQLite under AGENT_RL_HOME (`world.db`; a home made before the name changed keeps its `inbox.db`)."""
+    url = os.environ.get(STORE_URL_ENV)
+    if not url and os.environ.get(OLD_STORE_URL_ENV):
+        warnings.warn(f"{OLD_STORE_URL_ENV} is now {STORE_URL_ENV}; the old name goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        url = os.environ[OLD_STORE_URL_ENV]
+    if url:
+        return url
+    world, before = home() / "world.db", home() / "inbox.db"
+    return f"sqlite:///{before if before.exists() and not world.exists() else world}"
+
+
 def inbox_url() -> str:
-    return os.environ.get("AGENT_RL_INBOX_URL") or f"sqlite:///{home() / 'inbox.db'}"
+    """`store_url`'s first name, warned, for one release."""
+    warnings.warn("settings.inbox_url() is now settings.store_url(); the old name goes in the next release",
+                  DeprecationWarning, stacklevel=2)
+    return store_url()
 
 
 def pool_url() -> str:

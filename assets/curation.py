@@ -43,7 +43,7 @@ from assets.stages import (
 )
 from resources.curation import CurationResource
 from resources.environment import EnvironmentResource
-from resources.stores import InboxStoreResource, PoolResource
+from resources.stores import PoolResource, WorldStoreResource
 
 
 def _table(rows: list[dict], columns: list[str]) -> dg.MetadataValue:
@@ -213,14 +213,14 @@ def tenant_ratings_agree(context: dg.AssetCheckExecutionContext):
                      description="The inbox and scenarios under the same pseudonyms, for GRPO rollouts and evaluation."),
     ],
 )
-def anonymization(context: dg.AssetExecutionContext, inbox_store: InboxStoreResource, curation: CurationResource,
+def anonymization(context: dg.AssetExecutionContext, world_store: WorldStoreResource, curation: CurationResource,
                   environment: EnvironmentResource):
     partition = context.partition_key
     episodes = load_jsonl(ValidatedEpisodes(partition).episodes)
     if environment.capabilities.judged_by_users:  # no world to anonymize; rated-good episodes held out
         yield from _anonymize_live(partition, environment.name, episodes, curation)
         return
-    envs = environment.loads(store_url=inbox_store.resolved_url())
+    envs = environment.loads(store_url=world_store.resolved_url())
     try:
         # An environment whose world the loop cannot copy whole runs the pass itself and writes its world here (the
         # email assistant's inbox store); it trains alone. Any other goes through the loop's pass below.

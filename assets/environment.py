@@ -11,7 +11,7 @@ from pydantic import Field
 from agent_rl.curation.live import NO_TASKS, NO_WORLD
 from agent_rl.records import Split
 from resources.environment import EnvironmentResource
-from resources.stores import InboxStoreResource
+from resources.stores import WorldStoreResource
 
 
 class CorpusConfig(dg.Config):
@@ -37,9 +37,9 @@ def _metadata(value):
     return value
 
 
-def _built(environment: EnvironmentResource, inbox_store: InboxStoreResource, build: str, config: CorpusConfig):
+def _built(environment: EnvironmentResource, world_store: WorldStoreResource, build: str, config: CorpusConfig):
     """Each environment's `build` step with the run's options, merged; the environments, closed."""
-    envs = environment.loads(store_url=inbox_store.resolved_url())
+    envs = environment.loads(store_url=world_store.resolved_url())
     meta: dict = {}
     try:
         for env in envs:
@@ -55,27 +55,27 @@ def _built(environment: EnvironmentResource, inbox_store: InboxStoreResource, bu
 
 @dg.asset(group_name="environment", description="The world the agent acts in, built by the environment (the email "
                                                  "assistant: its inbox store, demo corpus or ingested).")
-def inbox(context: dg.AssetExecutionContext, config: CorpusConfig, inbox_store: InboxStoreResource,
+def inbox(context: dg.AssetExecutionContext, config: CorpusConfig, world_store: WorldStoreResource,
           environment: EnvironmentResource):
     if not environment.capabilities.world:
         return dg.MaterializeResult(metadata={"environment": environment.name, "inboxes": 0, "note": NO_WORLD})
-    envs, meta = _built(environment, inbox_store, "build", config)
+    envs, meta = _built(environment, world_store, "build", config)
     if not meta:
         return dg.MaterializeResult(metadata={"environment": ", ".join(e.name for e in envs), "inboxes": 0,
                                               "note": "the world comes with the environment: nothing to build"})
     return dg.MaterializeResult(metadata={**meta, "environment": ", ".join(e.name for e in envs),
-                                          "store": inbox_store.resolved_url()})
+                                          "store": world_store.resolved_url()})
 
 
 @dg.asset(group_name="environment", deps=[inbox],
           description="The environment's tasks: questions with golden answers (the email assistant's scenarios, "
                       "split train/test by fact), written by the environment from its world.")
-def scenarios(context: dg.AssetExecutionContext, config: CorpusConfig, inbox_store: InboxStoreResource,
+def scenarios(context: dg.AssetExecutionContext, config: CorpusConfig, world_store: WorldStoreResource,
               environment: EnvironmentResource):
     if not environment.capabilities.world:
         return dg.MaterializeResult(metadata={"environment": environment.name, "scenarios": 0, "note": NO_TASKS})
-    _, meta = _built(environment, inbox_store, "build_tasks", config)
-    envs = environment.loads(store_url=inbox_store.resolved_url())  # afresh: the tasks as written
+    _, meta = _built(environment, world_store, "build_tasks", config)
+    envs = environment.loads(store_url=world_store.resolved_url())  # afresh: the tasks as written
     try:
         return dg.MaterializeResult(metadata={**_task_counts(envs), **meta})
     finally:

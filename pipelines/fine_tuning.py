@@ -88,6 +88,7 @@ def run_in_child(store, job) -> None:
     env = {**os.environ, "AGENT_RL_HOME": str(home), "MLFLOW_TRACKING_URI": settings.mlflow_uri(),
            "AGENT_RL_JOB_DIR": str(folder), "AGENT_RL_PROFILE": profile_for(job.model)}
     env.pop("AGENT_RL_POOL_URL", None)
+    env.pop("AGENT_RL_STORE_URL", None)
     env.pop("AGENT_RL_INBOX_URL", None)
     command = [sys.executable, "-m", "pipelines.fine_tuning", "--jobs-root", str(store.root), "--run", job.id]
     with open(folder / "run.log", "ab") as log:

@@ -2,20 +2,30 @@
 environment, which opens it; the pool is the loop's own."""
 
 
+import warnings
+
 from dagster import ConfigurableResource
 from pydantic import Field
 
 from agent_rl import settings
 
 
-class InboxStoreResource(ConfigurableResource):
+class WorldStoreResource(ConfigurableResource):
     """The store an environment's world lives in, passed to environments that take a `store_url` (the email
-    assistant's inbox store); empty URL means AGENT_RL_INBOX_URL or SQLite under AGENT_RL_HOME."""
+    assistant keeps its inboxes there); empty URL means AGENT_RL_STORE_URL or SQLite under AGENT_RL_HOME."""
 
     url: str = Field(default="", description="sqlite:///PATH or postgresql://HOST/DB; empty for the default")
 
     def resolved_url(self) -> str:
-        return self.url or settings.inbox_url()
+        return self.url or settings.store_url()
+
+
+def __getattr__(name: str):
+    if name == "InboxStoreResource":  # its first name, from when the email assistant was the only world
+        warnings.warn("InboxStoreResource is now WorldStoreResource (resource key world_store); the old name goes in "
+                      "the next release", DeprecationWarning, stacklevel=2)
+        return WorldStoreResource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class PoolResource(ConfigurableResource):

@@ -34,7 +34,7 @@ def _isolated_home(tmp_path, monkeypatch):
     """Every test gets its own AGENT_RL_HOME so nothing leaks between tests or into .data/."""
     monkeypatch.setenv("AGENT_RL_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("AGENT_RL_ENGINE", "torch")
-    for var in ("AGENT_RL_POOL_URL", "AGENT_RL_INBOX_URL", "MLFLOW_TRACKING_URI"):
+    for var in ("AGENT_RL_POOL_URL", "AGENT_RL_STORE_URL", "AGENT_RL_INBOX_URL", "MLFLOW_TRACKING_URI"):
         monkeypatch.delenv(var, raising=False)
 
 

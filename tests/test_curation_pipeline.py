@@ -20,7 +20,7 @@ from assets import curation, environment, pool
 from assets.partitions import weekly
 from resources.environment import EnvironmentResource
 from resources.curation import CurationResource
-from resources.stores import InboxStoreResource, PoolResource
+from resources.stores import PoolResource, WorldStoreResource
 
 CURATION_ASSETS = [environment.inbox, environment.scenarios, pool.pool_episodes, curation.validated_episodes,
                    curation.anonymization, curation.balanced_episodes, curation.sft_dataset, curation.grpo_dataset]
@@ -31,7 +31,7 @@ SMALL = {"n_inboxes": 3, "n_emails": 600}
 @pytest.fixture
 def seeded(tmp_path):
     """A small demo inbox and a pool holding heuristic-teacher episodes of this week."""
-    store = open_inbox_store(settings.inbox_url())
+    store = open_inbox_store(settings.store_url())
     env = build_demo_environment(store, seed=0, **SMALL)
     train = [s for s in env.scenarios if s.split.value == "train"]
     teacher = HeuristicPolicy(HeuristicConfig(scenarios=train, wrong_rate=0.1, idk_rate=0.05), store=store)
@@ -46,7 +46,7 @@ def _run(curation_resource: CurationResource):
     config = {"ops": {"inbox": {"config": SMALL}, "scenarios": {"config": SMALL}}}
     result = dg.materialize(
         CURATION_ASSETS + CHECKS, partition_key=partition, run_config=config, raise_on_error=False,
-        resources={"inbox_store": InboxStoreResource(), "pool": PoolResource(), "curation": curation_resource,
+        resources={"world_store": WorldStoreResource(), "pool": PoolResource(), "curation": curation_resource,
                    "environment": EnvironmentResource()},
     )
     return result, partition

@@ -126,3 +126,15 @@ def test_the_demo_table_sizes_the_demo_and_the_command_line_overrides_it(tmp_pat
         demo_settings(str(bad))
     bad.write_text("[demo]\nweek_requests = 10\n")  # the table is no resource: the resources build without it
     assert list(resources_for(str(bad))) == list(RESOURCES)
+
+
+def test_the_world_stores_first_names_are_read_warned(monkeypatch, tmp_path):
+    import resources.stores
+
+    own = tmp_path / "own.toml"
+    own.write_text(f'[inbox_store]\nurl = "sqlite:///{tmp_path}/mine.db"\n')
+    with pytest.warns(DeprecationWarning, match=r"\[inbox_store\] is now \[world_store\]"):
+        built = resources_for(str(own))
+    assert built["world_store"].resolved_url() == f"sqlite:///{tmp_path}/mine.db"
+    with pytest.warns(DeprecationWarning, match="now WorldStoreResource"):
+        assert resources.stores.InboxStoreResource is resources.stores.WorldStoreResource

@@ -11,7 +11,7 @@ import dagster as dg
 from agent_rl.environments.email.scenarios.demo import load_default_scenarios
 from assets.environment import inbox, scenarios
 from resources.environment import EnvironmentResource
-from resources.stores import InboxStoreResource
+from resources.stores import WorldStoreResource
 from tests.conftest import ENRON_CSV
 from tests.openai_stub import openai_stub  # noqa: F401 (fixture)
 
@@ -27,7 +27,7 @@ def _questions(request) -> str:
 
 
 def _run(config: dict):
-    return dg.materialize([inbox, scenarios], resources={"inbox_store": InboxStoreResource(), "environment": EnvironmentResource()}, raise_on_error=False,
+    return dg.materialize([inbox, scenarios], resources={"world_store": WorldStoreResource(), "environment": EnvironmentResource()}, raise_on_error=False,
                           run_config={"ops": {"inbox": {"config": config}, "scenarios": {"config": config}}})
 
 

@@ -21,7 +21,7 @@ class ArbiterConfig(BaseModel):
     store_url: str | None = Field(
         None, validation_alias=AliasChoices("store_url", "inbox_url"),
         description="the store of the world the environment's contexts live in, for an environment that takes one "
-                    "(the email assistant's inbox store); default AGENT_RL_INBOX_URL or SQLite under AGENT_RL_HOME")
+                    "(the email assistant's inbox store); default AGENT_RL_STORE_URL or SQLite under AGENT_RL_HOME")
     admin_token_env: str = Field(
         "AGENT_RL_ADMIN_TOKEN", description="environment variable holding the bearer token for routing changes"
     )

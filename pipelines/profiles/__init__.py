@@ -27,7 +27,7 @@ from resources.environment import EnvironmentResource, split_names
 from resources.evaluation import EvaluationResource
 from resources.registry import MlflowResource
 from resources.rollout import RolloutResource
-from resources.stores import InboxStoreResource, PoolResource
+from resources.stores import PoolResource, WorldStoreResource
 from resources.training import TrainingResource
 
 PROFILE_DIR = Path(__file__).resolve().parent
@@ -36,7 +36,7 @@ ALL_CORES = "all-cores"
 ENV_VARIABLE = "AGENT_RL_ENV"  # the environment plug-in, where the profile does not name one
 RESOURCES: dict[str, type[ConfigurableResource]] = {
     "environment": EnvironmentResource,
-    "inbox_store": InboxStoreResource,
+    "world_store": WorldStoreResource,
     "pool": PoolResource,
     "curation": CurationResource,
     "mlflow": MlflowResource,
@@ -65,6 +65,8 @@ class DemoSettings(BaseModel):
 DEMO_TABLE = "demo"
 # Fields renamed since a release: [resource] old name -> new name, read under the old name for one more release.
 RENAMED = {"evaluation": {"max_scenarios": "max_tasks"}}
+# Resources renamed since a release: old table -> new, read under the old name for one more release.
+RENAMED_TABLES = {"inbox_store": "world_store"}
 
 
 def profile_path(profile: str) -> Path:
@@ -85,6 +87,11 @@ def read_profile(path: Path) -> dict[str, dict[str, Any]]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path}: not valid TOML: {exc}") from None
+    for old, new in RENAMED_TABLES.items():
+        if old in data:
+            warnings.warn(f"{path}: [{old}] is now [{new}]; the old name goes in the next release",
+                          DeprecationWarning, stacklevel=2)
+            data.setdefault(new, data.pop(old))
     for name, fields in data.items():
         if name not in RESOURCES and name != DEMO_TABLE:
             raise ValueError(f"{path}: unknown resource [{name}]; known: {', '.join(RESOURCES)} (and [{DEMO_TABLE}])")

@@ -33,7 +33,7 @@ SMALL = RolloutConfig(min_samples_per_arm=60, min_samples_per_step=60, tau_squar
 @pytest.fixture
 def world(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")  # the arbiter loads from it
-    store = open_inbox_store(settings.inbox_url())
+    store = open_inbox_store(settings.store_url())
     env = build_demo_environment(store, seed=0, n_inboxes=3, n_emails=600)
     store.close()
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

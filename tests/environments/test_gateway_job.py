@@ -24,7 +24,7 @@ from resources.curation import CurationResource
 from resources.environment import EnvironmentResource
 from resources.evaluation import EvaluationResource
 from resources.registry import MlflowResource
-from resources.stores import InboxStoreResource, PoolResource
+from resources.stores import PoolResource, WorldStoreResource
 from resources.training import TrainingResource
 from tests.arbiter.arbiter_fixtures import bearer
 from tests.environments.test_plugin_job import JOB_ASSETS
@@ -85,7 +85,7 @@ def test_the_weekly_job_on_gateway_episodes_skips_grpo_and_registers_the_sft_mod
     tiny = str(build_tiny_model(tmp_path / "tiny"))
     resources = {
         "environment": EnvironmentResource(name="gateway"),
-        "inbox_store": InboxStoreResource(), "pool": PoolResource(),
+        "world_store": WorldStoreResource(), "pool": PoolResource(),
         "curation": CurationResource(min_points=30, min_categories=3, min_quality=0.8, cap_per_category=20),
         "training": TrainingResource(base_model=tiny, sft_overrides={"max_steps": 2, "save_steps": 2}),
         "compute": TrainingCompute(),

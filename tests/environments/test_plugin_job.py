@@ -25,7 +25,7 @@ from resources.curation import CurationResource
 from resources.environment import EnvironmentResource
 from resources.evaluation import EvaluationResource
 from resources.registry import MlflowResource
-from resources.stores import InboxStoreResource, PoolResource
+from resources.stores import PoolResource, WorldStoreResource
 from resources.training import TrainingResource
 from tests.environments.test_example_loop import TimetableTeacher
 
@@ -63,7 +63,7 @@ def test_the_weekly_job_trains_validates_and_registers_a_plugin_environment(spec
             "generation_kwargs": {"sequence_bias": _forced_tool_call_bias(tiny, forced_call)}}
     resources = {
         "environment": EnvironmentResource(name=spec),
-        "inbox_store": InboxStoreResource(), "pool": PoolResource(),
+        "world_store": WorldStoreResource(), "pool": PoolResource(),
         "curation": CurationResource(min_points=10, min_categories=3, min_quality=0.8, cap_per_category=8),
         "training": TrainingResource(base_model=tiny, sft_overrides={"max_steps": 2, "save_steps": 2},
                                      grpo_overrides=grpo),
@@ -144,7 +144,7 @@ def test_one_run_trains_one_policy_on_several_environments(tmp_path):
             "generation_kwargs": {"sequence_bias": _forced_tool_call_bias(tiny, SUPPORT[1])}}
     resources = {
         "environment": EnvironmentResource(name="support", also=[TIMETABLE[0]]),
-        "inbox_store": InboxStoreResource(), "pool": PoolResource(),
+        "world_store": WorldStoreResource(), "pool": PoolResource(),
         "curation": CurationResource(min_points=20, min_categories=6, min_quality=0.8, cap_per_category=4),
         "training": TrainingResource(base_model=tiny, sft_overrides={"max_steps": 2, "save_steps": 2},
                                      grpo_overrides=grpo),

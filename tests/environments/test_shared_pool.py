@@ -17,7 +17,7 @@ from assets import curation, environment, pool
 from assets.partitions import weekly
 from resources.curation import CurationResource
 from resources.environment import EnvironmentResource
-from resources.stores import InboxStoreResource, PoolResource
+from resources.stores import PoolResource, WorldStoreResource
 from tests.environments.test_example_loop import TimetableTeacher
 
 TIMETABLE = "examples.timetable:TimetableEnvironment"
@@ -42,7 +42,7 @@ def shared_pool(store_url, monkeypatch) -> dict[str, int]:
 
 @pytest.mark.parametrize("spec, name", [("support", "support"), (TIMETABLE, "timetable")])
 def test_each_environments_run_exports_and_gates_only_its_own_episodes(shared_pool, spec, name):
-    resources = {"environment": EnvironmentResource(name=spec), "inbox_store": InboxStoreResource(),
+    resources = {"environment": EnvironmentResource(name=spec), "world_store": WorldStoreResource(),
                  "pool": PoolResource(), "curation": CurationResource(min_points=10, min_categories=3)}
     partition = weekly.get_partition_keys()[-1]
     result = dg.materialize([environment.inbox, environment.scenarios, pool.pool_episodes,
@@ -70,7 +70,7 @@ def test_each_environments_run_exports_and_gates_only_its_own_episodes(shared_po
 
 def test_the_diversity_gate_asks_an_environment_for_the_categories_it_declares(shared_pool):
     """The timetable example declares 4 categories: "at least 5" stopped every one of its runs, whatever the data."""
-    resources = {"environment": EnvironmentResource(name=TIMETABLE), "inbox_store": InboxStoreResource(),
+    resources = {"environment": EnvironmentResource(name=TIMETABLE), "world_store": WorldStoreResource(),
                  "pool": PoolResource(), "curation": CurationResource(min_points=10)}
     result = dg.materialize([environment.inbox, environment.scenarios, pool.pool_episodes,
                              curation.validated_episodes, curation.category_diversity],

@@ -24,7 +24,7 @@ METRIC_KEYS = {"accuracy", "source_accuracy", "hallucination_rate", "idk_rate", 
 
 @pytest.fixture
 def env():
-    store = open_inbox_store(settings.inbox_url())
+    store = open_inbox_store(settings.store_url())
     environment = build_demo_environment(store, seed=0, n_inboxes=3, n_emails=600)
     yield store, environment
     store.close()

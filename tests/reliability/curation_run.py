@@ -14,7 +14,7 @@ from assets import curation, environment, pool
 from assets.partitions import weekly
 from resources.environment import EnvironmentResource
 from resources.curation import CurationResource
-from resources.stores import InboxStoreResource, PoolResource
+from resources.stores import PoolResource, WorldStoreResource
 
 CURATION_ASSETS = [environment.inbox, environment.scenarios, pool.pool_episodes, curation.validated_episodes,
                    curation.anonymization, curation.balanced_episodes, curation.sft_dataset, curation.grpo_dataset]
@@ -26,7 +26,7 @@ ANONYMIZED_STAGES = ("anonymized_episodes", "anonymized_environment", "balanced_
 
 def seed_pool(wrong_rate: float = 0.1) -> tuple[object, list[Episode]]:
     """The demo inbox under AGENT_RL_HOME and heuristic-teacher episodes of this week in the default pool."""
-    store = open_inbox_store(settings.inbox_url())
+    store = open_inbox_store(settings.store_url())
     env = build_demo_environment(store, seed=0, **SMALL)
     train = [s for s in env.scenarios if s.split.value == "train"]
     teacher = HeuristicPolicy(HeuristicConfig(scenarios=train, wrong_rate=wrong_rate), store=store)
@@ -39,7 +39,7 @@ def materialize_curation(resource: CurationResource, instance: dg.DagsterInstanc
     config = {"ops": {"inbox": {"config": SMALL}, "scenarios": {"config": SMALL}}}
     result = dg.materialize(
         CURATION_ASSETS + CHECKS, partition_key=partition, run_config=config, raise_on_error=False, instance=instance,
-        resources={"inbox_store": InboxStoreResource(), "pool": PoolResource(), "curation": resource,
+        resources={"world_store": WorldStoreResource(), "pool": PoolResource(), "curation": resource,
                    "environment": EnvironmentResource()},
     )
     return result, partition

@@ -43,7 +43,7 @@ def _files(partition: str) -> dict[str, str]:
 
 
 def _counts(pool: PoolRepository, partition: str) -> dict[str, int]:
-    store = open_inbox_store(settings.inbox_url())
+    store = open_inbox_store(settings.store_url())
     counts = {"pool": pool.count(), "quarantine": len(pool.quarantined()),
               "quarantine_this_partition": len(pool.quarantined(partition)),
               "emails": sum(store.count(inbox) for inbox in store.inboxes())}

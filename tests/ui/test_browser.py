@@ -59,7 +59,7 @@ def _loop_env(base: Path) -> dict[str, str]:
     home.mkdir(parents=True)
     shutil.copy(ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
     env = {k: v for k, v in os.environ.items()
-           if k not in ("AGENT_RL_POOL_URL", "AGENT_RL_INBOX_URL", "PYTEST_CURRENT_TEST")}
+           if k not in ("AGENT_RL_POOL_URL", "AGENT_RL_STORE_URL", "AGENT_RL_INBOX_URL", "PYTEST_CURRENT_TEST")}
     env.update(
         DAGSTER_HOME=str(dagster_home),
         AGENT_RL_HOME=str(home),

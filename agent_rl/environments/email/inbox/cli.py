@@ -16,7 +16,7 @@ from agent_rl.environments.email.inbox.store_interface import MAX_RESULTS
 app = typer.Typer(help="The email inbox: build, ingest, search.", no_args_is_help=True)
 
 DbOption = Annotated[
-    Optional[str], typer.Option("--db", help="Store URL (sqlite:///PATH or postgresql://...); default AGENT_RL_INBOX_URL or AGENT_RL_HOME/inbox.db")
+    Optional[str], typer.Option("--db", help="Store URL (sqlite:///PATH or postgresql://...); default AGENT_RL_STORE_URL or SQLite under AGENT_RL_HOME")
 ]
 
 
