@@ -29,6 +29,7 @@ from typing import Any
 
 from agent_rl import settings
 from agent_rl.environments.openai_jobs.environment import PYTHON_GRADERS_ENV
+from agent_rl.finetuning.jobs import JobStateError
 from agent_rl.finetuning.serving import registered_model
 from agent_rl.stop_signals import Stopped
 from agent_rl.stop_signals import install as install_stop_signals
@@ -95,10 +96,13 @@ def run_in_child(store, job) -> None:
         child = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             watch(store, job, child)
-        except Stopped:  # the runner itself was asked to stop: its job's run stops with it, and says why
+        except Stopped:  # the runner itself was asked to stop: its job fails with that reason, then its run stops
+            # Said before the run is stopped: a run told to stop ends its job itself ("training failed") before it
+            # exits, and the first to finish a job wins.
+            with contextlib.suppress(JobStateError):  # the run ended the job on its own a moment before
+                store.finish(job.id, "failed", error={"code": "runner_stopped", "param": None,
+                                                       "message": "the fine-tuning runner was stopped during the job"})
             stop_child(child)
-            store.finish(job.id, "failed", error={"code": "runner_stopped", "param": None,
-                                                   "message": "the fine-tuning runner was stopped during the job"})
             raise
     if child.returncode != 0 and not store.job(job.id).status.finished:  # cancelled, or ended by the child itself
         store.finish(job.id, "failed", error={"code": "job_failed", "param": None,
@@ -146,8 +150,8 @@ def run_one(store, job_id: str) -> int:
         environment = OpenAIJobEnvironment(str(folder))
         seeded = seed_pool(environment, spec, store.tenant_of(job_id))
     except Exception as exc:  # noqa: BLE001 - the job reports why, the runner goes on
-        store.finish(job_id, "failed", error={"code": "invalid_job", "param": None,
-                                              "message": f"{type(exc).__name__}: {exc}"[:500]})
+        end(store, job_id, "failed", error={"code": "invalid_job", "param": None,
+                                        "message": f"{type(exc).__name__}: {exc}"[:500]})
         return 0
     store.add_event(job_id, f"Read {seeded['episodes']} training rows; {seeded['passed']} replies pass the grader "
                             f"({seeded['source']})", data=seeded)
@@ -157,7 +161,7 @@ def run_one(store, job_id: str) -> int:
     if store.is_cancelled(job_id):
         return 0
     if result is None:
-        store.finish(job_id, "failed", error={"code": "training_failed", "param": None, "message": report})
+        end(store, job_id, "failed", error={"code": "training_failed", "param": None, "message": report})
         return 0
     before, after = report["reward_before"], report["reward_after"]
     name = store.fine_tuned_model_name(store.job(job_id))
@@ -172,8 +176,15 @@ def run_one(store, job_id: str) -> int:
         store.add_event(job_id, f"GRPO's model was not shipped: {report['grpo_disqualified']}", level="warn")
     store.add_event(job_id, f"Validation: mean reward {before:.3f} before, {after:.3f} after "
                             f"({report['held_out']} held-out rows; shipped: {report['why']})", data=metrics)
-    store.finish(job_id, "succeeded", fine_tuned_model=name, trained_tokens=report.get("trained_tokens"))
+    end(store, job_id, "succeeded", fine_tuned_model=name, trained_tokens=report.get("trained_tokens"))
     return 0
+
+
+def end(store, job_id: str, status: str, **details: Any) -> None:
+    """Finish the job here unless it has ended already: a runner being stopped fails its job ("runner_stopped")
+    before it stops this run, and that reason stands."""
+    with contextlib.suppress(JobStateError):
+        store.finish(job_id, status, **details)
 
 
 class ReferencePolicy:
