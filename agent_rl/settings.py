@@ -15,7 +15,7 @@ def home() -> Path:
 
 
 STORE_URL_ENV = "AGENT_RL_STORE_URL"
-OLD_STORE_URL_ENV = "AGENT_RL_INBOX_URL"  # its first name, from when the email assistant was the only world: one release
+OLD_STORE_URL_ENV = "AGENT_RL_INBOX_URL"  # its first name (the email assistant was the only world): one release
 
 
 def store_url() -> str:

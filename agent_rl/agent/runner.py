@@ -1,5 +1,5 @@
-"""The old place of the ground floor's `agent_rl.environments.runner`: this name is the same module, read, warned, for one
-release (environments import only the ground floor, and they play and read conversations through it)."""
+"""The old place of the ground floor's `agent_rl.environments.runner`: this name is the same module, read, warned,
+for one release (environments import only the ground floor, and they play and read conversations through it)."""
 
 import sys
 import warnings

@@ -29,7 +29,9 @@ def serve_command(
     host: Annotated[str, typer.Option(help="Interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port")] = 8700,
     pool_url: Annotated[Optional[str], typer.Option("--pool-url", help="Benchmark pool; default AGENT_RL_POOL_URL or AGENT_RL_HOME/pool.db")] = None,
-    store_url: Annotated[Optional[str], typer.Option("--store-url", "--inbox-url", help="The environment's store, where it keeps one (email: the inbox store; default AGENT_RL_STORE_URL or AGENT_RL_HOME/inbox.db)")] = None,
+    store_url: Annotated[Optional[str], typer.Option(
+        "--store-url", "--inbox-url", help="The environment's store, where it keeps one (email: its inboxes); default "
+        "AGENT_RL_STORE_URL or SQLite under AGENT_RL_HOME")] = None,
     tasks_path: Annotated[Optional[Path], typer.Option("--tasks", "--scenarios", help="Tasks JSONL of an environment that reads one (email: scenarios), for judging requests that name a task_id")] = None,
     env: Annotated[str, typer.Option("--env", envvar="AGENT_RL_ENV", help="Environment /v1/ask serves: email, support, or a plug-in import path 'package.module:Class'")] = "email",
     default_routing: Annotated[Optional[str], typer.Option("--default-routing", help='Weights while the routing table is empty, JSON, e.g. \'{"heuristic": 1}\'')] = None,

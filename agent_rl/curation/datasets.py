@@ -74,8 +74,8 @@ def _in_schema_order(arguments: dict[str, Any], allowed: list[str] | None) -> di
 
 
 def conversation(messages: list[dict[str, Any]], schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages in one consistent TRL layout: the chat template's shape (environments/messages.py) without call ids, each
-    call's arguments in its schema's order. Malformed arguments keep their raw text, as serving showed them (a
+    """Messages in one consistent TRL layout: the chat template's shape (environments/messages.py) without call
+    ids, each call's arguments in its schema's order. Malformed arguments keep their raw text, as serving showed them (a
     replayed step); `sft_rows` leaves such a conversation out."""
     allowed = _parameters(schemas)
     out = template_messages(messages, ids=False)

@@ -9,7 +9,7 @@ from agent_rl.environments.email.inbox.store_interface import InboxStore
 
 
 def open_inbox_store(url: str | None = None) -> InboxStore:
-    """Open the store at `url` (sqlite:///path or postgresql://...); default from AGENT_RL_STORE_URL (settings.store_url)."""
+    """Open the store at `url` (sqlite:///path or postgresql://...); default `settings.store_url()`."""
     from agent_rl import settings
 
     url = url or settings.store_url()
