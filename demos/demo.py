@@ -105,11 +105,11 @@ def parse_plan(argv: list[str] | None = None) -> DemoPlan:
                              "promotion (make demo-fast)")
     parser.add_argument("--incumbent", default=os.environ.get("INCUMBENT") or None,
                         help="who runs production when the weeks start: 'ours' (v0, a model of ours that the same "
-                             "job trained on the traffic the API model served before, registered as champion), or the API model itself by its routing name (o3-sim for email, "
-                             "gpt-4o-sim for support, teacher for a plug-in): the distillation story, where the "
-                             "candidate must be no worse at a fraction of the cost (gate non_inferiority); the "
-                             "default, because a 135M model serves ~0.2 requests/s on 2 CPU cores and a week "
-                             "and an A/B test served by models of ours take hours there (docs/experiments.md)")
+                             "job trained on the traffic the API model served before, registered as champion), or "
+                             "the API model itself by its routing name (o3-sim for email, gpt-4o-sim for support, "
+                             "teacher for a plug-in): the distillation story, where the candidate must be no worse "
+                             "at a fraction of the cost (gate non_inferiority). Left out: the API model; `make demo` "
+                             "and `make demo-fast` without ENV pass 'ours' (the loop's story)")
     parser.add_argument("--v0-steps", type=int, default=None,
                         help="SFT steps that trained v0 (default: the profile's [demo] v0_steps, else half the "
                              "profile's SFT steps: the team's quick first model)")

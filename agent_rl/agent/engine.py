@@ -70,6 +70,11 @@ VERSIONS_ENV = "AGENT_RL_ENGINE_VERSIONS"
 THREADS_ENV = "AGENT_RL_ENGINE_THREADS"  # cores the engine computes on (default: all)
 DTYPE_ENV = "AGENT_RL_ENGINE_DTYPE"  # auto (default), bfloat16 or float32 (token for token our fp32 decoder)
 EngineName = Literal["vllm", "torch"]
+# The niceness of an engine being replaced while its replacement starts. Left at 0, the old engine of a version the
+# arbiter moved (serving the test's first round on every core, its engine core spinning) starved the new one's
+# start-up past its 10-minute timeout on 2 cores of a Zen 5 EPYC (docs/experiments.md, 2026-11-30 night). At 10 the
+# old one gets ~1/10 of a contended core against a niceness-0 start-up (CFS weights 110 vs 1024).
+YIELD_NICENESS = 10
 BASE_NAME = "base"  # the served name of the base model itself (no adapter)
 
 
@@ -343,6 +348,20 @@ class EngineServer:
             pass
         self._adapters.clear()
         self._holders.clear()
+
+    def set_niceness(self, niceness: int) -> bool:
+        """Give the engine's whole process tree (front end, engine core, worker: every thread of each, since it is
+        a process group of its own) this scheduling niceness; True when it was set. Raising it needs no privilege;
+        lowering it again does (root, or RLIMIT_NICE), so a False there leaves the engine as it is."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            return False
+        try:
+            os.setpriority(os.PRIO_PGRP, process.pid, niceness)
+        except OSError as exc:  # EACCES/EPERM lowering it unprivileged; ESRCH when it just exited
+            log.info("engine at %s kept its niceness (%s)", self.base_url, exc.strerror or exc)
+            return False
+        return True
 
     def __enter__(self) -> EngineServer:
         return self.start()
@@ -625,6 +644,14 @@ class EnginePolicy(Policy):
         turn.prompt_tokens = int(usage.get("prompt_tokens") or len(ids))
         turn.completion_tokens = int(usage.get("completion_tokens") or 0)
         return turn
+
+    def yield_cpu(self, yielding: bool = True) -> None:
+        """While this version's replacement starts on other cores (the arbiter moving it), its engine yields the CPU
+        to the start-up (`YIELD_NICENESS`) and keeps answering, more slowly, until the new one is up and it stops;
+        `yielding=False` when the move failed and it stays. Only a version on an engine of its own yields: a shared
+        engine serves other versions too."""
+        if self.placeable:
+            self.engine.set_niceness(YIELD_NICENESS if yielding else 0)
 
     def close(self) -> None:
         self._client.close()

@@ -253,6 +253,9 @@ class PolicyCache:
                     mover.start()
 
     def _move(self, spec: str, cores: tuple[int, ...] | None) -> None:
+        with self._lock:
+            old = self._policies.get(spec)
+        _yield_cpu(old, True)  # the start-up below gets the CPU first; the old engine answers meanwhile
         try:
             log.info("placing policy %s on %s", shown_spec(spec), f"cores {list(cores)}" if cores else "every core")
             policy = self._load(spec, cores)
@@ -260,6 +263,7 @@ class PolicyCache:
             if not self._closed:  # at shutdown the engine being started is stopped with the rest: no news
                 log.warning("could not place policy %s: %s: %s", shown_spec(spec), type(exc).__name__, exc)
             policy = None
+            _yield_cpu(old, False)
         with self._lock:
             self._moving.pop(spec, None)
             # Closed (or dropped by the routing) while it loaded: the spec is gone, so the new copy is not kept.
@@ -354,6 +358,17 @@ def _release(policy: Policy) -> None:
         except Exception as exc:  # the routing change stands; the server keeps an unused adapter
             log.warning("could not release policy %s: %s: %s", getattr(policy, "version", "?"),
                         type(exc).__name__, exc)
+
+
+def _yield_cpu(policy: Policy | None, yielding: bool) -> None:
+    """Tell a version's engine that its replacement is starting (or failed to): see EnginePolicy.yield_cpu."""
+    method = getattr(policy, "yield_cpu", None)
+    if callable(method):
+        try:
+            method(yielding)
+        except Exception as exc:  # a priority hint; the move goes on without it
+            log.info("policy %s could not yield the CPU: %s: %s", getattr(policy, "version", "?"),
+                     type(exc).__name__, exc)
 
 
 def _placeable(policy: Policy) -> bool:

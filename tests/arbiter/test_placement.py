@@ -7,8 +7,14 @@ engines takes a minute each); the engine side, `placed_on` into `shared_engine`,
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
 import threading
+import time
 import weakref
+
+import pytest
 
 from agent_rl.agent import engine as engine_module
 from agent_rl.arbiter.placement import core_shares
@@ -197,3 +203,85 @@ def test_closing_lets_every_version_go_and_a_move_in_progress_drops_what_it_load
     assert policies.loaded() == [] and policies.placement() == {}
     policies.arrange({"mlflow:v1": 0.5, "mlflow:v2": 0.5})  # a routing change after the close starts nothing
     assert not any(isinstance(obj, Version) and obj.spec == "mlflow:v1" for obj in gc.get_objects())
+
+
+def test_the_old_copy_yields_the_cpu_while_its_replacement_starts_and_takes_it_back_if_the_move_fails():
+    """A version moved to its share starts a new engine there while the old one keeps serving on every core; the old
+    engine yields the CPU meanwhile, or the start-up starves (it once ran past its 10-minute timeout on 2 cores)."""
+    events: list[tuple[str, object]] = []
+
+    class Yielding(Version):
+        def yield_cpu(self, yielding: bool = True) -> None:
+            events.append(("yield" if yielding else "unyield", self.cores))
+
+    started = threading.Event()
+
+    def loader(spec: str):
+        cores = engine_module._PLACEMENT.get()
+        if cores == (0,):
+            events.append(("start", cores))
+            started.set()
+            if spec == "mlflow:broken":
+                raise RuntimeError("the engine did not answer")
+        return Yielding(spec, cores, placeable=True)
+
+    policies = PolicyCache(loader, may_place=lambda spec: True, cores=(0, 1))
+    policies.arrange({"mlflow:v1": 1.0})
+    policies.arrange({"mlflow:v1": 0.9, "mlflow:v2": 0.1})
+    assert policies.wait_placed(10)
+    assert events == [("yield", None), ("start", (0,))]  # the old copy (every core) yielded before the start-up
+
+    events.clear()
+    policies.arrange({"mlflow:broken": 1.0})
+    policies.arrange({"mlflow:broken": 0.9, "mlflow:v2": 0.1})
+    assert policies.wait_placed(10)
+    assert events == [("yield", None), ("start", (0,)), ("unyield", None)]
+    assert policies.get("mlflow:broken").cores is None  # it keeps answering where it was, at its old priority
+
+
+def _nice_of_every_thread(pgid: int) -> list[int]:
+    """The niceness of every thread of every process in a process group, read from /proc."""
+    from pathlib import Path
+
+    nices = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(proc.name)) != pgid:
+                continue
+            for task in (proc / "task").iterdir():
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                nices.append(int(fields[16]))  # field 19 of stat; the 3rd after the name is fields[0]
+        except (OSError, ProcessLookupError):
+            continue
+    return nices
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="process groups' niceness read from /proc")
+def test_an_engine_yields_with_its_whole_process_tree_every_thread_of_it(tmp_path):
+    """vLLM's front end, engine core and worker are three processes with many threads each: a niceness set on the
+    front end's pid alone would move one thread. A stand-in tree (a child process, threads in both) shows all move."""
+    script = ("import subprocess, sys, threading, time\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import threading, time; "
+              "[threading.Thread(target=time.sleep, args=(60,), daemon=True).start() for _ in range(3)]; "
+              "time.sleep(60)'])\n"
+              "[threading.Thread(target=time.sleep, args=(60,), daemon=True).start() for _ in range(3)]\n"
+              "print('up', flush=True); time.sleep(60)\n")
+    server = engine_module.EngineServer(engine_module.EngineConfig(model=str(tmp_path)))
+    server.process = subprocess.Popen([sys.executable, "-c", script], start_new_session=True,
+                                      stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.process.stdout.readline().strip() == "up"
+        deadline = time.monotonic() + 10
+        while len(_nice_of_every_thread(server.process.pid)) < 8 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_nice_of_every_thread(server.process.pid)) >= 8  # 2 processes, 4 threads each at least
+        assert server.set_niceness(engine_module.YIELD_NICENESS)
+        assert set(_nice_of_every_thread(server.process.pid)) == {engine_module.YIELD_NICENESS}
+        privileged = os.geteuid() == 0
+        assert server.set_niceness(0) is privileged  # lowering it again needs privilege; refused quietly otherwise
+        assert set(_nice_of_every_thread(server.process.pid)) == {0 if privileged else engine_module.YIELD_NICENESS}
+    finally:
+        server.stop(grace_s=5)
+    assert not server.set_niceness(5)  # a stopped engine: nothing to set
