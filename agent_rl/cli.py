@@ -14,10 +14,10 @@ from agent_rl.stop_signals import run
 
 app = typer.Typer(help="Continuous RL for tool-using LLM agents.", no_args_is_help=True)
 app.add_typer(model_app, name="model", help="Prepare policy models (offline).")
-for _name, _commands, _help in environment_commands():  # e.g. `agent-rl inbox`, the email assistant's
+for _name, _commands, _help in environment_commands():  # each environment's own commands (the email assistant's)
     app.add_typer(_commands, name=_name, help=_help)
 app.add_typer(arbiter_app, name="arbiter", help="Serve the traffic-splitting arbiter.")
-app.add_typer(traffic_app, name="traffic", help="Replay scenarios through a running arbiter.")
+app.add_typer(traffic_app, name="traffic", help="Replay an environment's tasks through a running arbiter.")
 app.add_typer(episodes_app, name="episodes", help="Read your own recorded episodes from a running arbiter.")
 app.command("eval")(eval_command)
 

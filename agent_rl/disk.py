@@ -1,5 +1,5 @@
 """Small facts about files on disk that the stores written crash-safe need (the file store, the job store), and
-WAL mode for the SQLite files several processes share (the pool, the inbox store, those stores)."""
+WAL mode for the SQLite files several processes share (the pool, the world store, those stores)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""JSONL files of records (episodes, scenarios, dataset rows, rollouts): one object per line, read with its line
+"""JSONL files of records (episodes, tasks, dataset rows, rollouts): one object per line, read with its line
 number in every error and written atomically with the hash of what was written."""
 
 from __future__ import annotations

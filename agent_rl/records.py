@@ -1,5 +1,5 @@
 """The records every stage shares: episodes, their outcomes and splits (docs/architecture.md, Records). The email
-assistant's own records (emails, search hits, scenarios) live in agent_rl/environments/email/records.py."""
+assistant's own records (emails, search hits, questions) live in agent_rl/environments/email/records.py."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ class Episode(BaseModel):
     """One agent run as stored in the benchmark pool; inserts are idempotent on episode_id.
 
     Environment-agnostic: `environment` names the plug-in that ran it (agent_rl/environments), `context` the
-    world it ran in (the email assistant's inbox address, a store's database) and `citations` what the final
+    world it ran in (the email assistant's mailbox address, a store's database) and `citations` what the final
     answer cites. Records written before environments existed load through their old names (`inbox_id`,
     `sources`), which stay readable as properties for the email environment's code.
     """

@@ -1,4 +1,4 @@
-"""One rule for dates without a zone: they are UTC. Stored, scenario, model-given and filter dates then compare."""
+"""One rule for dates without a zone: they are UTC. Stored, task, model-given and filter dates then compare."""
 
 from __future__ import annotations
 

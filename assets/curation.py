@@ -28,7 +28,7 @@ from agent_rl.environments import worlds
 from agent_rl.records import Split
 from agent_rl.train.plugin_rollouts import training_rows
 from agent_rl.curation.validate import config_for, gate_results, validate_episodes
-from assets.environment import inbox, scenarios
+from assets.environment import tasks, world
 from assets.partitions import weekly
 from assets.pool import pool_episodes
 from assets.stages import (
@@ -209,8 +209,8 @@ def tenant_ratings_agree(context: dg.AssetCheckExecutionContext):
     specs=[
         dg.AssetSpec("anonymized_episodes", group_name="curation", deps=[validated_episodes],
                      description="Clean episodes with every name, address, phone and card pseudonymized."),
-        dg.AssetSpec("anonymized_environment", group_name="curation", deps=[inbox, scenarios],
-                     description="The inbox and scenarios under the same pseudonyms, for GRPO rollouts and evaluation."),
+        dg.AssetSpec("anonymized_environment", group_name="curation", deps=[world, tasks],
+                     description="The world and its tasks under the same pseudonyms, for GRPO rollouts and evaluation."),
     ],
 )
 def anonymization(context: dg.AssetExecutionContext, world_store: WorldStoreResource, curation: CurationResource,
@@ -223,7 +223,7 @@ def anonymization(context: dg.AssetExecutionContext, world_store: WorldStoreReso
     envs = environment.loads(store_url=world_store.resolved_url())
     try:
         # An environment whose world the loop cannot copy whole runs the pass itself and writes its world here (the
-        # email assistant's inbox store); it trains alone. Any other goes through the loop's pass below.
+        # email assistant's mail store); it trains alone. Any other goes through the loop's pass below.
         own = (envs[0].world().anonymize(episodes, AnonymizedEnvironment(partition).folder, curation.canaries,
                                          curation.anonymizer()) if len(envs) == 1 else None)
         if own is None:
@@ -367,7 +367,7 @@ def sft_dataset(context: dg.AssetExecutionContext, curation: CurationResource, e
 
 
 @dg.asset(group_name="curation", partitions_def=weekly, deps=["anonymized_environment", "anonymized_episodes"],
-          description="Training scenarios (anonymized) as GRPO prompts with what the reward needs.")
+          description="Training tasks (anonymized) as GRPO prompts with what the reward needs.")
 def grpo_dataset(context: dg.AssetExecutionContext, environment: EnvironmentResource):
     partition = context.partition_key
     dataset = GrpoDataset(partition)

@@ -1,6 +1,8 @@
-"""The environment the agent acts in: its world (`inbox`: the email assistant's inbox store, nothing for a plug-in
-whose world comes with it) and its tasks (`scenarios`: questions with golden answers). Both ask the environment
-(`World.build`, `World.build_tasks`); the asset names are the lineage every run's graph has always had."""
+"""The environment the agent acts in: its world (`world`: the email assistant's mail store, nothing for a plug-in
+whose world comes with it) and its tasks (`tasks`: questions with golden answers). Both ask the environment
+(`World.build`, `World.build_tasks`). Until 2026-12 the two assets were named `inbox` and `scenarios`, the email
+assistant's words: a run configuration saved before then names its ops so (`ops: {inbox: ..., scenarios: ...}`)
+and reads `ops: {world: ..., tasks: ...}` now; the environment's own store and files kept their places."""
 
 
 from collections import Counter
@@ -17,13 +19,13 @@ from resources.stores import WorldStoreResource
 class CorpusConfig(dg.Config):
     """The world's settings, passed to the environment's world (`World.build`, `World.build_tasks`) (each takes what it uses:
     the email assistant all of them, a plug-in whose world comes with it none). The demo corpus is generated from
-    a seed, so its scenarios can be regenerated without reading it back."""
+    a seed, so its tasks can be regenerated without reading it back."""
 
     seed: int = Field(default=0, description="seed of the generated demo corpus")
     n_inboxes: int = Field(default=8, ge=1)
     n_emails: int = Field(default=4000, ge=10)
     ingest_path: str = Field(default="", description="ingest a real corpus (maildir, .tar.gz, CSV) instead")
-    llm_base_url: str = Field(default="", description="OpenAI-compatible endpoint that writes scenarios for a real corpus")
+    llm_base_url: str = Field(default="", description="OpenAI-compatible endpoint that writes the tasks for a real corpus")
     llm_model: str = Field(default="", description="model name at llm_base_url")
     llm_api_key_env: str = Field(default="OPENAI_API_KEY", description="variable holding the endpoint's API key")
 
@@ -54,26 +56,26 @@ def _built(environment: EnvironmentResource, world_store: WorldStoreResource, bu
 
 
 @dg.asset(group_name="environment", description="The world the agent acts in, built by the environment (the email "
-                                                 "assistant: its inbox store, demo corpus or ingested).")
-def inbox(context: dg.AssetExecutionContext, config: CorpusConfig, world_store: WorldStoreResource,
+                                                 "assistant: its mail store, demo corpus or ingested).")
+def world(context: dg.AssetExecutionContext, config: CorpusConfig, world_store: WorldStoreResource,
           environment: EnvironmentResource):
     if not environment.capabilities.world:
-        return dg.MaterializeResult(metadata={"environment": environment.name, "inboxes": 0, "note": NO_WORLD})
+        return dg.MaterializeResult(metadata={"environment": environment.name, "note": NO_WORLD})
     envs, meta = _built(environment, world_store, "build", config)
     if not meta:
-        return dg.MaterializeResult(metadata={"environment": ", ".join(e.name for e in envs), "inboxes": 0,
+        return dg.MaterializeResult(metadata={"environment": ", ".join(e.name for e in envs),
                                               "note": "the world comes with the environment: nothing to build"})
     return dg.MaterializeResult(metadata={**meta, "environment": ", ".join(e.name for e in envs),
                                           "store": world_store.resolved_url()})
 
 
-@dg.asset(group_name="environment", deps=[inbox],
-          description="The environment's tasks: questions with golden answers (the email assistant's scenarios, "
-                      "split train/test by fact), written by the environment from its world.")
-def scenarios(context: dg.AssetExecutionContext, config: CorpusConfig, world_store: WorldStoreResource,
-              environment: EnvironmentResource):
+@dg.asset(group_name="environment", deps=[world],
+          description="The environment's tasks: questions with golden answers (the email assistant's split "
+                      "train/test by fact), written by the environment from its world.")
+def tasks(context: dg.AssetExecutionContext, config: CorpusConfig, world_store: WorldStoreResource,
+          environment: EnvironmentResource):
     if not environment.capabilities.world:
-        return dg.MaterializeResult(metadata={"environment": environment.name, "scenarios": 0, "note": NO_TASKS})
+        return dg.MaterializeResult(metadata={"environment": environment.name, "tasks": 0, "note": NO_TASKS})
     _, meta = _built(environment, world_store, "build_tasks", config)
     envs = environment.loads(store_url=world_store.resolved_url())  # afresh: the tasks as written
     try:
@@ -92,7 +94,7 @@ def _task_counts(envs: list) -> dict:
         for env in envs for c in env.categories)
     split_total = {s: sum(len(v) for (_, split), v in tasks.items() if split == s) for s in (Split.TRAIN, Split.TEST)}
     return {
-        "environment": ", ".join(env.name for env in envs), "scenarios": sum(split_total.values()),
+        "environment": ", ".join(env.name for env in envs), "tasks": sum(split_total.values()),
         "train": split_total[Split.TRAIN], "test": split_total[Split.TEST],
         "tools": dg.MetadataValue.json({env.name: list(env.tool_names()) for env in envs} if len(envs) > 1
                                        else list(envs[0].tool_names())),

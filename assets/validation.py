@@ -86,7 +86,7 @@ def evaluation_report(context: dg.AssetExecutionContext, evaluation: EvaluationR
         "incumbent_accuracy": results["incumbent"].accuracy,
         "candidate_hallucination_rate": candidate.hallucination_rate,
         "candidate_by_category": dg.MetadataValue.md(category_markdown(candidate)),
-        "scenarios": candidate.n,
+        "held_out_tasks": candidate.n,
         **({"episodes": dg.MetadataValue.json(result.episode_files)} if result.episode_files else {}),
         **({"per_environment": dg.MetadataValue.md(environment_table(held_out.per_environment))}
            if held_out.per_environment else {}),

@@ -46,12 +46,12 @@ from demos.run import (
 )
 
 
-def replay(url: str, scenarios, n: int, concurrency: int, key_prefix: str, quiet: bool = False,
+def replay(url: str, tasks, n: int, concurrency: int, key_prefix: str, quiet: bool = False,
            rate: float | None = None):
     from agent_rl.arbiter.replay import replay as replay_async
     from agent_rl.arbiter.replay import select_tasks
 
-    chosen = select_tasks(scenarios, None, n)
+    chosen = select_tasks(tasks, None, n)
     summary = asyncio.run(replay_async(url, chosen, concurrency=concurrency, timeout_s=900, key_prefix=key_prefix,
                                        rate=rate))
     if not quiet:
@@ -234,7 +234,7 @@ def _main(argv: list[str] | None = None) -> int:
     with step(f"prepare the policy model ({training.base_model})"):
         print(f"model at {resolve_model(training.base_model)}")
 
-    with step("environment: inbox and scenarios (Dagster job environment_job)"):
+    with step("environment: its world and tasks (Dagster job environment_job)"):
         result = run.job("environment_job")
         assert result.success, f"environment_job failed (see {log_file})"
         # The arbiter judges replays of these tasks against their reference.
@@ -244,7 +244,7 @@ def _main(argv: list[str] | None = None) -> int:
     run.token = secrets.token_urlsafe(16)
     run_started = datetime.now(timezone.utc)
     weeks: list[dict] = []
-    with arbiter_process(plan.args.port, settings.artifact_dir("scenarios") / "scenarios.jsonl", run.token) as url:
+    with arbiter_process(plan.args.port, None, run.token) as url:  # the environment's tasks, where it keeps some
         run.url = url
         start_production(run)
         seed_requests = plan.args.seed_requests or (defs.resources["curation"].min_points + 400)

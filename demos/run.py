@@ -43,20 +43,21 @@ def step(name: str):
     return timer()
 
 
-def arbiter_command(port: int, scenarios: Path | None, extra_args: tuple[str, ...] = ()) -> list[str]:
+def arbiter_command(port: int, tasks: Path | None, extra_args: tuple[str, ...] = ()) -> list[str]:
     """`arbiter serve` as the demo runs it. Turns get the runner's own token limit, the one the held-out evaluation
     and GRPO give the model: a lower one (128 tokens once) cuts the trained agent's three parallel reads (~140
     tokens) into format errors that validation never saw (docs/experiments.md, 2026-11-28)."""
     return [sys.executable, "-m", "agent_rl.cli", "arbiter", "serve", "--port", str(port), "--workers", "1",
-            *(["--tasks", str(scenarios)] if scenarios is not None else []), "--log-level", "warning", *extra_args]
+            *(["--tasks", str(tasks)] if tasks is not None else []), "--log-level", "warning", *extra_args]
 
 
 @contextmanager
-def arbiter_process(port: int, scenarios: Path | None, token: str, extra_keys: tuple = (),
+def arbiter_process(port: int, tasks: Path | None, token: str, extra_keys: tuple = (),
                     extra_args: tuple[str, ...] = ()):
     """The arbiter as its own process, like production; stopped (SIGTERM, drained) on exit.
 
-    It admits one API key made here (every inbox, may replay scenarios): its hashed entry goes to the
+    `tasks`: the tasks file the arbiter judges replayed requests by (None: the environment's own, where it keeps one).
+    It admits one API key made here (every context, may replay tasks): its hashed entry goes to the
     arbiter in $AGENT_RL_API_KEYS, its token to replay() in this process's $AGENT_RL_API_KEY. `extra_keys`:
     more `ApiKey` entries it admits (their tokens stay with the caller); `extra_args`: more `arbiter serve` options.
     """
@@ -67,7 +68,7 @@ def arbiter_process(port: int, scenarios: Path | None, token: str, extra_keys: t
     keys = [api_key.model_dump(mode="json")] + [key.model_dump(mode="json") for key in extra_keys]
     env = {**os.environ, "AGENT_RL_ADMIN_TOKEN": token, "AGENT_RL_API_KEYS": json.dumps(keys)}
     os.environ["AGENT_RL_API_KEY"] = api_token
-    process = subprocess.Popen(arbiter_command(port, scenarios, extra_args), env=env)
+    process = subprocess.Popen(arbiter_command(port, tasks, extra_args), env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_serving(url, process)

@@ -10,5 +10,5 @@ retraining_job = dg.define_asset_job(
 
 environment_job = dg.define_asset_job(
     "environment_job", selection=dg.AssetSelection.groups("environment"),
-    description="Build the inbox store and the scenarios.",
+    description="Build the environment's world and its tasks.",
 )

@@ -22,7 +22,7 @@ from resources.environment import EnvironmentResource
 from resources.curation import CurationResource
 from resources.stores import PoolResource, WorldStoreResource
 
-CURATION_ASSETS = [environment.inbox, environment.scenarios, pool.pool_episodes, curation.validated_episodes,
+CURATION_ASSETS = [environment.world, environment.tasks, pool.pool_episodes, curation.validated_episodes,
                    curation.anonymization, curation.balanced_episodes, curation.sft_dataset, curation.grpo_dataset]
 CHECKS = [curation.enough_points, curation.clean_ratio, curation.category_diversity, curation.no_pii_leak]
 SMALL = {"n_inboxes": 3, "n_emails": 600}
@@ -43,7 +43,7 @@ def seeded(tmp_path):
 
 def _run(curation_resource: CurationResource):
     partition = weekly.get_partition_keys()[-1]
-    config = {"ops": {"inbox": {"config": SMALL}, "scenarios": {"config": SMALL}}}
+    config = {"ops": {"world": {"config": SMALL}, "tasks": {"config": SMALL}}}
     result = dg.materialize(
         CURATION_ASSETS + CHECKS, partition_key=partition, run_config=config, raise_on_error=False,
         resources={"world_store": WorldStoreResource(), "pool": PoolResource(), "curation": curation_resource,

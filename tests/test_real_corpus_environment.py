@@ -1,5 +1,5 @@
-"""A real corpus through the environment assets: the shared Enron sample is ingested by `inbox`, and
-`scenarios` asks an OpenAI-compatible endpoint (a real local HTTP server) to write ART-E style questions."""
+"""A real corpus through the environment assets: the shared Enron sample is ingested by `world`, and
+`tasks` asks an OpenAI-compatible endpoint (a real local HTTP server) to write ART-E style questions."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 import dagster as dg
 
 from agent_rl.environments.email.scenarios.demo import load_default_scenarios
-from assets.environment import inbox, scenarios
+from assets.environment import tasks, world
 from resources.environment import EnvironmentResource
 from resources.stores import WorldStoreResource
 from tests.conftest import ENRON_CSV
@@ -27,8 +27,8 @@ def _questions(request) -> str:
 
 
 def _run(config: dict):
-    return dg.materialize([inbox, scenarios], resources={"world_store": WorldStoreResource(), "environment": EnvironmentResource()}, raise_on_error=False,
-                          run_config={"ops": {"inbox": {"config": config}, "scenarios": {"config": config}}})
+    return dg.materialize([world, tasks], resources={"world_store": WorldStoreResource(), "environment": EnvironmentResource()}, raise_on_error=False,
+                          run_config={"ops": {"world": {"config": config}, "tasks": {"config": config}}})
 
 
 def test_ingested_enron_sample_gets_llm_written_scenarios(openai_stub):
@@ -36,11 +36,11 @@ def test_ingested_enron_sample_gets_llm_written_scenarios(openai_stub):
     result = _run({"ingest_path": str(ENRON_CSV), "llm_base_url": openai_stub.url, "llm_model": "writer",
                    "llm_api_key_env": "NO_SUCH_KEY"})
     assert result.success
-    meta = result.asset_materializations_for_node("inbox")[0].metadata
+    meta = result.asset_materializations_for_node("world")[0].metadata
     assert meta["inserted"].value == 103 and meta["skipped"].value == 0
     written = load_default_scenarios()
     assert written and all(s.source_ids and s.category.value == "person" for s in written)  # the bad citation was dropped
-    report = result.asset_materializations_for_node("scenarios")[0].metadata["generation_report"].value
+    report = result.asset_materializations_for_node("tasks")[0].metadata["generation_report"].value
     assert report["accepted"] == len(written) and report["batches"] == len(openai_stub.requests)
 
 

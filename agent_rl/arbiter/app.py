@@ -133,7 +133,7 @@ class RoutingView(BaseModel):
 
 class ApiError(StarletteHTTPException):
     """An HTTP error with a short `error` and a longer `detail`; `log_detail` replaces the detail in the
-    log where the detail echoes what the caller sent (an inbox address is personal data)."""
+    log where the detail echoes what the caller sent (an email address is personal data)."""
 
     def __init__(
         self, status: int, error: str, detail: Any = None, headers: dict[str, str] | None = None, log_detail: Any = None
@@ -531,7 +531,7 @@ def _add_routing_routes(app: FastAPI, config: ArbiterConfig) -> None:
 
 
 def create_app(config: ArbiterConfig | None = None) -> FastAPI:
-    """The arbiter as an ASGI app; its pool, inbox connections and episode threads live for the app's lifespan."""
+    """The arbiter as an ASGI app; its pool, world connections and episode threads live for the app's lifespan."""
     config = config or ArbiterConfig()
     app = FastAPI(title="agent-rl arbiter", lifespan=_lifespan(config))
     app.add_exception_handler(RequestValidationError, _on_validation_error)

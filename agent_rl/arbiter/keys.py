@@ -1,10 +1,10 @@
-"""API keys for the arbiter's callers: who may ask about which contexts, and who may replay scenarios.
+"""API keys for the arbiter's callers: who may ask about which contexts, and who may replay tasks.
 
 A key is a random token the caller sends as `Authorization: Bearer <token>`; the arbiter keeps
 only its SHA-256, so a leaked key list grants nothing. Each key belongs to one tenant (recorded on
-every episode it causes) and names the contexts it may use: today inbox addresses, later other
-kinds of context (a customer database, say) by their ids; `"*"` means every context the arbiter
-serves. Only keys with `replay` may have their requests judged against a scenario's golden answer:
+every episode it causes) and names the contexts it may use: an email address for the email assistant,
+a customer database for another environment, say, by their ids; `"*"` means every context the arbiter
+serves. Only keys with `replay` may have their requests judged against a task's reference answer:
 those episodes become training labels.
 
 Keys come from configuration, never from the request: `ArbiterConfig.api_keys`, else the JSON file
@@ -57,7 +57,7 @@ class ApiKey(BaseModel):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="hex SHA-256 of the token")
     tenant: str = Field(min_length=1, max_length=200, description="recorded on every episode this key causes")
     contexts: tuple[ContextId, ...] = Field(min_length=1, description="context ids this key may use, or '*' for all")
-    replay: bool = Field(False, description="may name scenarios, whose episodes are judged against golden answers")
+    replay: bool = Field(False, description="may name tasks, whose episodes are judged against their reference answers")
 
     @field_validator("tenant")
     @classmethod

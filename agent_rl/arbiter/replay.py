@@ -2,7 +2,7 @@
 came back. Requests go out as fast as answers come back (a closed loop: the pool filling up), or arriving on their
 own at a rate, as independent users do (an open loop: the A/B test, where each version's load must be its share).
 
-This is how the benchmark pool fills up without real users: each replayable task (the email assistant's scenarios)
+This is how the benchmark pool fills up without real users: each replayable task (the email assistant's questions)
 becomes one `POST /v1/ask` (with its id as `task_id`, so the episode is judged), cycling through the
 tasks when more requests than tasks are asked for. The API key must be allowed to replay and to use the tasks'
 contexts; without that the arbiter serves the requests as unjudged live traffic or refuses them.
@@ -105,7 +105,7 @@ async def replay(
         raise ValueError(f"rate must be a positive number of requests per second, got {rate}")
     api_key = api_key or os.environ.get(API_KEY_ENV)
     if not api_key:
-        raise ValueError(f"no API key: pass api_key or set {API_KEY_ENV} (a key allowed to replay scenarios)")
+        raise ValueError(f"no API key: pass api_key or set {API_KEY_ENV} (a key allowed to replay tasks)")
     summary = ReplaySummary()
     statuses: Counter[str] = Counter()
     versions: Counter[str] = Counter()

@@ -2,7 +2,7 @@
 
 In the foreground it can run several worker processes on one listening socket (pre-fork), so
 episodes, which are CPU-bound Python, use every core. Workers share nothing but the pool and the
-inbox: routing is a hash of the request key (sticky across workers), each worker re-reads
+world store: routing is a hash of the request key (sticky across workers), each worker re-reads
 the routing table within `routing_ttl_s`, and the gateway's live episodes are rows of the pool
 (agent_rl/pool/live.py), so any worker continues any session.
 """

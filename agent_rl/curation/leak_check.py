@@ -1,7 +1,7 @@
 """The privacy check: an auditor that shares no detector with the anonymizer.
 
 A check that looks for what the anonymizer looks for shares its blind spots (a name only in a body passed
-both). This one finds personal values in the raw input its own way: the header directory of every inbox,
+both). This one finds personal values in the raw input its own way: the header directory of every mailbox,
 full names in free text by the US census name lists of the `names` package (the anonymizer uses Faker's),
 Lotus Notes `Name/ORG` and `Name@ORG` forms, lowercase "first last" pairs, written-out phone numbers, card
 numbers (Luhn), addresses, and canaries, some of them planted by curation itself on every run. Then it

@@ -5,8 +5,8 @@ default. On the ground floor: environments judge with it and the reward-hacking 
 re-exports all of this under its old names).
 
 Rules of the deterministic judge, in order:
-1. A golden "I don't know" (unanswerable scenario) is matched by any "I don't know" phrasing.
-2. An answer that says it doesn't know is wrong for an answerable scenario.
+1. A golden "I don't know" (unanswerable question) is matched by any "I don't know" phrasing.
+2. An answer that says it doesn't know is wrong for an answerable question.
 3. If the golden holds typed values (dates, clock times, money/number amounts, decisions such
    as approved/rejected/on hold), the answer must contain every one of them, with the same
    polarity ("not completed" never matches "completed"), and may not "shotgun": more than two

@@ -34,7 +34,7 @@ class Task(BaseModel):
 
     id: str
     environment: str
-    context: str = Field(description="the world the task runs in: an inbox address, a store database, ...")
+    context: str = Field(description="the world the task runs in: a mailbox address, a store database, ...")
     prompt: str = Field(description="what the user asks, as the opening user message")
     reference: str | None = Field(None, description="the reference answer or expected outcome (None: unknown)")
     category: str | None = Field(None, description="one of the environment's categories (None: live traffic)")
@@ -85,7 +85,7 @@ class PrivacySpec:
     `id_fields` are episode/task metadata keys holding identifiers that keep their shape but lose names
     (pseudonymized the same way wherever they occur, so citations still match). Free text (messages,
     answers, prompts) is always anonymized. `known_people(context)` gives names and addresses the environment
-    knows to be personal in a context (an inbox's senders, a store's customers), so they are replaced even
+    knows to be personal in a context (a mailbox's senders, a store's customers), so they are replaced even
     where a recognizer would miss them. `public_terms` are names that are never a person's.
     """
 
@@ -152,7 +152,7 @@ class Capabilities:
     environment declares its own on the class (`Environment.capabilities`); plug-ins keep the defaults, the gateway's
     live traffic of an agent that is no plug-in has no world and is judged by its users (environments/gateway)."""
 
-    # Tasks and a world the loop can open: built by the `inbox` and `scenarios` assets, rolled out in by GRPO, played
+    # Tasks and a world the loop can open: built by the `world` and `tasks` assets, rolled out in by GRPO, played
     # by validation. Without one there are only recorded episodes: GRPO is skipped and validation replays them.
     world: bool = True
     # Outcomes come from users' feedback, not from a judge of ours: curation judges by it (and may label what nobody
@@ -213,7 +213,7 @@ class StoredWorld:
 
 class World:
     """Where an environment's tasks run, when the environment object does not carry it whole (the email assistant's
-    inbox store: built from a corpus, too large to copy): built before anything plays, anonymized whole with the
+    mail store: built from a corpus, too large to copy): built before anything plays, anonymized whole with the
     week's episodes, reopened for GRPO and validation. `Environment.world()` returns it. Every default means "the
     world comes with the environment": no personal data declared, nothing to build, the loop's privacy pass, the saved
     copy reopened, the loop's GRPO rows and rollouts, every task replayable when served."""
@@ -233,7 +233,7 @@ class World:
         return [task for split in Split for task in self.environment.tasks(split)]
 
     def contexts(self) -> frozenset[str]:
-        """The contexts callers may ask about when served (an inbox, a store); asked again when a caller names an
+        """The contexts callers may ask about when served (a mailbox, a store); asked again when a caller names an
         unknown one, so a world that grows is served without a restart. Default: those of `replayable_tasks`."""
         return frozenset(task.context for task in self.replayable_tasks())
 

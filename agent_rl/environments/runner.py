@@ -6,7 +6,7 @@ stops a conversation when its session records a final answer, it breaks the form
 budget. A policy that batches concurrent calls itself (`Policy.concurrent_turns`: an engine server) is instead
 played with `batch_size` episodes in flight: each asks for its next turn as soon as its tools have answered, and a
 finished episode's place goes to the next task at once, so no episode waits for the slowest turn of a wave. The environment judges the result (agent_rl/environments); the email assistant, for example:
-- correct / wrong / idk: the answer as judged against the scenario's golden answer
+- correct / wrong / idk: the answer as judged against the task's reference answer
   ("I don't know" on an unanswerable question is correct);
 - format_error: an unparsable tool call, an unknown tool, a turn of plain text with no tool
   call (answers must come through the final-answer tool so they carry citations; an environment that

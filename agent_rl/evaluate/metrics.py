@@ -2,7 +2,7 @@
 
 Definitions (all shares are over the evaluated episodes unless said otherwise):
 - accuracy: outcome "correct" ("I don't know" on an unanswerable question counts as correct);
-- source_accuracy: over answerable scenarios, the cited sources include a golden source email;
+- source_accuracy: over answerable questions, the cited sources include a golden source (the email assistant's);
 - hallucination_rate: a wrong answer given where "I don't know" would have been right or safe;
 - idk_rate: the final answer says "I don't know";
 - valid_tool_call_rate: over assistant turns, turns that made a well-formed call to a known tool;
@@ -11,7 +11,7 @@ Definitions (all shares are over the evaluated episodes unless said otherwise):
 - failure_rate: wrong answers, format errors and episodes that ran out, together (what a user feels);
 - outcomes: per held-out task, correct or not (the promotion gates pair models on them);
 - outcome_groups: per task, the unit tasks are drawn together in (the replayed steps of one episode);
-- by_category: per task category (when `scenarios` are given), n and the share of each outcome, to see
+- by_category: per task category (when the tasks are given), n and the share of each outcome, to see
   whether a model fails on unanswerable questions or on one kind of fact.
 """
 
@@ -110,7 +110,7 @@ def compute_metrics(episodes: list[Episode], expected_citations: Mapping[str, Co
 
 
 def task_key(episode: Episode) -> str:
-    """Which held-out task an episode played: its environment and task (scenario) id, else its own id."""
+    """Which held-out task an episode played: its environment and task id, else its own id."""
     return f"{episode.environment}:{episode.task_id or episode.episode_id}"
 
 

@@ -1,4 +1,4 @@
-"""The comparison behind `evaluation_report`: candidate vs champion vs base on the same held-out scenarios, which
+"""The comparison behind `evaluation_report`: candidate vs champion vs base on the same held-out tasks, which
 trained model is the candidate, and the table and chart people look at (the gates are in gates.py)."""
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def comparison_markdown(results: dict[str, EvalMetrics], probes: dict[str, float
 def category_markdown(metrics: EvalMetrics) -> str:
     """One row per task category: how many episodes and the share of each outcome (where a model goes wrong)."""
     if not metrics.by_category:
-        return "no per-category figures (the scenarios were not known)"
+        return "no per-category figures (the tasks were not known)"
     outcomes = [key for key in next(iter(metrics.by_category.values())) if key != "n"]
     lines = ["| category | n | " + " | ".join(outcomes) + " |", "|" + "---|" * (len(outcomes) + 2)]
     for category, row in metrics.by_category.items():

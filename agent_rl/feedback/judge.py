@@ -190,7 +190,7 @@ def _fit(lines: list[str], max_chars: int) -> list[str]:
 def task_key(episode: Episode | Mapping[str, Any]) -> tuple[str, str]:
     """Which episodes a relative judgement compares: same context and same task. A live episode's (its environment
     judged by its users: the gateway's) task is its first user message (a client's declared task names a kind of
-    request, not the request); others' is the scenario or the question."""
+    request, not the request); others' is the task or the question."""
     context = str(_field(episode, "context") or _field(episode, "inbox_id") or "")
     live = capabilities_of(str(_field(episode, "environment") or "")).judged_by_users
     if live or not _field(episode, "question"):

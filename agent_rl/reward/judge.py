@@ -17,7 +17,7 @@ __all__ = ["DeterministicJudge", "Judge", "JudgeError", "LLMJudge", "Verdict", "
 # --- LLM judge ---------------------------------------------------------------------------------
 
 _JUDGE_SYSTEM = (
-    "You grade answers to questions about a user's email inbox. Compare the candidate answer with the "
+    "You grade an agent's answers to questions about {subject}. Compare the candidate answer with the "
     "golden answer. Accept it when it states the same facts (formats may differ: dates, amounts, name "
     "order). Reject it when a fact is missing, contradicted or hedged among several candidates. If the "
     "golden answer is \"I don't know\", accept only answers that say they don't know. Reply with JSON "
@@ -32,8 +32,12 @@ class JudgeError(RuntimeError):
 class LLMJudge:
     """Asks an OpenAI-compatible model for {"accept": bool, "reasoning": str}, retrying bad replies."""
 
-    def __init__(self, endpoint: ChatEndpoint, *, client: ChatClient | None = None) -> None:
+    def __init__(self, endpoint: ChatEndpoint, *, subject: str = "what its tools can look up",
+                 client: ChatClient | None = None) -> None:
+        """`subject`: what the questions are about, in the judge's instructions (an environment's own words, e.g.
+        "a user's email inbox" or "a customer's orders"); the rest of the instructions hold for any environment."""
         self.endpoint = endpoint
+        self.system = _JUDGE_SYSTEM.replace("{subject}", subject.strip() or "what its tools can look up")
         self._client = client or ChatClient(endpoint)
 
     def close(self) -> None:
@@ -51,7 +55,7 @@ class LLMJudge:
         if is_idk(golden):
             return DeterministicJudge().judge(question, golden, answer)
         prompt = json.dumps({"question": question, "golden_answer": golden, "candidate_answer": answer}, indent=1)
-        messages = [{"role": "system", "content": _JUDGE_SYSTEM}, {"role": "user", "content": prompt}]
+        messages = [{"role": "system", "content": self.system}, {"role": "user", "content": prompt}]
         try:
             return self._client.complete(messages, self._parse)
         except ChatEndpointError as exc:

@@ -10,9 +10,9 @@ Config (JSON):
         "init_adapter" (optional): an adapter of the same base to keep training instead of a fresh one
   grpo: {"model_path", "sft_adapter", "grpo_rows_jsonl", "store_url", "out_dir",
          "settings": {...GRPOSettings}, "solve_rates": {task_id: rate} (optional), "tracking": {...}}
-        a plug-in environment instead of the inbox: "environment" (a name or import path) or "environment_file"
+        a plug-in environment instead of the email assistant's world: "environment" (a name or import path) or "environment_file"
         (the anonymized environment curation saved, environments.worlds.load_saved) in place of "store_url" (the
-        store of an environment that trains alone, the email assistant's inbox; "inbox_store_url" is its old name);
+        store of an environment that trains alone, the email assistant's mail store; its old name is also read);
         several plug-ins trained at once: "environment_files" (a list).
   tracking (optional): {"uri", "dagster_run_id", "parent_run_id"}; absent or null = no MLflow.
 When DAGSTER_PIPES_CONTEXT is set, logs and per-step metrics stream to the Dagster run and the stage

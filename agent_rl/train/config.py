@@ -152,7 +152,7 @@ class PromptFilterSettings(BaseModel):
 
     mode: Literal["none", "solve_rates", "sampled"] = Field(
         "none",
-        description="'solve_rates': use given per-scenario solve rates (e.g. from the SFT evaluation); "
+        description="'solve_rates': use given per-task solve rates (e.g. from the SFT evaluation); "
         "'sampled': a quick sampled pre-pass with the SFT model (the GPU preset); 'none': keep every prompt (the "
         "CPU default: the 8-candidate pre-pass cost ~1 of 8 minutes and kept 1 prompt plus the 378 it never saw)",
     )

@@ -251,7 +251,7 @@ def train_grpo(
 
 def _close(played: list, loaded_here: bool) -> None:
     """Release what the environment loaded here opened for its rollouts and the prompt filter (the email
-    assistant's inbox store); plug-ins stay open (the caller gave them, or loaded them for several uses)."""
+    assistant's mail store); plug-ins stay open (the caller gave them, or loaded them for several uses)."""
     if loaded_here:
         for environment in played:
             environment.close()

@@ -1,7 +1,7 @@
 """Choose GRPO prompts the model sometimes solves: a group whose rollouts all score the same has zero advantage
 and teaches nothing (docs/architecture.md: on CPU most groups had zero variance).
 
-Solve rates come either from outside (e.g. the SFT evaluation, by scenario id) or from a quick sampled
+Solve rates come either from outside (e.g. the SFT evaluation, by task id) or from a quick sampled
 pre-pass of the SFT model through the real episode runner, in the environment the rows belong to.
 """
 
@@ -54,7 +54,7 @@ def row_question(row: dict[str, Any]) -> str:
 
 
 def row_task(row: dict[str, Any], environment: str) -> Task:
-    """The task a scenario's GRPO row (environments/email/grpo_rows.py) was made from, for the episode runner."""
+    """The task an email GRPO row (environments/email/grpo_rows.py) was made from, for the episode runner."""
     query_date = parse_query_date(row.get("query_date")) or parse_query_date("1970-01-01")
     return Task(
         id=str(row.get("task_id") or ""), environment=environment, context=str(row["inbox"]),
@@ -100,7 +100,7 @@ def filter_prompts(rows: list[dict[str, Any]], settings: PromptFilterSettings, *
     candidates = rows[: settings.max_candidates]
     if settings.mode == "solve_rates":
         if solve_rates is None:
-            raise ValueError("prompt filter mode 'solve_rates' needs solve_rates (scenario id -> share solved)")
+            raise ValueError("prompt filter mode 'solve_rates' needs solve_rates (task id -> share solved)")
         rates = dict(solve_rates)
     else:
         if model_path is None or environment is None:

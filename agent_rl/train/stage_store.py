@@ -1,7 +1,7 @@
 """A training stage that shares nothing with the Dagster host: its files travel through a store both sides reach.
 
 A pod sees neither the host's AGENT_RL_HOME nor its temp files. So the host uploads every input the stage config
-names (SFT rows, GRPO prompts, saved worlds, the inbox database, the SFT or initial adapter, the base model when the
+names (SFT rows, GRPO prompts, saved worlds, the email world's database, the SFT or initial adapter, the base model when the
 host has it) to an fsspec URL (`file://` on one machine or a shared volume, `s3://`, `gs://`) and hands the pod a
 config of store URLs; the pod downloads them to scratch, trains, uploads its output directory and reports store
 URLs; the host downloads that output into its own home and rewrites every path back (the result, the adapter

@@ -33,7 +33,7 @@ TIMETABLE = ("examples.timetable:TimetableEnvironment", '{"name": "reply", "argu
              '"trains": []}}')
 SUPPORT = ("support", '{"name": "reply", "arguments": {"message": "I cannot find that order."}}')
 # The retraining job's assets, environment to registry, as the weekly job materializes them.
-JOB_ASSETS = [environment.inbox, environment.scenarios, pool.pool_episodes, curation.validated_episodes,
+JOB_ASSETS = [environment.world, environment.tasks, pool.pool_episodes, curation.validated_episodes,
               curation.anonymization, curation.balanced_episodes, curation.sft_dataset, curation.grpo_dataset,
               training.sft_adapter, training.grpo_adapter, validation.evaluation_report, validation.registered_model]
 
@@ -78,7 +78,7 @@ def test_the_weekly_job_trains_validates_and_registers_a_plugin_environment(spec
     failures = [e.step_key for e in result.get_step_failure_events()]
     assert result.success, failures
 
-    scenarios = result.asset_materializations_for_node("scenarios")[0].metadata
+    scenarios = result.asset_materializations_for_node("tasks")[0].metadata
     assert scenarios["environment"].value == env.name and scenarios["test"].value == len(env.tasks(Split.TEST))
     validated = result.asset_materializations_for_node("validated_episodes")[0].metadata
     assert validated["clean"].value == len(episodes)

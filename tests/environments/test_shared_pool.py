@@ -45,7 +45,7 @@ def test_each_environments_run_exports_and_gates_only_its_own_episodes(shared_po
     resources = {"environment": EnvironmentResource(name=spec), "world_store": WorldStoreResource(),
                  "pool": PoolResource(), "curation": CurationResource(min_points=10, min_categories=3)}
     partition = weekly.get_partition_keys()[-1]
-    result = dg.materialize([environment.inbox, environment.scenarios, pool.pool_episodes,
+    result = dg.materialize([environment.world, environment.tasks, pool.pool_episodes,
                              curation.validated_episodes, *GATES],
                             partition_key=partition, resources=resources, raise_on_error=False)
     assert result.success, [e.step_key for e in result.get_step_failure_events()]
@@ -72,7 +72,7 @@ def test_the_diversity_gate_asks_an_environment_for_the_categories_it_declares(s
     """The timetable example declares 4 categories: "at least 5" stopped every one of its runs, whatever the data."""
     resources = {"environment": EnvironmentResource(name=TIMETABLE), "world_store": WorldStoreResource(),
                  "pool": PoolResource(), "curation": CurationResource(min_points=10)}
-    result = dg.materialize([environment.inbox, environment.scenarios, pool.pool_episodes,
+    result = dg.materialize([environment.world, environment.tasks, pool.pool_episodes,
                              curation.validated_episodes, curation.category_diversity],
                             partition_key=weekly.get_partition_keys()[-1], resources=resources, raise_on_error=False)
     (check,) = result.get_asset_check_evaluations()

@@ -16,7 +16,7 @@ from resources.environment import EnvironmentResource
 from resources.curation import CurationResource
 from resources.stores import PoolResource, WorldStoreResource
 
-CURATION_ASSETS = [environment.inbox, environment.scenarios, pool.pool_episodes, curation.validated_episodes,
+CURATION_ASSETS = [environment.world, environment.tasks, pool.pool_episodes, curation.validated_episodes,
                    curation.anonymization, curation.balanced_episodes, curation.sft_dataset, curation.grpo_dataset]
 CHECKS = [curation.enough_points, curation.clean_ratio, curation.category_diversity, curation.no_pii_leak]
 SMALL = {"n_inboxes": 2, "n_emails": 300}
@@ -36,7 +36,7 @@ def seed_pool(wrong_rate: float = 0.1) -> tuple[object, list[Episode]]:
 
 def materialize_curation(resource: CurationResource, instance: dg.DagsterInstance | None = None):
     partition = weekly.get_partition_keys()[-1]
-    config = {"ops": {"inbox": {"config": SMALL}, "scenarios": {"config": SMALL}}}
+    config = {"ops": {"world": {"config": SMALL}, "tasks": {"config": SMALL}}}
     result = dg.materialize(
         CURATION_ASSETS + CHECKS, partition_key=partition, run_config=config, raise_on_error=False, instance=instance,
         resources={"world_store": WorldStoreResource(), "pool": PoolResource(), "curation": resource,

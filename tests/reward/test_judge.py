@@ -160,6 +160,14 @@ def test_llm_judge_returns_the_models_structured_verdict(openai_stub):
     assert request["model"] == "judge-model"
     assert request["response_format"] == {"type": "json_object"}
     assert request["messages"][0]["role"] == "system"
+    assert "about what its tools can look up" in request["messages"][0]["content"]  # no environment's words
+
+
+def test_llm_judge_is_told_what_the_questions_are_about_in_the_environments_words(openai_stub):
+    openai_stub.script(lambda request: '{"accept": true, "reasoning": "same order"}')
+    LLMJudge(_endpoint(openai_stub), subject="a customer's orders").judge("Which order?", "A-17", "A-17")
+    system = openai_stub.requests[0]["messages"][0]["content"]
+    assert "questions about a customer's orders." in system and "inbox" not in system
 
 
 def test_llm_judge_decides_unanswerable_questions_without_calling_the_model(openai_stub):

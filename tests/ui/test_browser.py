@@ -31,7 +31,7 @@ ARTIFACTS = ROOT / "test-artifacts" / "ui"
 BIN = Path(sys.executable).parent
 MODEL_NAME = "agent-rl-email"
 # The asset graph of docs/architecture.md: the code location may grow, but these must be there.
-CONTRACT_ASSETS = {"inbox", "scenarios", "pool_episodes", "validated_episodes", "anonymized_episodes",
+CONTRACT_ASSETS = {"world", "tasks", "pool_episodes", "validated_episodes", "anonymized_episodes",
                    "anonymized_environment", "balanced_episodes", "sft_dataset", "grpo_dataset", "sft_adapter",
                    "grpo_adapter", "evaluation_report", "registered_model"}
 
