@@ -210,7 +210,7 @@ ENTITY_KIND = {"PERSON": "PERSON", "PHONE_NUMBER": "PHONE", "STREET_ADDRESS": "A
 def planted_scores(anonymizer, bodies: list[str], planted: list[list], outputs: list[str]) -> dict:
     """Recall (no real part of a planted value left in the output) and precision (detected spans of a
     type that overlap a planted value of that type) per entity kind."""
-    from agent_rl.curation.anonymize import _non_overlapping
+    from agent_rl.privacy.anonymize import _non_overlapping
 
     stats = {k: {"planted": 0, "caught": 0, "detected": 0, "true": 0} for k in ("PERSON", "PHONE", "ADDRESS", "ACCOUNT", "EMAIL")}
     for body, items, out in zip(bodies, planted, outputs):
@@ -240,7 +240,7 @@ def planted_scores(anonymizer, bodies: list[str], planted: list[list], outputs: 
 
 
 def run_planted(n_bodies: int, seed: int) -> dict:
-    from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, build_directory
+    from agent_rl.privacy.anonymize import Anonymizer, AnonymizerConfig, build_directory
     from agent_rl.environments.email.privacy import anonymize_world
     from agent_rl.environments.email.records import Email
 
@@ -256,7 +256,7 @@ def run_planted(n_bodies: int, seed: int) -> dict:
     table = planted_scores(anonymizer, bodies, planted, [e.body for e in out_emails])
     parts = {p.lower() for items in planted for kind, _v, ps in items if kind == "PERSON" for p in ps}
     try:
-        from agent_rl.curation.names import name_lists
+        from agent_rl.privacy.names import name_lists
 
         first, last = name_lists()
         overlap = round(len(parts & (first | last)) / len(parts), 4)
@@ -324,7 +324,7 @@ def build_planted_keys(n_episodes: int, seed: int):
 
 def run_planted_keys(n_episodes: int, seed: int) -> dict:
     """Key and value recall on the JSON-keys corpus, by kind, and its throughput."""
-    from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, build_directory
+    from agent_rl.privacy.anonymize import Anonymizer, AnonymizerConfig, build_directory
 
     episodes, planted = build_planted_keys(n_episodes, seed)
     anonymizer = Anonymizer(AnonymizerConfig(key="bench-keys-key"), build_directory([]))
@@ -391,7 +391,7 @@ def recall(pairs: list[tuple[str, str]], values_by_type: dict[str, set[str]]) ->
 def main() -> None:
     import argparse
 
-    from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, build_directory, load_engines
+    from agent_rl.privacy.anonymize import Anonymizer, AnonymizerConfig, build_directory, load_engines
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--inboxes", type=int, default=3)

@@ -14,7 +14,7 @@ although validation would quarantine it (over the 1,000,000-character budget).
 A pass that is linear in its input costs the same per kilobyte at every size: the last line is a JSON report
 with the cost per KB of each size, the ratio of the largest size's cost per KB to the smallest's, and
 `meets_target` (that ratio at most TARGET_RATIO for both passes). Before the patterns were made linear
-(curation/patterns.py), a 200 KB episode took 211 s in the leak check's address pattern alone.
+(agent_rl/privacy/patterns.py), a 200 KB episode took 211 s in the leak check's address pattern alone.
 
     nice -n 19 .venv/bin/python bench/curation_size.py [--sizes 50000,500000,5000000]
 """
@@ -133,8 +133,8 @@ def text_chars(value: Any) -> int:
 
 def leak_check(item: dict[str, Any]) -> None:
     """The auditor alone: learn what is personal from the raw episode, then scan it."""
-    from agent_rl.curation.leak_scan import episode_texts
-    from agent_rl.curation.privacy import leak_auditor
+    from agent_rl.privacy.leak_scan import episode_texts
+    from agent_rl.privacy.audit import leak_auditor
 
     auditor = leak_auditor(b"bench-key")
     for text in episode_texts(item):

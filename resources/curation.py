@@ -5,7 +5,7 @@ from typing import Literal
 from dagster import ConfigurableResource
 from pydantic import Field, field_validator, model_validator
 
-from agent_rl.curation.anonymize import AnonymizerConfig
+from agent_rl.privacy.anonymize import AnonymizerConfig
 from agent_rl.curation.balance import BalanceConfig
 from agent_rl.curation.datasets import DEFAULT_MAX_IDK_SHARE
 from agent_rl.curation.validate import DEFAULT_EPISODE_CHARS, GateConfig

@@ -10,7 +10,7 @@ import pytest
 from agent_rl import settings
 from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
 from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
-from agent_rl.curation.anonymize import build_directory, scan_for_leaks
+from agent_rl.privacy.anonymize import build_directory, scan_for_leaks
 from agent_rl.curation.datasets import load_jsonl
 from agent_rl.environments.email.grpo_rows import grpo_rows
 from agent_rl.environments.email.inbox.store import open_inbox_store

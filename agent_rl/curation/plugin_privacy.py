@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, Directory, episode_texts
-from agent_rl.curation.leak_check import Finding, input_words, plant_canaries
-from agent_rl.curation.privacy import EPISODES_FILE, canary_seed, count_kinds, leak_auditor, scan_records
+from agent_rl.privacy.anonymize import Anonymizer, AnonymizerConfig, Directory, episode_texts
+from agent_rl.privacy.leak_check import Finding, input_words, plant_canaries
+from agent_rl.privacy.audit import EPISODES_FILE, canary_seed, count_kinds, leak_auditor, scan_records
 from agent_rl.surrogates import pseudonym_key
 from agent_rl.environments.core import Environment, Task
 

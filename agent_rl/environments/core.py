@@ -109,7 +109,7 @@ ID_KEYS = ("id", "message_id", "citations", "sources", "source_ids", "task_id", 
 
 
 class AnonymizerConfig(BaseModel):
-    """Curation's anonymizer settings (agent_rl/curation/anonymize.py), handed to a world's own `World.anonymize`:
+    """Curation's anonymizer settings (agent_rl/privacy/anonymize.py), handed to a world's own `World.anonymize`:
     what to look for and how; the key comes from AGENT_RL_PSEUDONYM_KEY unless given here."""
 
     model_config = ConfigDict(frozen=True)

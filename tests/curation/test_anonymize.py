@@ -3,7 +3,7 @@ import socket
 
 import pytest
 
-from agent_rl.curation.anonymize import (
+from agent_rl.privacy.anonymize import (
     Anonymizer,
     AnonymizerConfig,
     build_directory,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, Directory, episode_texts
-from agent_rl.curation.leak_check import LeakAuditor
+from agent_rl.privacy.anonymize import Anonymizer, AnonymizerConfig, Directory, episode_texts
+from agent_rl.privacy.leak_check import LeakAuditor
 from agent_rl.curation.live import judge_by_feedback, live_validation_config
 from agent_rl.curation.plugin_privacy import anonymize_plugin_partition
 from agent_rl.curation.validate import DEFAULT_EPISODE_CHARS, DEFAULT_EPISODE_DEPTH, ValidationConfig, validate_episodes

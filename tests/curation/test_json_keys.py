@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, build_directory
+from agent_rl.privacy.anonymize import Anonymizer, AnonymizerConfig, build_directory
 from agent_rl.curation.plugin_privacy import anonymize_plugin_partition
-from agent_rl.curation.privacy import leak_auditor
+from agent_rl.privacy.audit import leak_auditor
 
 ADDRESS = "marguerite.okb@lakeside-mail.com"
 PHONE = "(415) 555-0142"

@@ -2,7 +2,7 @@
 
 The old patterns could begin a match anywhere inside a run of the characters they repeat, so they read a long
 run again from every position (211 s on one 200 KB episode for the address pattern; cubic for message ids). The
-new ones (curation/patterns.py, leak_check.py) start once per run or per `@`; here they are compared with the old
+new ones (agent_rl/privacy/patterns.py, leak_check.py) start once per run or per `@`; here they are compared with the old
 ones on realistic text and on random text over the characters that matter to each.
 """
 
@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_rl.curation import leak_check
-from agent_rl.curation.directory import EMAILISH
-from agent_rl.curation.leak_check import LeakAuditor
-from agent_rl.curation.patterns import MESSAGE_ID
+from agent_rl.privacy.directory import EMAILISH
+from agent_rl.privacy.leak_check import LeakAuditor
+from agent_rl.privacy.patterns import MESSAGE_ID
 
 # The patterns as they were: the reference.
 OLD = {
@@ -114,7 +114,7 @@ span_lists = st.lists(st.tuples(st.integers(0, 30), st.integers(1, 8), st.sample
 @settings(max_examples=400, deadline=None)
 @given(raw=span_lists)
 def test_the_anonymizer_keeps_the_same_spans_as_before(raw):
-    from agent_rl.curation.anonymize import _non_overlapping, _Span
+    from agent_rl.privacy.anonymize import _non_overlapping, _Span
 
     spans = [_Span(start, start + length, "PERSON", score) for start, length, score in raw]
     assert _non_overlapping(spans) == _old_non_overlapping(spans)
@@ -123,7 +123,7 @@ def test_the_anonymizer_keeps_the_same_spans_as_before(raw):
 def test_the_context_enhancer_finds_the_token_presidio_finds():
     from presidio_analyzer.context_aware_enhancers import LemmaContextAwareEnhancer
 
-    from agent_rl.curation.presidio_engines import _context_enhancer, _engines
+    from agent_rl.privacy.presidio_engines import _context_enhancer, _engines
 
     text = ("Call Marguerite at (713) 555-0199 or write to m.l@x.com; acct #: 4471-0093-2210  twice  spaced.\n"
             "Card 4111 1111 1111 1111, IBAN DE89 3704 0044 0532 0130 00, from 10.0.0.1 on 2001-05-14.")

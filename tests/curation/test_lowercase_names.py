@@ -4,8 +4,8 @@ independent leak check, run as curation runs it on gateway episodes, finds nothi
 
 from __future__ import annotations
 
-from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig
-from agent_rl.curation.leak_check import LeakAuditor
+from agent_rl.privacy.anonymize import Anonymizer, AnonymizerConfig
+from agent_rl.privacy.leak_check import LeakAuditor
 from agent_rl.curation.plugin_privacy import anonymize_plugin_partition
 
 QUESTION = "Who did Harold put in charge of the Willow Bend battery storage pilot?"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_rl.curation.anonymize import AnonymizerConfig, episode_texts
+from agent_rl.privacy.anonymize import AnonymizerConfig, episode_texts
 from agent_rl.curation.datasets import sft_rows
 from agent_rl.environments.email.grpo_rows import grpo_rows
 from agent_rl.environments.email.privacy import anonymize_partition
@@ -92,13 +92,13 @@ def test_the_check_catches_what_the_anonymizer_misses_and_reports_it_masked(plan
     for name in BODY_NAMES:
         for part in _parts(name):
             assert not re.search(rf"(?i)\b{re.escape(part)}\b", shown), part
-    from agent_rl.curation.leak_check import mask
+    from agent_rl.privacy.leak_check import mask
 
     assert mask("donna lowry") == "d**** l****"
 
 
 def test_curation_plants_its_own_canaries_and_drops_them_before_writing(demo_env):
-    from agent_rl.curation.leak_check import CANARY_EPISODE_ID, CANARY_INBOX
+    from agent_rl.privacy.leak_check import CANARY_EPISODE_ID, CANARY_INBOX
 
     result = anonymize_partition(demo_env.episodes[:20], demo_env.emails, demo_env.scenarios[:5],
                                  config=AnonymizerConfig(key="test-key"))
@@ -140,7 +140,7 @@ def test_ids_folders_paths_and_scenario_ids_are_pseudonymized_consistently(demo_
 
 def test_the_check_scans_ids_too():
     """A name inside an id that no list knows is still found: the auditor reads every field."""
-    from agent_rl.curation.leak_check import LeakAuditor
+    from agent_rl.privacy.leak_check import LeakAuditor
 
     auditor = LeakAuditor(b"salt")
     auditor.learn_headers([Email(message_id="<m1@x.com>", inbox="zbigniew.brzezinski@x.com")])
@@ -153,7 +153,7 @@ def test_the_check_scans_ids_too():
 def test_a_declared_public_place_is_no_leak_and_a_person_beside_it_still_is():
     """The demo's site "Sandy Hook" reads as a census first name and surname; declared public, it is not a
     person's name, while the pilot's owner "Nadia Pemberton" is still caught."""
-    from agent_rl.curation.leak_check import LeakAuditor
+    from agent_rl.privacy.leak_check import LeakAuditor
 
     text = "Budget for the Sandy Hook battery storage pilot, per Nadia Pemberton."
     for public, leaked in (((), {"Sandy Hook", "Nadia Pemberton"}), (("Sandy Hook",), {"Nadia Pemberton"})):
@@ -167,7 +167,7 @@ def test_a_declared_public_place_is_no_leak_and_a_person_beside_it_still_is():
 def test_a_declared_public_place_written_in_lower_case_is_no_leak_either():
     """Users type "sandy hook" in lower case; a lower-case first name + surname pair is a person only when it is
     not a declared public term, while a person written in lower case ("nadia pemberton") is still caught."""
-    from agent_rl.curation.leak_check import LeakAuditor
+    from agent_rl.privacy.leak_check import LeakAuditor
 
     text = "what is the budget for the sandy hook pilot? ask nadia pemberton."
     for public, leaked in (((), {"sandy hook", "nadia pemberton"}), (("Sandy Hook",), {"nadia pemberton"})):
@@ -222,7 +222,7 @@ def test_a_canary_shares_no_word_with_the_input_or_the_surrogates(demo_env):
     """Canaries are drawn afresh for each partition (their seed is the input's ids); a canary named with a word of
     the input ("Creek" of a site's name) or of the surrogates ("Ramon") would make that word all over the output
     read as a leaked canary: a fast demo's week once failed no_pii_leak with 296 such findings."""
-    from agent_rl.curation.leak_check import input_words, plant_canaries
+    from agent_rl.privacy.leak_check import input_words, plant_canaries
     from agent_rl.environments.email.privacy import email_texts, scenario_texts
     from agent_rl.surrogates import FIRST_NAMES, LAST_NAMES
 
@@ -237,3 +237,23 @@ def test_a_canary_shares_no_word_with_the_input_or_the_surrogates(demo_env):
     # Without the input's words, some seeds draw one (what the pass used to plant).
     assert any({w.lower() for p in plant_canaries(str(seed)).values[:3] for w in re.split(r"[ -]", p)} & avoid
                for seed in range(2000))
+
+
+def test_the_privacy_kits_old_module_names_in_curation_are_the_moved_modules_warned():
+    """The kit moved to the ground floor (agent_rl/privacy) so environments import nothing above it; a plug-in that
+    imported it from curation keeps working for one release, warned, and gets the very same module objects."""
+    import importlib
+    import sys
+
+    moved = {"anonymize": "anonymize", "leak_check": "leak_check", "leak_scan": "leak_scan", "patterns": "patterns",
+             "directory": "directory", "names": "names", "record_walk": "record_walk",
+             "presidio_engines": "presidio_engines", "privacy": "audit"}
+    for old, new in moved.items():
+        name = f"agent_rl.curation.{old}"
+        sys.modules.pop(name, None)
+        with pytest.warns(DeprecationWarning, match=f"now agent_rl.privacy.{new}"):
+            assert importlib.import_module(name) is importlib.import_module(f"agent_rl.privacy.{new}")
+    from agent_rl.curation.anonymize import Anonymizer
+    from agent_rl.privacy.anonymize import Anonymizer as Kit
+
+    assert Anonymizer is Kit

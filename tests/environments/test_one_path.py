@@ -22,7 +22,7 @@ NAME_PROPERTIES = {"is_email", "is_live"}
 # the email assistant's teacher (`teacher:email`).
 SPEC_ALIASES = {"agent_rl/arbiter/policies.py"}
 # Comparisons with "email" that are about a record's kind (an email record beside a scenario), not an environment.
-RECORD_KINDS = {("agent_rl/curation/anonymize.py", "kind"), ("agent_rl/curation/anonymize.py", "t[0]")}
+RECORD_KINDS = {("agent_rl/privacy/anonymize.py", "kind"), ("agent_rl/privacy/anonymize.py", "t[0]")}
 
 
 def _constants(node: ast.AST) -> set[str]:

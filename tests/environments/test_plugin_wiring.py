@@ -10,7 +10,7 @@ import pytest
 
 from agent_rl.environments.runner import Play, play_episodes
 from agent_rl.arbiter.policies import PolicyLoadError, load_policy
-from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig
+from agent_rl.privacy.anonymize import Anonymizer, AnonymizerConfig
 from agent_rl.curation.plugin_privacy import anonymize_plugin_partition, has_personal_world
 from agent_rl.environments import World
 from agent_rl.environments.support import SupportEnvironment

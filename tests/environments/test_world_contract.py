@@ -27,7 +27,7 @@ class Timetable(TimetableEnvironment):
 
 
 def test_a_plugin_whose_world_comes_with_it_builds_nothing_and_rolls_out_in_the_loops_rollouts(tmp_path):
-    from agent_rl.curation.anonymize import AnonymizerConfig
+    from agent_rl.privacy.anonymize import AnonymizerConfig
     from agent_rl.train.plugin_rollouts import PluginRollout, rollout_factory
 
     env = TimetableEnvironment()
@@ -75,7 +75,7 @@ def test_the_email_privacy_pass_is_curations_email_pass(tmp_path):
     """Same episodes, inbox and scenarios as `environments.email.privacy.anonymize_partition` called as the curation
     asset called it: the directory from every inbox's headers, the demo world's public terms after the configured
     ones."""
-    from agent_rl.curation.anonymize import AnonymizerConfig
+    from agent_rl.privacy.anonymize import AnonymizerConfig
     from agent_rl.curation.datasets import load_jsonl
     from agent_rl.environments.email.heuristic import HeuristicConfig, HeuristicPolicy
     from agent_rl.environments.email.episodes import EpisodeTask, run_episodes

@@ -10,7 +10,7 @@ import re
 
 from openai import OpenAI
 
-from agent_rl.curation.anonymize import AnonymizerConfig
+from agent_rl.privacy.anonymize import AnonymizerConfig
 from agent_rl.curation.plugin_privacy import anonymize_plugin_partition
 from agent_rl.environments.email.inbox.demo_world import public_terms
 from agent_rl.simulated_users.outside_agent import ToolLoopAgent

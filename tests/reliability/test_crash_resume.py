@@ -180,7 +180,7 @@ def test_a_killed_export_leaves_the_previous_file_whole(tmp_path):
 
 ANONYMIZER = textwrap.dedent("""
     import json, sys
-    from agent_rl.curation.anonymize import Anonymizer
+    from agent_rl.privacy.anonymize import Anonymizer
     from agent_rl.curation.datasets import load_jsonl, save_jsonl
 
     episodes = load_jsonl(sys.argv[1])

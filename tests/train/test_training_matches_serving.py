@@ -24,7 +24,7 @@ from agent_rl.agent.chat_format import render_prompt
 from agent_rl.agent.policy import Policy, PolicyTurn, ToolCall
 from agent_rl.environments.runner import Play, play_episodes
 from agent_rl.environments.email.episodes import EpisodeTask, run_episodes
-from agent_rl.curation.anonymize import Anonymizer, AnonymizerConfig, build_directory
+from agent_rl.privacy.anonymize import Anonymizer, AnonymizerConfig, build_directory
 from agent_rl.curation.datasets import load_jsonl, save_jsonl, sft_rows
 from agent_rl.curation.live import judge_by_feedback
 from agent_rl.curation.plugin_privacy import directory_of

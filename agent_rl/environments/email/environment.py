@@ -178,7 +178,7 @@ class EmailWorld(World):
 
     def privacy(self) -> PrivacySpec:
         # Who is a person comes from every inbox's headers: curation's anonymizer builds that directory itself
-        # (curation/anonymize.py build_directory), so no second reader of the headers here. The demo world's
+        # (agent_rl/privacy/directory.py build_directory), so no second reader of the headers here. The demo world's
         # sites, departments and cities are task answers, never a person's: they survive anonymization.
         from agent_rl.environments.email.inbox.demo_world import public_terms_of
 

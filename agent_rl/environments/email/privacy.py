@@ -1,7 +1,8 @@
 """The email assistant's privacy pass over its records: anonymize the episodes, the emails and the scenarios with
-one Anonymizer, then have curation's independent auditor (curation/leak_check.py) scan every record that will be
-written for original values. It lives here, not in curation, because only the email world has inboxes and
-scenarios; privacy_pass.py runs it over the whole inbox store and writes what it returns.
+one Anonymizer, then have the independent leak auditor (agent_rl/privacy/leak_check.py) scan every record that will
+be written for original values. It lives here, not in curation, because only the email world has inboxes and
+scenarios; privacy_pass.py runs it over the whole inbox store and writes what it returns. Both run the ground
+floor's privacy kit (agent_rl/privacy), the one curation's pass for plug-ins runs.
 
 One Anonymizer for all three keeps pseudonyms consistent between the trajectories, the inbox and the golden
 answers, so rewards computed on anonymized data stay valid. The auditor learns what is personal from the raw input
@@ -15,9 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_rl.curation.anonymize import Anonymizer, RecordLayout, build_directory, episode_texts
-from agent_rl.curation.leak_check import Finding, input_words, plant_canaries
-from agent_rl.curation.privacy import EPISODES_FILE, canary_seed, count_kinds, leak_auditor, scan_records
+from agent_rl.privacy.anonymize import Anonymizer, RecordLayout, build_directory, episode_texts
+from agent_rl.privacy.leak_check import Finding, input_words, plant_canaries
+from agent_rl.privacy.audit import EPISODES_FILE, canary_seed, count_kinds, leak_auditor, scan_records
 from agent_rl.surrogates import pseudonym_key
 from agent_rl.environments.core import AnonymizerConfig
 from agent_rl.environments.email.records import Email, Scenario
