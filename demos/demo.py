@@ -293,7 +293,7 @@ def run_week(run: DemoRun, week: int, requests: int, train, test) -> dict:
     row["served_by"] = ", ".join(f"{v} {w:.0%}" for v, w in sorted(served_before.items(), key=lambda i: -i[1]))
     week_started = datetime.now(timezone.utc)
     with step(f"week {week}: {requests} production requests through the arbiter ({row['served_by']})"):
-        replay(run.url, train, requests, concurrency=16, key_prefix=f"week{week}-{int(time.time())}")
+        replay(run.url, train, requests, concurrency=IN_FLIGHT, key_prefix=f"week{week}-{int(time.time())}")
         print(f"pool holds {run.pool.count()} episodes")
     row["traffic"] = traffic_figures(run.pool, week_started)
     sft = f"SFT {run.plan.args.week_sft_steps} steps on the champion's adapter" \
@@ -379,7 +379,10 @@ def ab_test(run: DemoRun, week: int, test) -> str | None:
     return decision
 
 
-AB_CONCURRENCY = 32  # requests in flight: the engine batches them (the held-out evaluation's 32 beat 16 on 2 cores)
+# Requests in flight, in a week's traffic and in the A/B test: the engine batches them (the held-out evaluation ran
+# 16% faster at 32 than at 16 on 2 cores; a week's traffic at 16 was served at 0.62 requests/s on a Zen 5 EPYC).
+IN_FLIGHT = 32
+AB_CONCURRENCY = IN_FLIGHT
 
 
 def ab_rate(summary) -> float | None:
