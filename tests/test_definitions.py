@@ -15,7 +15,7 @@ from pipelines.definitions import defs
 ROOT = Path(__file__).resolve().parents[1]
 
 EXPECTED_GROUPS = {
-    "inbox": "environment", "scenarios": "environment",
+    "world": "environment", "tasks": "environment",
     "pool_episodes": "pool",
     "validated_episodes": "curation", "anonymized_episodes": "curation", "anonymized_environment": "curation",
     "balanced_episodes": "curation", "sft_dataset": "curation", "grpo_dataset": "curation",
@@ -38,7 +38,7 @@ def test_lineage_follows_the_loop():
         return {k.to_user_string() for k in graph.get(dg.AssetKey(name)).parent_keys}
 
     assert parents("validated_episodes") == {"pool_episodes"}
-    assert parents("anonymized_environment") == {"inbox", "scenarios"}
+    assert parents("anonymized_environment") == {"world", "tasks"}
     assert parents("grpo_adapter") == {"sft_adapter", "grpo_dataset", "anonymized_environment"}
     assert parents("registered_model") == {"evaluation_report"}
 
