@@ -242,6 +242,7 @@ class EngineServer:
         self._lock = threading.Lock()
         self._revive_lock = threading.Lock()
         self.generation = 0  # one more each time `revive` starts the engine again
+        self._failed_restart = ""  # why `revive`'s last start failed (the engine is down, not merely unreachable)
         self._workdir = tempfile.TemporaryDirectory(prefix="agent-rl-engine-")
         self._log = open(Path(self._workdir.name) / "engine.log", "wb")  # noqa: SIM115 (lives as long as the engine)
         self.adapter_dir = Path(self._workdir.name) / "adapters"
@@ -315,15 +316,24 @@ class EngineServer:
         with self._revive_lock:
             if self.generation != seen:
                 return True
-            note = self.exit_note(wait_s=2.0)
-            if not note:
-                return False
+            if self.process is None and self._failed_restart:  # a restart failed: down until one succeeds
+                note = f"; its last restart failed: {self._failed_restart}"
+            else:
+                note = self.exit_note(wait_s=2.0)
+                if not note:
+                    return False
             if self.generation >= MAX_REVIVALS:
                 raise EngineError(f"the engine at {self.base_url} died again after {MAX_REVIVALS} restarts{note}")
             log.warning("the engine at %s died under a request%s; starting it again", self.base_url, note)
             adapters = dict(self._adapters)
             self.process = None
-            self.start()
+            try:
+                self.start()
+            except EngineError as exc:  # the next request tries again (each try counts), not a ConnectError forever
+                self._failed_restart = str(exc)[:300]
+                self.generation += 1
+                raise
+            self._failed_restart = ""
             with self._lock:
                 for name, path in adapters.items():
                     response = self._post("load_lora_adapter", {"lora_name": name, "lora_path": path})
@@ -348,6 +358,7 @@ class EngineServer:
             pass
         self._adapters.clear()
         self._holders.clear()
+        self._failed_restart = ""  # stopped on purpose: no request starts it again
 
     def set_niceness(self, niceness: int) -> bool:
         """Give the engine's whole process tree (front end, engine core, worker: every thread of each, since it is

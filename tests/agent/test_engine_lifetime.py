@@ -155,3 +155,41 @@ def test_an_engine_that_keeps_dying_is_named_with_its_exit_code_and_its_log(tmp_
         assert f"died again after {MAX_REVIVALS} restarts" in messages[-1]
     finally:
         engine.stop()
+
+
+# The stub above, except that its second launch exits while starting (a restart that fails).
+FAILS_SECOND_START = """
+import os, sys
+state = sys.argv[2]
+launches = os.path.join(state, "launches")
+n = int(open(launches).read()) if os.path.exists(launches) else 0
+open(launches, "w").write(str(n + 1))
+if n == 1:
+    print("RuntimeError: Engine core initialization failed", file=sys.stderr, flush=True)
+    sys.exit(1)
+""" + DIES_ON_REQUEST
+
+
+class FailsSecondStart(EngineServer):
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", FAILS_SECOND_START, str(self.port), self.config.model, "1"]
+
+
+def test_an_engine_whose_restart_failed_is_started_again_by_the_next_request(tmp_path):
+    """A restart can fail too (memory was short when it ran): the engine is then down, not unreachable, and the next
+    request starts it again instead of failing at once on the connection for as long as the process lives."""
+    import pytest
+
+    from agent_rl.agent.engine import EngineError
+
+    engine = FailsSecondStart(EngineConfig(model=str(tmp_path), startup_timeout_s=30))
+    engine.start()
+    try:
+        with pytest.raises(EngineError, match="exited while starting"):
+            _policy(engine).act([[{"role": "user", "content": "hi"}]], [])  # dies; its restart fails
+        assert engine.process is None
+        turns = _policy(engine).act([[{"role": "user", "content": "hi"}]], [])  # started again, answered
+        assert [t.content for t in turns] == ["hello from base"]
+        assert (tmp_path / "launches").read_text() == "3" and engine.process.poll() is None
+    finally:
+        engine.stop()
