@@ -45,7 +45,7 @@ from heldout import machine  # noqa: E402  (this folder is on sys.path when a be
 # on half of them when a test starts (~60-100 s) and again at promotion; 10% more throughput at every split.
 TARGET_RATIO = 1.10
 GUARDRAIL = 1.2  # the A/B test's latency guardrail: the challenger's p95 at most 20% over the champion's
-USERS = 32  # the demo's A/B rounds keep 32 requests in flight (demos/demo.py AB_CONCURRENCY)
+USERS = 32  # the demo's A/B rounds keep 32 requests in flight (demos/demo.py IN_FLIGHT)
 
 
 def serve_for(policies: dict[str, object], environment, tasks: list, share_b: float, seconds: float) -> dict:

@@ -362,7 +362,7 @@ def ab_test(run: DemoRun, week: int, test) -> str | None:
                                   rollout.min_samples_per_step, rollout.min_samples_per_arm)
         start = sent % len(test)  # each round goes on where the last stopped: the whole test split before repeats
         sent += requests
-        summary = replay(run.url, [*test[start:], *test[:start]], requests, concurrency=AB_CONCURRENCY, quiet=True,
+        summary = replay(run.url, [*test[start:], *test[:start]], requests, concurrency=IN_FLIGHT, quiet=True,
                          key_prefix=f"ab{week}-{round_number}-{int(time.time())}", rate=rate)
         arriving = f", arriving at {rate:.2f}/s" if rate else ""
         rate = rate or ab_rate(summary)
@@ -382,7 +382,6 @@ def ab_test(run: DemoRun, week: int, test) -> str | None:
 # Requests in flight, in a week's traffic and in the A/B test: the engine batches them (the held-out evaluation ran
 # 16% faster at 32 than at 16 on 2 cores; a week's traffic at 16 was served at 0.62 requests/s on a Zen 5 EPYC).
 IN_FLIGHT = 32
-AB_CONCURRENCY = IN_FLIGHT
 
 
 def ab_rate(summary) -> float | None:

@@ -70,7 +70,7 @@ VERSIONS_ENV = "AGENT_RL_ENGINE_VERSIONS"
 THREADS_ENV = "AGENT_RL_ENGINE_THREADS"  # cores the engine computes on (default: all)
 DTYPE_ENV = "AGENT_RL_ENGINE_DTYPE"  # auto (default), bfloat16 or float32 (token for token our fp32 decoder)
 EngineName = Literal["vllm", "torch"]
-# The niceness of an engine being replaced while its replacement starts. Left at 0, the old engine of a version the
+# How much nicer than its owner an engine being replaced runs while its replacement starts. Left at 0, the old engine of a version the
 # arbiter moved (serving the test's first round on every core, its engine core spinning) starved the new one's
 # start-up past its 10-minute timeout on 2 cores of a Zen 5 EPYC (docs/experiments.md, 2026-11-30 night). At 10 the
 # old one gets ~1/10 of a contended core against a niceness-0 start-up (CFS weights 110 vs 1024).
@@ -661,8 +661,9 @@ class EnginePolicy(Policy):
         to the start-up (`YIELD_NICENESS`) and keeps answering, more slowly, until the new one is up and it stops;
         `yielding=False` when the move failed and it stays. Only a version on an engine of its own yields: a shared
         engine serves other versions too."""
-        if self.placeable:
-            self.engine.set_niceness(YIELD_NICENESS if yielding else 0)
+        if self.placeable:  # relative to the niceness the engine inherited from this process, and back to it
+            own = os.getpriority(os.PRIO_PROCESS, 0)
+            self.engine.set_niceness(min(19, own + YIELD_NICENESS) if yielding else own)
 
     def close(self) -> None:
         self._client.close()

@@ -16,6 +16,7 @@ __all__ = ["DeterministicJudge", "Judge", "JudgeError", "LLMJudge", "Verdict", "
 
 # --- LLM judge ---------------------------------------------------------------------------------
 
+_ANY_SUBJECT = "what its tools can look up"  # an environment that names no subject of its own
 _JUDGE_SYSTEM = (
     "You grade an agent's answers to questions about {subject}. Compare the candidate answer with the "
     "golden answer. Accept it when it states the same facts (formats may differ: dates, amounts, name "
@@ -32,12 +33,12 @@ class JudgeError(RuntimeError):
 class LLMJudge:
     """Asks an OpenAI-compatible model for {"accept": bool, "reasoning": str}, retrying bad replies."""
 
-    def __init__(self, endpoint: ChatEndpoint, *, subject: str = "what its tools can look up",
+    def __init__(self, endpoint: ChatEndpoint, *, subject: str = _ANY_SUBJECT,
                  client: ChatClient | None = None) -> None:
         """`subject`: what the questions are about, in the judge's instructions (an environment's own words, e.g.
         "a user's email inbox" or "a customer's orders"); the rest of the instructions hold for any environment."""
         self.endpoint = endpoint
-        self.system = _JUDGE_SYSTEM.replace("{subject}", subject.strip() or "what its tools can look up")
+        self.system = _JUDGE_SYSTEM.replace("{subject}", subject.strip() or _ANY_SUBJECT)
         self._client = client or ChatClient(endpoint)
 
     def close(self) -> None:

@@ -285,3 +285,24 @@ def test_an_engine_yields_with_its_whole_process_tree_every_thread_of_it(tmp_pat
     finally:
         server.stop(grace_s=5)
     assert not server.set_niceness(5)  # a stopped engine: nothing to set
+
+
+def test_a_versions_engine_yields_relative_to_the_niceness_it_inherited_and_returns_to_it():
+    """An arbiter run niced (a batch host, `nice make demo`) starts its engines niced too: yielding adds to that, and
+    a failed move gives the engine back the niceness it started with, never more priority than its owner has."""
+    set_to: list[int] = []
+
+    class Engine:
+        def set_niceness(self, niceness: int) -> bool:
+            set_to.append(niceness)
+            return True
+
+    policy = engine_module.EnginePolicy.__new__(engine_module.EnginePolicy)  # only the engine and placement matter
+    policy.engine, policy.placeable = Engine(), True
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    policy.yield_cpu(True)
+    policy.yield_cpu(False)
+    assert set_to == [min(19, own + engine_module.YIELD_NICENESS), own]
+    policy.placeable = False  # a shared engine serves other versions too: it never yields
+    policy.yield_cpu(True)
+    assert len(set_to) == 2
