@@ -85,6 +85,10 @@ class Episode(BaseModel):
     latency_ms: float = 0.0
     cost_usd: float = 0.0
     feedback: str | None = None
+    # The PolicyUnavailable that kept the serving stack from answering (environments/policy.py; typed Any because
+    # this module sits below that one): an unserved episode holds no turn of the model's, so it is never stored or
+    # scored, and the arbiter answers 503 for it instead.
+    unserved: Any = Field(None, exclude=True)
 
     @property
     def inbox_id(self) -> str:

@@ -372,7 +372,9 @@ def ab_test(run: DemoRun, week: int, test) -> str | None:
         challenger = summary.per_version.get(state.challenger, 0) if state else 0
         served = {"test": served.get("test", 0) + challenger,
                   "step": 0 if decision.startswith("advance") else served.get("step", 0) + challenger}
-        print(f"round {round_number + 1} ({requests} requests{arriving}): {summary.per_version} -> {decision}",
+        # Requests a version could not serve (its engine down) are answered 503 and stored nowhere: the sensor holds.
+        failed = f", not served {summary.errors_by_status}" if summary.errors_by_status else ""
+        print(f"round {round_number + 1} ({requests} requests{arriving}): {summary.per_version}{failed} -> {decision}",
               flush=True)
         if decision.startswith(("promote", "rollback")):
             break

@@ -23,6 +23,7 @@ from agent_rl.ab.rollout import RolloutConfig
 
 _DEFAULT = RolloutConfig()
 _HOUR = timedelta(hours=1)
+_MINUTE = timedelta(minutes=1)
 
 # Each profile key and the RolloutConfig field it sets: one table builds the config and names a bad value; a test
 # checks that it covers every field of RolloutConfig.
@@ -33,6 +34,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "min_samples_per_arm": ("min_samples_per_arm",),
     "min_samples_per_step": ("min_samples_per_step",),
     "max_step_hours": ("max_step_duration",),
+    "outage_hold_minutes": ("outage_hold",),
     "ramp_on": ("ramp_on",),
     "guardrails": ("guardrails",),
     "use_labels": ("labels", "use"),
@@ -66,6 +68,8 @@ class RolloutResource(ConfigurableResource):
     min_samples_per_step: int = Field(default=_DEFAULT.min_samples_per_step, description=_doc("min_samples_per_step"))
     max_step_hours: float = Field(default=_DEFAULT.max_step_duration / _HOUR,
                                   description="RolloutConfig.max_step_duration in hours. " + _doc("max_step_duration"))
+    outage_hold_minutes: float = Field(default=_DEFAULT.outage_hold / _MINUTE,
+                                       description="RolloutConfig.outage_hold in minutes. " + _doc("outage_hold"))
     ramp_on: str = Field(default=_DEFAULT.ramp_on, description=_doc("ramp_on"))
     guardrails: dict[str, Any] = Field(
         default_factory=_DEFAULT.guardrails.model_dump, description="RolloutConfig.guardrails, a table naming what "
@@ -99,7 +103,9 @@ class RolloutResource(ConfigurableResource):
             if key == "steps":
                 value = tuple(value)
             elif key == "max_step_hours":
-                value = _hours(value)
+                value = _duration(key, hours=value)
+            elif key == "outage_hold_minutes":
+                value = _duration(key, minutes=value)
             target = values
             for name in path[:-1]:
                 target = target.setdefault(name, {})
@@ -107,11 +113,12 @@ class RolloutResource(ConfigurableResource):
         return RolloutConfig.model_validate(values)
 
 
-def _hours(hours: float) -> timedelta:
+def _duration(key: str, **amount: float) -> timedelta:
     try:
-        return timedelta(hours=hours)
+        return timedelta(**amount)
     except (OverflowError, ValueError):  # nan, inf, or past what a timedelta holds
-        raise ValueError(f"max_step_hours: {hours} is not a number of hours") from None
+        unit, value = next(iter(amount.items()))
+        raise ValueError(f"{key}: {value} is not a number of {unit}") from None
 
 
 def _key_of(loc: tuple[Any, ...]) -> str:

@@ -173,9 +173,11 @@ class RolloutController:
             if episode.policy_version in (state.champion, state.challenger)
         ]
         stats = arm_stats_from_episodes(episodes, since=state.test_started_at, step_starts=state.step_starts())
+        looked = as_utc(now) if now is not None else datetime.now(timezone.utc)
         decision = decide(
             state, stats.get(state.champion, ArmStats(0, 0)), stats.get(state.challenger, ArmStats(0, 0)),
             self.config, now=now, labels=self.labels(state, episodes),
+            unserved=self.pool.serving_failures(looked - self.config.outage_hold),
         )
         if decision.action == "hold":
             return decision

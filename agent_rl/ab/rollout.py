@@ -80,6 +80,7 @@ Cause = Literal[
     "significantly_worse",
     "guardrail_breach",
     "labels_disagree_with_ratings",
+    "serving_unavailable",
     "timeout",
 ]
 SignificanceTest = Callable[[ArmStats, ArmStats, SequentialTestConfig], TestResult]
@@ -162,6 +163,10 @@ class RolloutConfig(BaseModel):
         "win that promotes (every advance and the promotion then one alpha-level event); 'safety', the step's "
         "minimum samples with no sign of harm (no guardrail breach, not significantly worse), so the test reaches "
         "the larger share, where it learns fastest, sooner. Promotion wants the significant win either way.")
+    outage_hold: timedelta = Field(
+        timedelta(minutes=10), description="A version in the test that could not serve requests this recently (its "
+        "engine down: the arbiter answered 503 and counted them) holds the step: an outage is no evidence about the "
+        "model, and no share moves onto a version that cannot serve. Rollbacks the evidence calls for still happen.")
     guardrails: Guardrails = Guardrails()
     labels: LabelSettings = LabelSettings()
 
@@ -178,11 +183,11 @@ class RolloutConfig(BaseModel):
             raise ValueError(f"the last step must be 1.0 (full traffic = promotion), got {steps[-1]}")
         return steps
 
-    @field_validator("max_step_duration")
+    @field_validator("max_step_duration", "outage_hold")
     @classmethod
-    def _duration(cls, value: timedelta) -> timedelta:
+    def _duration(cls, value: timedelta, info: Any) -> timedelta:
         if value <= timedelta(0):
-            raise ValueError(f"max_step_duration must be positive, got {value}")
+            raise ValueError(f"{info.field_name} must be positive, got {value}")
         return value
 
     def test_config(self) -> SequentialTestConfig:
@@ -462,8 +467,12 @@ def decide(
     now: datetime | None = None,
     significance_test: SignificanceTest = always_valid_test,
     labels: Labels | None = None,
+    unserved: dict[str, int] | None = None,
 ) -> Decision:
     """One look at the data. Stats must be cumulative since `state.test_started_at`, and so must `labels`.
+
+    `unserved`: requests each version could not serve within the last `config.outage_hold` (pool
+    `serving_failures`); while either arm has any, the step holds (or runs out) instead of moving.
 
     `labels`: each arm's episodes with the frozen labeler's probabilities, when the controller has them; the look
     reads them beside the ratings when the labeler passed its check and `config.labels.use` is on, else ratings
@@ -538,6 +547,18 @@ def decide(
     if test.decision == "worse":
         reason = f"significantly worse: lift {test.lift:+.3f} (CI {test.ci_low:+.3f}..{test.ci_high:+.3f}), p={test.p_value:.4f}"
         return out("rollback", "significantly_worse", rollback_weights, reason)
+
+    down = {v: n for v in (state.champion, state.challenger) if (n := (unserved or {}).get(v, 0)) > 0}
+    if down:
+        stats["unserved"] = down
+        what = ", ".join(f"{v}: {n}" for v, n in down.items())
+        if elapsed >= config.max_step_duration:
+            return out("rollback", "timeout", rollback_weights,
+                       f"step at {state.step_share:.0%} not won within {config.max_step_duration}; requests "
+                       f"unserved lately ({what})")
+        return out("hold", "serving_unavailable", state.weights(),
+                   f"holding: requests unserved in the last {config.outage_hold} ({what}): an outage is no evidence "
+                   f"about the model, and no share moves onto a version that cannot serve")
 
     next_share = config.steps[step + 1]
     short = min(step_trials.values())

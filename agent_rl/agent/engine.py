@@ -62,6 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
 from agent_rl.agent.chat_format import parse_completion, render_prompt
 from agent_rl.agent.policy import Conversation, Policy, PolicyTurn, RowRoutedPolicy, ToolSchema
+from agent_rl.environments.policy import PolicyUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +222,15 @@ def _engine_env(config: EngineConfig) -> dict[str, str]:
     return env
 
 
-MAX_REVIVALS = 2  # restarts of one engine that died under requests, before its failure is the caller's
+class EngineUnavailable(EngineError, PolicyUnavailable):
+    """The engine could not answer: it died and its restart failed, it rests past `MAX_REVIVALS`, or the
+    connection failed. No turn of the model's: the arbiter answers 503 (`retry_after_s`) and nothing is scored."""
+
+
+MAX_REVIVALS = 2  # restarts in a row of an engine that dies under requests, before it rests
+# How long an engine past its restarts stays down before a request may start it once more; also how long it must
+# serve after a restart for a later death to count as a new failure rather than one more in a row.
+COOL_DOWN_S = 300.0
 
 
 class EngineServer:
@@ -243,6 +252,9 @@ class EngineServer:
         self._revive_lock = threading.Lock()
         self.generation = 0  # one more each time `revive` starts the engine again
         self._failed_restart = ""  # why `revive`'s last start failed (the engine is down, not merely unreachable)
+        self.restarts = 0  # restarts in a row (`revive`), back to 0 once it has served `COOL_DOWN_S` since the last
+        self._restarted_at = 0.0  # time.monotonic() of the last restart
+        self.down_since: float | None = None  # time.monotonic() when its restarts ran out: it rests `COOL_DOWN_S`
         self._workdir = tempfile.TemporaryDirectory(prefix="agent-rl-engine-")
         self._log = open(Path(self._workdir.name) / "engine.log", "wb")  # noqa: SIM115 (lives as long as the engine)
         self.adapter_dir = Path(self._workdir.name) / "adapters"
@@ -311,8 +323,12 @@ class EngineServer:
         """Start the engine again when its process died under a request sent at generation `seen`, its adapters
         loaded again, and say whether to send the request again: True when this call or another thread's revived
         it since `seen`, False when it still runs (the request failed on the connection, not the engine: the caller
-        reports it). A week's validation or an A/B test should not be lost to one crash of a serving library; an
-        engine that keeps dying is not started again after `MAX_REVIVALS` (EngineError, with why it died)."""
+        reports it). A week's validation or an A/B test should not be lost to one crash of a serving library.
+
+        An engine that keeps dying is not restarted in a loop: after `MAX_REVIVALS` restarts in a row it rests for
+        `COOL_DOWN_S` (EngineUnavailable, with why it died and how long is left: the arbiter's 503 and
+        Retry-After), then the next request tries once more. A restart that fails leaves it down, and the next
+        request tries again (each try counts)."""
         with self._revive_lock:
             if self.generation != seen:
                 return True
@@ -322,17 +338,30 @@ class EngineServer:
                 note = self.exit_note(wait_s=2.0)
                 if not note:
                     return False
-            if self.generation >= MAX_REVIVALS:
-                raise EngineError(f"the engine at {self.base_url} died again after {MAX_REVIVALS} restarts{note}")
+            now = time.monotonic()
+            if self.restarts and self.down_since is None and now - self._restarted_at >= COOL_DOWN_S:
+                self.restarts = 0  # it served a while since the last restart: this death starts a new count
+            if self.restarts >= MAX_REVIVALS:
+                if self.down_since is None:
+                    self.down_since = now
+                    log.error("the engine at %s died again after %d restarts%s; it rests %.0f s", self.base_url,
+                              MAX_REVIVALS, note, COOL_DOWN_S)
+                left = COOL_DOWN_S - (now - self.down_since)
+                if left > 0:
+                    raise EngineUnavailable(f"the engine at {self.base_url} died again after {MAX_REVIVALS} restarts"
+                                            f"{note}; it rests {left:.0f} s more", retry_after_s=left)
+                self.down_since, self.restarts = None, MAX_REVIVALS - 1  # rested: one more try
             log.warning("the engine at %s died under a request%s; starting it again", self.base_url, note)
             adapters = dict(self._adapters)
             self.process = None
+            self.restarts += 1
+            self._restarted_at = now
             try:
                 self.start()
             except EngineError as exc:  # the next request tries again (each try counts), not a ConnectError forever
                 self._failed_restart = str(exc)[:300]
                 self.generation += 1
-                raise
+                raise EngineUnavailable(str(exc), retry_after_s=self.config.startup_timeout_s) from exc
             self._failed_restart = ""
             with self._lock:
                 for name, path in adapters.items():
@@ -342,6 +371,20 @@ class EngineServer:
                                           f"{response.status_code}: {response.text[:300]}")
             self.generation += 1
             return True
+
+    def health(self) -> dict[str, Any]:
+        """For the arbiter's /healthz: `serving`, `died` (a request will restart it), `restart_failed` (the next
+        request tries again), `resting` (restarts spent; `retry_after_s` until a request may start it) or
+        `stopped`; and how many restarts it has had in a row."""
+        process = self.process
+        if self.down_since is not None:
+            left = max(0.0, COOL_DOWN_S - (time.monotonic() - self.down_since))
+            return {"state": "resting", "restarts": self.restarts, "retry_after_s": round(left, 1)}
+        if process is None:
+            state = "restart_failed" if self._failed_restart else "stopped"
+        else:
+            state = "serving" if process.poll() is None else "died"
+        return {"state": state, "restarts": self.restarts}
 
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM to the engine's whole process group, SIGKILL after `grace_s`."""
@@ -359,6 +402,7 @@ class EngineServer:
         self._adapters.clear()
         self._holders.clear()
         self._failed_restart = ""  # stopped on purpose: no request starts it again
+        self.down_since = None
 
     def set_niceness(self, niceness: int) -> bool:
         """Give the engine's whole process tree (front end, engine core, worker: every thread of each, since it is
@@ -641,8 +685,10 @@ class EnginePolicy(Policy):
                 if attempt == 1 and self.engine.revive(seen):
                     continue  # the engine died under this request and runs again: send it once more
                 # On the first attempt `revive` has just waited for the process and found it running.
-                raise EngineError(f"the engine at {self.engine.base_url} did not answer: {type(exc).__name__}"
-                                  f"{self.engine.exit_note(wait_s=2.0 if attempt == 2 else 0.0)}") from exc
+                raise EngineUnavailable(f"the engine at {self.engine.base_url} did not answer: {type(exc).__name__}"
+                                        f"{self.engine.exit_note(wait_s=2.0 if attempt == 2 else 0.0)}") from exc
+        if response.status_code >= 500:  # the engine failed, not the model: no turn to score
+            raise EngineUnavailable(f"the engine answered HTTP {response.status_code}: {response.text[:300]}")
         if response.status_code != 200:
             raise EngineError(f"the engine answered HTTP {response.status_code}: {response.text[:300]}")
         payload = response.json()
@@ -664,6 +710,10 @@ class EnginePolicy(Policy):
         if self.placeable:  # relative to the niceness the engine inherited from this process, and back to it
             own = os.getpriority(os.PRIO_PROCESS, 0)
             self.engine.set_niceness(min(19, own + YIELD_NICENESS) if yielding else own)
+
+    def health(self) -> dict[str, Any]:
+        """Its engine's state (`EngineServer.health`), for the arbiter's /healthz."""
+        return self.engine.health()
 
     def close(self) -> None:
         self._client.close()

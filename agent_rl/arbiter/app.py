@@ -41,6 +41,7 @@ from agent_rl.arbiter.job_routes import add_job_routes, is_jobs_path
 from agent_rl.arbiter.keys import KEYS_ENV, KEYS_FILE_ENV, ApiKey
 from agent_rl.arbiter.metrics import prometheus_text
 from agent_rl.arbiter.policies import PolicyLoadError
+from agent_rl.environments.policy import PolicyUnavailable
 from agent_rl.arbiter.routing import public_version
 from agent_rl.arbiter.service import (
     ArbiterService,
@@ -319,7 +320,9 @@ def _shown_serving(stats: dict[str, Any], key: ApiKey | None) -> dict[str, Any]:
         return stats
     bases = [{**base, "base": public_version(base["base"]), "versions": [public_version(v) for v in base["versions"]]}
              for base in stats.get("bases", [])]
-    return {**stats, "policies_loaded": [public_version(v) for v in stats.get("policies_loaded", [])], "bases": bases}
+    engines = {public_version(spec): state for spec, state in stats.get("engines", {}).items()}
+    return {**stats, "policies_loaded": [public_version(v) for v in stats.get("policies_loaded", [])], "bases": bases,
+            "engines": engines}
 
 
 def _require_key(request: Request, service: ArbiterService) -> ApiKey:
@@ -463,6 +466,9 @@ def _add_episode_routes(app: FastAPI) -> None:
             # Which policy failed, and why, is for the operators (it names specs and paths): the log has it.
             log.error("policy cannot be loaded for a request: %s", exc)
             raise ApiError(503, "policy unavailable", "the policy chosen for this request cannot be loaded; try again later") from exc
+        except PolicyUnavailable as exc:  # its engine is down (resting after its restarts): nothing was stored
+            raise ApiError(503, "policy unavailable", "the policy chosen for this request is unavailable now; try "
+                           "again later", exc.retry_after(), log_detail=str(exc)) from exc
         except PoolUnavailable as exc:
             raise ApiError(503, "benchmark pool unavailable", str(exc)) from exc
         request.state.episode_ms = served.episode_seconds * 1000

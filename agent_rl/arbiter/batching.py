@@ -87,6 +87,8 @@ class EpisodeBatcher:
                 continue
             if error is not None:
                 future.set_exception(error)
+            elif episodes[i].unserved is not None:  # the policy could not answer: the caller's 503
+                future.set_exception(episodes[i].unserved)
             else:
                 future.set_result((episodes[i], seconds))
         self._schedule(spec, lane, loop)

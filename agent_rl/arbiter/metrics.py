@@ -39,6 +39,11 @@ def prometheus_text(stats: dict[str, Any]) -> str:
     gauge("resident_bytes", "resident memory of this worker process", [({}, stats.get("resident_bytes", 0))])
     gauge("peak_resident_bytes", "peak resident memory of this worker process",
           [({}, stats.get("peak_resident_bytes", 0))])
+    engines = stats.get("engines", {})
+    gauge("engine_serving", "1 while a version's engine serves, 0 while it is down (died, resting, restart failed)",
+          [({"version": v}, 1 if e.get("state") == "serving" else 0) for v, e in engines.items()])
+    gauge("engine_restarts", "restarts in a row of a version's engine", [({"version": v}, e.get("restarts", 0))
+                                                                         for v, e in engines.items()])
     queue = stats.get("queue", {})
     gauge("queue_waiting", "requests waiting for a batch", [({}, queue.get("waiting", 0))])
     gauge("batches_running", "batches being played", [({}, queue.get("running_batches", 0))])

@@ -348,6 +348,16 @@ class PolicyCache:
     def loaded(self) -> list[str]:
         return sorted(self._policies)
 
+    def health(self) -> dict[str, dict[str, Any]]:
+        """Each loaded spec whose policy reports its serving state (an engine's: serving, resting after its
+        restarts, ...), for /healthz: an operator sees a version that answers 503 and for how long."""
+        states = {}
+        for spec, policy in list(self._policies.items()):
+            health = getattr(policy, "health", None)
+            if callable(health):
+                states[spec] = health()
+        return states
+
 
 def _release(policy: Policy) -> None:
     """Tell a dropped policy that has a `release()` to unload (an adapter on a vLLM server)."""

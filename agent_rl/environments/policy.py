@@ -48,6 +48,22 @@ class PolicyTurn:
         return message
 
 
+class PolicyUnavailable(RuntimeError):
+    """The serving stack could not answer at all (an engine down past its restarts, an upstream unreachable): no
+    turn of the model's, so no evidence about it. The runner marks such an episode unserved (`Episode.unserved`)
+    instead of scoring it, the arbiter answers 503 with `retry_after_s` and stores nothing, and an evaluation
+    stops instead of counting it as the model's error. Its message is for operators' logs."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def retry_after(self) -> dict[str, str]:
+        """The Retry-After header for the 503 it becomes: whole seconds, at least 1 (30 when unknown)."""
+        seconds = 30.0 if self.retry_after_s is None else self.retry_after_s
+        return {"Retry-After": str(max(1, int(seconds + 0.999)))}
+
+
 class Policy(abc.ABC):
     """Something that answers a conversation with the next assistant turn."""
 

@@ -11,6 +11,8 @@ finished episode's place goes to the next task at once, so no episode waits for 
 - format_error: an unparsable tool call, an unknown tool, a turn of plain text with no tool
   call (answers must come through the final-answer tool so they carry citations; an environment that
   `answers_in_words` takes that turn as the answer instead), or a policy that raised or returned garbage;
+- unserved (`Episode.unserved`): the serving stack could not answer at all (`PolicyUnavailable`: an engine down, an
+  upstream unreachable); recorded as a policy error but flagged, so no caller stores or scores it;
 - ran_out: no answer within max_turns, the context-token budget or the wall-clock timeout, or a model
   that loops (the same tool call max_repeated_calls times).
 Bad tool *arguments* are not format errors: the tool answers with an error the model can fix.
@@ -30,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from agent_rl.environments.core import Environment, FinalAnswer, Task, Trajectory, copy_json
 from agent_rl.environments.messages import policy_calls
-from agent_rl.environments.policy import Conversation, Policy, PolicyTurn, RowRoutedPolicy
+from agent_rl.environments.policy import Conversation, Policy, PolicyTurn, PolicyUnavailable, RowRoutedPolicy
 from agent_rl.environments.rubric import FormatErrorKind
 from agent_rl.environments.sessions import call_session_tool, judge_episode
 from agent_rl.records import Episode, Outcome
@@ -92,6 +94,7 @@ class _Live:
     ended: float = 0.0
     call_counts: dict[str, int] = field(default_factory=dict)
     words: str | None = None  # the reply in words that ended the episode (an environment that answers in words)
+    unserved: PolicyUnavailable | None = None  # why the policy could not answer
 
     @property
     def done(self) -> bool:
@@ -163,7 +166,7 @@ def _play_in_flight(policy: Policy, environment: Environment, plays: list[Play],
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
                 index = pending.pop(future)
-                episode, turn = live[index], future.result()[0]  # _act never raises: a failure is a None turn
+                episode, turn = live[index], future.result()[0]  # _act never raises: a failure is a None turn (or the PolicyUnavailable)
                 _apply_turn(environment, names, episode, turn)
                 if not episode.done:
                     _check_budgets(episode, turn, config, episode.started)
@@ -180,7 +183,8 @@ def _play_in_flight(policy: Policy, environment: Environment, plays: list[Play],
 
 def _act(policy: Policy, conversations: list[Conversation], schemas: list[dict], max_new_tokens: int,
          versions: list[str | None] | None = None) -> list[Any]:
-    """The policy's turns, or one `None` (policy error) per conversation it failed to answer. A policy serving
+    """The policy's turns, or one `None` (policy error) per conversation it failed to answer (the
+    `PolicyUnavailable` itself where the serving stack could not answer). A policy serving
     several versions at once (RowRoutedPolicy) is told each conversation's routed version."""
     try:
         # Policies get copies: one that edits its input cannot corrupt the recorded episode. A policy
@@ -193,6 +197,9 @@ def _act(policy: Policy, conversations: list[Conversation], schemas: list[dict],
             turns = policy.act_rows(versions or [None] * len(given), given, schemas, max_new_tokens)
         else:
             turns = policy.act(given, schemas, max_new_tokens)
+    except PolicyUnavailable as exc:
+        log.warning("policy %s unavailable: %s", getattr(policy, "version", "?"), exc)
+        return [exc] * len(conversations)
     except Exception as exc:
         log.warning("policy %s raised %s: %s", getattr(policy, "version", "?"), type(exc).__name__, exc)
         return [None] * len(conversations)
@@ -209,6 +216,8 @@ def _describe(value: Any) -> str:
 def _apply_turn(environment: Environment, names: frozenset[str], episode: _Live, turn: Any) -> None:
     if not isinstance(turn, PolicyTurn):
         episode.outcome, episode.format_error = Outcome.FORMAT_ERROR, FormatErrorKind.POLICY_ERROR
+        if isinstance(turn, PolicyUnavailable):
+            episode.unserved = turn
         return
     episode.turns += 1
     episode.prompt_tokens += _count(turn.prompt_tokens)
@@ -301,4 +310,5 @@ def _to_episode(environment: Environment, episode: _Live, policy: Policy, config
         completion_tokens=episode.completion_tokens,
         latency_ms=latency_ms,
         cost_usd=cost,
+        unserved=episode.unserved,
     )

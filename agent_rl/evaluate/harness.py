@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, PositiveFloat, PositiveInt, model_validat
 from agent_rl.agent.policy import Policy
 from agent_rl.environments.runner import Play, RunnerConfig, play_episodes
 from agent_rl.environments.core import Environment, Task
+from agent_rl.environments.policy import PolicyUnavailable
 from agent_rl.evaluate.metrics import EvalMetrics, compute_metrics
 from agent_rl.records import Episode, Split
 from agent_rl.turn_budget import DEFAULT_MAX_TURNS
@@ -96,6 +97,10 @@ def evaluate_tasks(policy: Policy, environment: Environment, tasks: list[Task], 
                           completion_price_per_m=config.completion_price_per_m)
     version = version or str(getattr(policy, "version", "unknown"))
     episodes = play_episodes(policy, environment, [Play(t, policy_version=version) for t in chosen], runner)
+    unserved = [e.unserved for e in episodes if e.unserved is not None]
+    if unserved:  # an outage is not the model's error: no figure rather than a wrong one (the asset may be retried)
+        raise PolicyUnavailable(f"{len(unserved)} of {len(episodes)} held-out episodes of {version} could not be "
+                                f"served, so no figure is given: {unserved[0]}", unserved[0].retry_after_s)
     return EvalResult(version, compute_metrics(episodes, expected_citations(chosen), environment.tool_names()),
                       episodes)
 

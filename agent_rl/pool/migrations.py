@@ -14,7 +14,7 @@ from collections.abc import Callable
 from sqlalchemy import Connection, inspect
 from sqlalchemy import text as sql_text
 
-from agent_rl.pool.schema import gateway_live
+from agent_rl.pool.schema import gateway_live, serving_failures
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +52,14 @@ def _v3_to_v4(conn: Connection) -> None:
     conn.execute(sql_text("CREATE INDEX IF NOT EXISTS ix_episodes_task_id ON episodes (task_id)"))
 
 
+def _v4_to_v5(conn: Connection) -> None:
+    """An outage is not evidence: requests a version could not serve are counted in `serving_failures` (a new
+    table; nothing existing changes)."""
+    serving_failures.create(conn, checkfirst=True)
+
+
 # STEPS[n] upgrades a pool from version n to n + 1.
-STEPS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+STEPS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
 
 
 def upgrade(conn: Connection, found: int, target: int, record: Callable[[Connection, int], None]) -> None:

@@ -228,6 +228,8 @@ class PoolRepository:
                 episode = item if isinstance(item, Episode) else Episode.model_validate(item)
             except ValidationError as exc:
                 raise ValueError(f"episode #{i}: not a valid Episode record: {exc}") from exc
+            if episode.unserved is not None:  # no turn of the model's: stored, it would score the model for an outage
+                raise ValueError(f"episode #{i}: unserved (the policy was unavailable); it is no evidence to store")
             rows.setdefault(episode.episode_id, _episode_row(episode))
         if not rows:
             return 0
@@ -489,6 +491,26 @@ class PoolRepository:
         with self.engine.connect() as conn:
             rows = conn.execute(stmt).mappings().all()
         return [RoutingChange.model_validate(dict(r)) for r in reversed(rows)]
+
+    # -- serving failures ---------------------------------------------------------------------
+
+    def record_serving_failure(self, policy_version: str, requests: int, kind: str,
+                               at: datetime | None = None) -> None:
+        """Count `requests` that `policy_version` could not serve (an outage, not the model's answers)."""
+        if requests < 1:
+            raise ValueError(f"requests must be at least 1, got {requests}")
+        with self.engine.begin() as conn:
+            conn.execute(schema.serving_failures.insert().values(
+                at=as_utc(at) if at is not None else utcnow(), policy_version=policy_version, requests=requests,
+                kind=kind[:64]))
+
+    def serving_failures(self, since: datetime) -> dict[str, int]:
+        """Requests each version could not serve at or after `since`."""
+        f = schema.serving_failures
+        stmt = (select(f.c.policy_version, func.sum(f.c.requests)).where(f.c.at >= as_utc(since))
+                .group_by(f.c.policy_version))
+        with self.engine.connect() as conn:
+            return {version: int(total) for version, total in conn.execute(stmt)}
 
     # -- quarantine ---------------------------------------------------------------------------
 

@@ -12,6 +12,9 @@ served, so that any worker continues any of them; a row leaves it in the transac
 
 Version 4 (the loop's names for what every environment has): `scenario_id`, the email assistant's name, became
 `task_id`.
+
+Version 5 (an outage is not evidence): `serving_failures` counts the requests a version could not serve (its engine
+down), so the rollout controller holds the step instead of reading an outage as the model's failures.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from sqlalchemy.types import TypeDecorator
 
 from agent_rl.utc import as_utc
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 class UTCDateTime(TypeDecorator):
@@ -170,4 +173,18 @@ gateway_live = Table(
     UniqueConstraint("tenant", "context", "session", name="uq_gateway_live_session"),
     Index("ix_gateway_live_prefix", "tenant", "context", "prefix"),
     Index("ix_gateway_live_last_active", "last_active"),
+)
+
+# Requests a version could not serve (PolicyUnavailable: its engine down): the arbiter answers them 503 and stores
+# no episode; the rollout controller holds the step while a version in the test has failures this recent
+# (agent_rl/ab/controller.py). `kind` is the failure's type name only: its message names operators' addresses.
+serving_failures = Table(
+    "serving_failures",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", UTCDateTime, nullable=False),
+    Column("policy_version", String(200), nullable=False),
+    Column("requests", Integer, nullable=False),
+    Column("kind", String(64), nullable=False),
+    Index("ix_serving_failures_at", "at"),
 )

@@ -157,6 +157,23 @@ def test_a_step_without_a_significant_win_times_out_into_rollback():
     assert (late.action, late.cause, late.new_weights) == ("rollback", "timeout", {"v1": 1.0})
 
 
+def test_requests_a_version_could_not_serve_hold_the_step_instead_of_moving_it():
+    """An outage (the challenger's engine down, its requests answered 503) is no evidence about the model: a look
+    that would advance holds while either arm has unserved requests, and the step still runs out as before."""
+    state = RolloutState.start("v1", "v2", CONFIG, now=T0)
+    better = (ArmStats(990, 1800), ArmStats(160, 200))  # advances when nothing is unserved (the test above)
+    assert decide(state, *better, CONFIG, now=T0 + timedelta(hours=2), unserved={}).action == "advance"
+    for down in ({"v2": 7}, {"v1": 1}):
+        held = decide(state, *better, CONFIG, now=T0 + timedelta(hours=2), unserved={**down, "v9": 3})
+        assert (held.action, held.cause, held.new_weights) == ("hold", "serving_unavailable", {"v1": 0.9, "v2": 0.1})
+        assert held.stats["unserved"] == down and "no evidence" in held.reason
+    worse = decide(state, ArmStats(1100, 1800), ArmStats(60, 200), CONFIG, now=T0 + timedelta(hours=2),
+                   unserved={"v2": 7})
+    assert worse.action == "rollback" and worse.cause == "significantly_worse"  # what the evidence says still holds
+    late = decide(state, *better, CONFIG, now=T0 + timedelta(days=2), unserved={"v2": 7})
+    assert (late.action, late.cause) == ("rollback", "timeout")
+
+
 SAFETY = RolloutConfig(max_step_duration=timedelta(days=2), ramp_on="safety")
 
 

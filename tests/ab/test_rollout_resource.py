@@ -33,6 +33,8 @@ def test_the_resource_defaults_are_the_librarys():
             value = tuple(value)
         elif key == "max_step_hours":
             value = timedelta(hours=value)
+        elif key == "outage_hold_minutes":
+            value = timedelta(minutes=value)
         elif key == "guardrails":
             expected = expected.model_dump()
         assert value == expected, key

@@ -193,3 +193,39 @@ def test_an_engine_whose_restart_failed_is_started_again_by_the_next_request(tmp
         assert (tmp_path / "launches").read_text() == "3" and engine.process.poll() is None
     finally:
         engine.stop()
+
+
+def test_an_engine_past_its_restarts_rests_says_so_and_is_tried_again_after_its_cool_down(tmp_path):
+    """An engine that keeps dying is not restarted in a loop: it rests (the arbiter's 503 with Retry-After, its
+    health `resting`), then the next request starts it once more; a request never reads the outage as a turn."""
+    import pytest
+
+    from agent_rl.agent import engine as engines
+    from agent_rl.environments.policy import PolicyUnavailable
+
+    engine = DiesOnRequest(EngineConfig(model=str(tmp_path), startup_timeout_s=30))
+    engine.deaths = engines.MAX_REVIVALS + 1  # dies under each of the first three processes' first request
+    engine.start()
+    try:
+        assert engine.health() == {"state": "serving", "restarts": 0}
+        for _ in range(engines.MAX_REVIVALS):  # dies, restarts, dies again under the request sent once more
+            with pytest.raises(engines.EngineError):
+                _policy(engine).act([[{"role": "user", "content": "hi"}]], [])
+        with pytest.raises(PolicyUnavailable) as resting:
+            _policy(engine).act([[{"role": "user", "content": "hi"}]], [])
+        assert "rests" in str(resting.value) and "(code 7)" in str(resting.value)
+        assert 0 < resting.value.retry_after_s <= engines.COOL_DOWN_S
+        assert int(resting.value.retry_after()["Retry-After"]) >= 1
+        health = engine.health()
+        assert health["state"] == "resting" and health["restarts"] == engines.MAX_REVIVALS
+        launches = engine.generation
+        with pytest.raises(PolicyUnavailable):  # still resting: no restart tried
+            _policy(engine).act([[{"role": "user", "content": "hi"}]], [])
+        assert engine.generation == launches
+
+        engine.down_since -= engines.COOL_DOWN_S  # the cool-down has passed
+        turns = _policy(engine).act([[{"role": "user", "content": "hi"}]], [])
+        assert [t.content for t in turns] == ["hello from base"]  # started once more; this process serves
+        assert engine.health() == {"state": "serving", "restarts": engines.MAX_REVIVALS}
+    finally:
+        engine.stop()

@@ -215,6 +215,34 @@ def test_misbehaving_policies_end_episodes_as_policy_errors(store, policy):
     assert all("format_error.policy_error" in e.reward_components for e in episodes)
 
 
+def test_a_policy_that_is_unavailable_leaves_its_episodes_unserved_never_stored_or_scored(store, sqlite_url):
+    """The serving stack could not answer at all (an engine resting after its restarts): the episode is flagged,
+    mid-conversation too, so the arbiter answers 503 instead of storing it and an evaluation gives no figure."""
+    from agent_rl.environments.policy import PolicyUnavailable
+    from agent_rl.evaluate.harness import evaluate_tasks
+    from agent_rl.environments.email.environment import EmailEnvironment
+    from agent_rl.pool import PoolRepository
+
+    class DownAfterSearch(ScriptedPolicy):
+        def act(self, conversations, tools, max_new_tokens=256):
+            if any(m["role"] == "tool" for m in conversations[0]):
+                raise PolicyUnavailable("engine resting", retry_after_s=30.0)
+            return super().act(conversations, tools, max_new_tokens)
+
+    tasks = [EpisodeTask.from_scenario(scenario()), EpisodeTask.from_scenario(scenario(sid="s2"))]
+    episodes = run_episodes(DownAfterSearch([SEARCH, READ, answer("May 10, 2001")]), tasks, store)
+    assert all(isinstance(e.unserved, PolicyUnavailable) and e.unserved.retry_after_s == 30.0 for e in episodes)
+    assert "unserved" not in episodes[0].model_dump()  # never part of the stored record
+    assert run_episodes(RaisingPolicy(), tasks, store)[0].unserved is None  # a policy's own bug is not an outage
+    pool = PoolRepository(sqlite_url)
+    with pytest.raises(ValueError, match="unserved"):
+        pool.insert_episodes(episodes)
+    assert pool.count() == 0
+    with pytest.raises(PolicyUnavailable, match="2 of 2 held-out episodes of scripted could not be served"):
+        evaluate_tasks(DownAfterSearch([SEARCH, READ]), EmailEnvironment(store),
+                       [task.play().task for task in tasks])
+
+
 def test_each_turn_is_one_batched_act_call_over_the_running_conversations(store):
     quick = scenario(sid="quick")
     slow = scenario(question="How much was the Acme invoice?", answer="$4,500", sources=("<m2@x>",),

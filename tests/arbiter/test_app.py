@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timezone
 
 import httpx
 import pytest
@@ -189,3 +190,41 @@ def test_unknown_routes_and_methods_answer_json(arbiter):
     assert missing.status_code == 404 and missing.json()["error"] == "not found"
     wrong_method = arbiter.client.delete("/v1/ask")
     assert wrong_method.status_code == 405 and "error" in wrong_method.json()
+
+
+def test_a_version_whose_engine_is_down_answers_503_stores_nothing_and_holds_the_rollout(arbiter, demo_world,
+                                                                                      monkeypatch, caplog):
+    """An engine resting after its restarts is an outage, not the model's answers: the request is 503 with
+    Retry-After (the cause, which names the engine's address, only in the log), no episode is stored for the A/B
+    test to score, the unserved request is counted for the rollout controller, and /healthz shows the engine."""
+    from agent_rl.agent.policy import Policy
+    from agent_rl.environments.policy import PolicyUnavailable
+
+    class Resting(Policy):
+        version = "resting"
+
+        def act(self, conversations, tools, max_new_tokens=256):
+            raise PolicyUnavailable("the engine at http://127.0.0.1:9/v1 died again after 2 restarts", 42.5)
+
+        def health(self):
+            return {"state": "resting", "restarts": 2, "retry_after_s": 42.5}
+
+    register_policy_loader("resting", lambda rest: Resting())
+    monkeypatch.setenv("AGENT_RL_ADMIN_TOKEN", ADMIN_TOKEN)
+    arbiter.client.put("/v1/routing", json={"weights": {"v2": 1}, "specs": {"v2": "resting:x"}, "reason": "down"},
+                       headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}).raise_for_status()
+    scenario = _scenario(demo_world)
+    before = arbiter.pool.count()
+    caplog.set_level(logging.INFO)
+    response = arbiter.client.post("/v1/ask", json={"inbox": scenario.inbox_id, "question": scenario.question,
+                                                    "scenario_id": scenario.id})
+    assert response.status_code == 503, response.text
+    assert response.headers["retry-after"] == "43"
+    assert response.json()["error"] == "policy unavailable" and "127.0.0.1:9" not in response.text
+    assert "died again after 2 restarts" in caplog.text
+    assert arbiter.pool.count() == before  # nothing for the A/B test to read as the model's failure
+    assert sum(arbiter.pool.serving_failures(datetime(2000, 1, 1, tzinfo=timezone.utc)).values()) == 1
+    health = arbiter.client.get("/healthz").json()
+    assert health["serving"]["engines"]["v2"]["state"] == "resting"
+    metrics = arbiter.client.get("/metrics").text
+    assert 'engine_serving{version="v2"} 0' in metrics

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import pytest
 from sqlalchemy import create_engine, func, select
 
 from agent_rl.pool import PoolRepository, schema
@@ -44,7 +45,7 @@ def test_an_old_pool_is_upgraded_in_place_and_loses_nothing(store_url):
     _old_pool(store_url)
     pool = PoolRepository(store_url)
     try:
-        assert pool.schema_version() == schema.SCHEMA_VERSION == 4
+        assert pool.schema_version() == schema.SCHEMA_VERSION == 5
         old = [pool.get(f"old-{i}") for i in range(3)]
         assert [e.context for e in old] == ["jane0@example.com", "jane1@example.com", "jane2@example.com"]
         assert [e.task_id for e in old] == ["sc-0", "sc-1", "sc-2"]
@@ -72,7 +73,7 @@ def test_an_old_pool_is_upgraded_in_place_and_loses_nothing(store_url):
         with again.engine.connect() as conn:
             versions = conn.execute(select(schema.schema_version.c.version).order_by(
                 schema.schema_version.c.version)).scalars().all()
-            assert versions == [1, 2, 3, 4]
+            assert versions == [1, 2, 3, 4, 5]
             assert conn.execute(select(func.count()).select_from(schema.episodes)).scalar() == 4
     finally:
         again.close()
@@ -96,7 +97,7 @@ def test_a_version_2_pool_gains_the_gateways_live_table(store_url):
     assert not inspect(create_engine(store_url)).has_table("gateway_live")
     pool = PoolRepository(store_url)
     try:
-        assert pool.schema_version() == 4 and pool.get("ep-00007") is not None
+        assert pool.schema_version() == 5 and pool.get("ep-00007") is not None
         store = LiveStore(pool)
         now = utcnow()
         assert store.insert({"episode_id": "live-1", "tenant": "t", "context": "c", "session": "s", "prefix": None,
@@ -127,11 +128,38 @@ def test_a_version_3_pool_names_its_task_ids_task_id(store_url):
     pool.close()
     pool = PoolRepository(store_url)
     try:
-        assert pool.schema_version() == 4
+        assert pool.schema_version() == 5
         assert [pool.get(f"ep-{i:05d}").task_id for i in range(3)] == ids and all(ids)
         columns = {c["name"] for c in inspect(pool.engine).get_columns("episodes")}
         indexes = {i["name"] for i in inspect(pool.engine).get_indexes("episodes")}
         assert "task_id" in columns and "scenario_id" not in columns
         assert "ix_episodes_task_id" in indexes and "ix_episodes_scenario_id" not in indexes
+    finally:
+        pool.close()
+
+
+def test_a_version_4_pool_counts_unserved_requests_and_keeps_its_episodes(store_url):
+    """Version 5 adds `serving_failures` (requests a version could not serve): nothing existing changes."""
+    from datetime import timedelta
+
+    from sqlalchemy import text as sql_text
+
+    pool = PoolRepository(store_url)
+    pool.insert_episodes([make_episode(i) for i in range(3)])
+    with pool.engine.begin() as conn:  # as version 4 left it
+        conn.execute(sql_text("DROP TABLE serving_failures"))
+        conn.execute(schema.schema_version.delete())
+        conn.execute(schema.schema_version.insert().values(version=4, applied_at=T0))
+    pool.close()
+    pool = PoolRepository(store_url)
+    try:
+        assert pool.schema_version() == 5 and pool.count() == 3
+        pool.record_serving_failure("v2", 3, "EngineUnavailable", at=T0)
+        pool.record_serving_failure("v2", 2, "EngineUnavailable", at=T0 + timedelta(minutes=5))
+        pool.record_serving_failure("v1", 1, "EngineUnavailable", at=T0 + timedelta(minutes=5))
+        assert pool.serving_failures(T0) == {"v1": 1, "v2": 5}
+        assert pool.serving_failures(T0 + timedelta(minutes=1)) == {"v1": 1, "v2": 2}
+        with pytest.raises(ValueError, match="at least 1"):
+            pool.record_serving_failure("v2", 0, "EngineUnavailable")
     finally:
         pool.close()

@@ -197,16 +197,16 @@ def test_quarantine_keeps_malformed_rows_with_reasons(pool):
 
 def test_schema_version_is_recorded_and_newer_versions_are_refused(store_url):
     repo = PoolRepository(store_url)
-    assert repo.schema_version() == schema.SCHEMA_VERSION == 4
+    assert repo.schema_version() == schema.SCHEMA_VERSION == 5
     with repo.engine.begin() as conn:
         conn.execute(update(schema.schema_version).values(version=schema.SCHEMA_VERSION + 1))
     repo.close()
-    with pytest.raises(SchemaVersionError, match="schema version 5.*supports up to 4"):
+    with pytest.raises(SchemaVersionError, match=f"schema version {schema.SCHEMA_VERSION + 1}.*supports up to {schema.SCHEMA_VERSION}"):
         PoolRepository(store_url)
     # Reopening an up-to-date pool is harmless.
     with repo.engine.begin() as conn:
         conn.execute(update(schema.schema_version).values(version=schema.SCHEMA_VERSION))
-    assert PoolRepository(store_url).schema_version() == 4
+    assert PoolRepository(store_url).schema_version() == 5
 
 
 def test_concurrent_writers_lose_nothing(pool):

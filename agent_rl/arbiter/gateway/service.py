@@ -49,6 +49,7 @@ from typing import Any
 
 from agent_rl.environments.messages import template_messages, text_of
 from agent_rl.agent.policy import Policy
+from agent_rl.environments.policy import PolicyUnavailable
 from agent_rl.arbiter.gateway.messages import turn_to_message, undeclared_tools, upstream_message
 from agent_rl.arbiter.gateway.sessions import (
     DEFAULT_CONTEXT,
@@ -539,6 +540,9 @@ class Gateway:
             turns = await asyncio.get_running_loop().run_in_executor(
                 self.service.executor, policy.act, [conversation], tools, max_tokens)
             turn = turns[0]
+        except PolicyUnavailable as exc:  # its engine is down: the client may retry; the cause is for the log
+            raise GatewayError(503, "the model version chosen for this episode is unavailable now; try again later",
+                               code="model_unavailable", headers=exc.retry_after(), log_detail=str(exc)) from exc
         except Exception as exc:
             log.error("gateway policy for version %s failed: %s: %s", episode.version, type(exc).__name__, exc)
             raise GatewayError(502, "the model failed to answer; try again later", code="upstream_error") from exc
