@@ -520,6 +520,13 @@ def decide(
         )
 
     rollback_weights = state.baseline()
+
+    def hold_or_timeout(cause: Cause, why: str, holding: str) -> Decision:
+        """A look that may not move the step holds, until the step runs out: then the champion keeps the traffic."""
+        if elapsed >= config.max_step_duration:
+            return out("rollback", "timeout", rollback_weights,
+                       f"step at {state.step_share:.0%} not won within {config.max_step_duration}: {why}")
+        return out("hold", cause, state.weights(), holding)
     if not enough:
         need = (f"{config.min_samples_per_arm} episodes and {config.labels.min_rated_per_arm} rated per arm"
                 if evidence.used_labels else f"{config.min_samples_per_arm} episodes per arm")
@@ -537,13 +544,9 @@ def decide(
         return out("rollback", "guardrail_breach", rollback_weights, f"guardrail breach: {detail}")
     if evidence.disagreement is not None and evidence.disagreement.disagree:
         # Ratings are the ground truth: labels they contradict move nothing, in either direction.
-        if elapsed >= config.max_step_duration:
-            return out("rollback", "timeout", rollback_weights,
-                       f"step at {state.step_share:.0%} not won within {config.max_step_duration}: "
-                       f"{evidence.disagreement.sentence()}")
-        return out("hold", "labels_disagree_with_ratings", state.weights(),
-                   f"holding: {evidence.disagreement.sentence()}; the ratings are the ground truth, so nothing moves "
-                   f"until they agree or the step runs out")
+        why = evidence.disagreement.sentence()
+        return hold_or_timeout("labels_disagree_with_ratings", why, f"holding: {why}; the ratings are the ground "
+                               "truth, so nothing moves until they agree or the step runs out")
     if test.decision == "worse":
         reason = f"significantly worse: lift {test.lift:+.3f} (CI {test.ci_low:+.3f}..{test.ci_high:+.3f}), p={test.p_value:.4f}"
         return out("rollback", "significantly_worse", rollback_weights, reason)
@@ -552,13 +555,9 @@ def decide(
     if down:
         stats["unserved"] = down
         what = ", ".join(f"{v}: {n}" for v, n in down.items())
-        if elapsed >= config.max_step_duration:
-            return out("rollback", "timeout", rollback_weights,
-                       f"step at {state.step_share:.0%} not won within {config.max_step_duration}; requests "
-                       f"unserved lately ({what})")
-        return out("hold", "serving_unavailable", state.weights(),
-                   f"holding: requests unserved in the last {config.outage_hold} ({what}): an outage is no evidence "
-                   f"about the model, and no share moves onto a version that cannot serve")
+        return hold_or_timeout("serving_unavailable", f"requests unserved lately ({what})",
+                               f"holding: requests unserved in the last {config.outage_hold} ({what}): an outage is "
+                               "no evidence about the model, and no share moves onto a version that cannot serve")
 
     next_share = config.steps[step + 1]
     short = min(step_trials.values())
