@@ -261,7 +261,7 @@ def _check_rows(rows: list[dict[str, Any]], plugins: list, settings: GRPOSetting
                 store_url: str | None) -> None:
     """Fail before any work on rows, plug-ins and settings that cannot train together."""
     plugin = plugins[0] if plugins else None
-    needed = ("prompt", "task", "category") if plugin else ("prompt", "inbox", "answer", "category")
+    needed = ("prompt", "task", "category")  # every environment's rows; its own rollouts check their own columns
     for index, row in enumerate(rows):
         missing = [k for k in needed if k not in row]
         if missing:
@@ -274,9 +274,9 @@ def _check_rows(rows: list[dict[str, Any]], plugins: list, settings: GRPOSetting
         if strays:
             raise ValueError(f"GRPO rows of environment(s) {', '.join(strays)} not among those trained on "
                              f"({', '.join(names)})")
-    if plugin and settings.prompt_filter.mode == "sampled":  # its rows are scenarios (train/prompt_filter.row_task)
-        raise ValueError(f"prompt filter mode 'sampled' plays the email environment only; environment "
-                         f"{plugin.name!r} needs mode 'none' or 'solve_rates'")
+    if len(plugins) > 1 and settings.prompt_filter.mode == "sampled":  # the pre-pass plays one environment
+        raise ValueError(f"prompt filter mode 'sampled' plays one environment; training on {', '.join(names)} at "
+                         "once needs mode 'none' or 'solve_rates'")
     if plugin is None and not store_url:
         raise ValueError("GRPO on an environment that trains alone (the email assistant) needs its store_url")
 

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from agent_rl.environments.core import Environment, Task
-from agent_rl.records import Outcome, Split
+from agent_rl.records import Outcome
 from agent_rl.train.config import PromptFilterSettings
-from agent_rl.environments.rollouts import parse_query_date
 from agent_rl.turn_budget import DEFAULT_MAX_TURNS, DEFAULT_TURN_TOKENS
 
 log = logging.getLogger(__name__)
@@ -46,21 +45,13 @@ def _histogram(rates: dict[str, float]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def row_question(row: dict[str, Any]) -> str:
-    users = [m.get("content", "") for m in row.get("prompt") or [] if m.get("role") == "user"]
-    if not users:
-        raise ValueError(f"GRPO row {row.get('task_id', '?')!r}: prompt has no user message")
-    return str(users[-1])
-
-
-def row_task(row: dict[str, Any], environment: str) -> Task:
-    """The task an email GRPO row (environments/email/grpo_rows.py) was made from, for the episode runner."""
-    query_date = parse_query_date(row.get("query_date")) or parse_query_date("1970-01-01")
-    return Task(
-        id=str(row.get("task_id") or ""), environment=environment, context=str(row["inbox"]),
-        prompt=row_question(row), reference=str(row["answer"]), category=str(row["category"]), split=Split.TRAIN,
-        metadata={"source_ids": [str(s) for s in row.get("source_ids") or []], "query_date": query_date.isoformat()},
-    )
+def row_task(row: dict[str, Any]) -> Task:
+    """The task a GRPO row was made from (its `task` column, which every environment's rows carry), for the runner."""
+    try:
+        return Task.model_validate_json(row["task"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"GRPO row {row.get('task_id', '?')!r}: no readable task column ({type(exc).__name__}); "
+                         "rows made by this release's curation carry one") from exc
 
 
 def select_by_rates(rows: list[dict[str, Any]], rates: dict[str, float], settings: PromptFilterSettings) -> list[dict[str, Any]]:
@@ -78,7 +69,7 @@ def sampled_solve_rates(model_path: str | Path, adapter: str | Path | None, rows
     from agent_rl.environments.runner import Play, RunnerConfig, play_episodes
 
     policy = LocalPolicy(model_path, adapter=adapter, temperature=settings.temperature, seed=seed, batch_size=16)
-    tasks = [row_task(row, environment.name) for row in rows for _ in range(settings.samples_per_prompt)]
+    tasks = [row_task(row) for row in rows for _ in range(settings.samples_per_prompt)]
     config = RunnerConfig(max_turns=max_turns, max_new_tokens=max_new_tokens, batch_size=16, timeout_s=None)
     episodes = play_episodes(policy, environment, [Play(task) for task in tasks], config)
     correct: dict[str, list[bool]] = defaultdict(list)

@@ -3,6 +3,7 @@ import pytest
 
 from agent_rl.curation.balance import BalanceConfig, balance_episodes
 from agent_rl.curation.datasets import final_answer, load_jsonl, quality, save_jsonl, sft_rows
+from agent_rl.environments.core import Task
 from agent_rl.environments.email.grpo_rows import grpo_rows
 from agent_rl.reward.judge import is_idk
 
@@ -77,7 +78,10 @@ def test_grpo_rows_hold_what_the_environment_needs(demo_env):
     row = rows[0]
     assert [m["role"] for m in row["prompt"]] == ["system", "system", "user"]
     assert row["inbox"] in row["prompt"][1]["content"] and row["prompt"][2]["content"] == train[0].question
-    assert set(row) == {"prompt", "task_id", "inbox", "answer", "source_ids", "category", "query_date"}
+    assert set(row) == {"prompt", "task_id", "task", "inbox", "answer", "source_ids", "category", "query_date"}
+    task = Task.model_validate_json(row["task"])  # what the prompt filter plays, as every environment's rows carry
+    assert (task.id, task.context, task.prompt, task.reference) == (train[0].id, row["inbox"], train[0].question,
+                                                                     train[0].answer)
 
 
 def test_save_jsonl_is_atomic_and_hashes_content(tmp_path):

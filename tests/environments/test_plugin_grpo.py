@@ -96,12 +96,27 @@ def test_grpo_trains_on_a_plugin_environment_with_its_judge_as_reward(tmp_path):
     assert all(m["name"] == "reply" for r in rollouts for m in r["messages"] if m["role"] == "tool")
 
 
-def test_a_plugin_run_refuses_the_email_only_prompt_filter(tmp_path):
+def test_the_sampled_prompt_filter_plays_a_plugins_rows_and_refuses_several_environments_at_once(tmp_path,
+                                                                                               monkeypatch):
+    """Every environment's GRPO rows carry their task, so the sampled pre-pass plays a plug-in's rows as its
+    runner plays its tasks (the teacher here stands in for the sampled model); it plays one environment, so a run
+    over several refuses it before any work."""
+    import agent_rl.agent.local_policy as local_policy
     from agent_rl.train.config import GRPOSettings, PromptFilterSettings
     from agent_rl.train.grpo import train_grpo
+    from agent_rl.train.prompt_filter import row_task, sampled_solve_rates
 
     env = TimetableEnvironment()
-    save_jsonl(task_rows(env, env.tasks(Split.TRAIN)[:2]), tmp_path / "rows.jsonl")
-    with pytest.raises(ValueError, match="'sampled'.*'timetable'"):
+    tasks = env.tasks(Split.TRAIN)[:3]
+    rows = task_rows(env, tasks)
+    assert [row_task(row) for row in rows] == tasks
+    monkeypatch.setattr(local_policy, "LocalPolicy", lambda *args, **kwargs: env.teacher())
+    rates = sampled_solve_rates("model", None, rows, env, PromptFilterSettings(mode="sampled", samples_per_prompt=2),
+                                max_turns=4)
+    assert rates == {task.id: 1.0 for task in tasks}  # the teacher answers its own timetable right
+
+    save_jsonl(rows, tmp_path / "rows.jsonl")
+    with pytest.raises(ValueError, match="'sampled' plays one environment"):
         train_grpo("unused", None, tmp_path / "rows.jsonl", None, tmp_path / "out",
-                   GRPOSettings(prompt_filter=PromptFilterSettings(mode="sampled")), environment=env)
+                   GRPOSettings(prompt_filter=PromptFilterSettings(mode="sampled")),
+                   environment=[env, "examples.helpdesk:HelpdeskEnvironment"])

@@ -59,7 +59,7 @@ def test_sampled_rates_play_each_scenario_row_as_the_email_runner_plays_its_scen
     from agent_rl.train.prompt_filter import row_task, sampled_solve_rates
 
     url, store, scenarios, rows = _inbox_rows(tmp_path, 8)
-    assert [row_task(row, "email") for row in rows] == [scenario_task(s) for s in scenarios]
+    assert [row_task(row) for row in rows] == [scenario_task(s) for s in scenarios]
 
     teacher = HeuristicPolicy(HeuristicConfig(scenarios=scenarios, wrong_rate=0.4), store=store)
     monkeypatch.setattr(local_policy, "LocalPolicy", lambda *args, **kwargs: teacher)

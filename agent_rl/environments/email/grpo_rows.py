@@ -1,14 +1,15 @@
-"""The email assistant's GRPO rows: a scenario as the prompt its rollouts start from, with the columns they read to
-score it (inbox, golden answer, gold sources, query date). The loop's own task rows (train/plugin_rollouts.py) carry
-a whole task instead; the email rollouts (rollouts.py) predate them."""
+"""The email assistant's GRPO rows: a scenario as the prompt its rollouts start from, the task itself (the column
+every environment's rows carry: the prompt filter plays it, train/plugin_rollouts.py's rows have it too), and the
+columns the email rollouts (rollouts.py) read to score it (inbox, golden answer, gold sources, query date)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 
-from agent_rl.environments.core import Environment, Task
+from agent_rl.environments.core import Environment
+from agent_rl.environments.email.records import Scenario
+from agent_rl.environments.email.tasks import scenario_task
 from agent_rl.records import Split
 
 
@@ -21,21 +22,19 @@ def grpo_rows(scenarios: Iterable[Any], split: str | None = Split.TRAIN.value,
 
         environment = load_environment("email")
     rows = []
-    for scenario in scenarios:
-        data = scenario.model_dump(mode="json") if hasattr(scenario, "model_dump") else dict(scenario)
-        if split is not None and str(data.get("split")) != split:
+    for item in scenarios:
+        scenario = item if isinstance(item, Scenario) else Scenario.model_validate(item)
+        if split is not None and str(scenario.split) != split:
             continue
-        query_date = data.get("query_date")
-        when = datetime.fromisoformat(query_date) if isinstance(query_date, str) else query_date
-        opening = Task(id=str(data["id"]), environment=environment.name, context=data["inbox_id"],
-                       prompt=data["question"], metadata={"query_date": when} if when else {})
+        task = scenario_task(scenario).model_copy(update={"environment": environment.name})
         rows.append({
-            "prompt": environment.opening_messages(opening),
-            "task_id": data["id"],
-            "inbox": data["inbox_id"],
-            "answer": data["answer"],
-            "source_ids": list(data.get("source_ids") or []),
-            "category": str(data["category"]),
-            "query_date": when.isoformat() if isinstance(when, datetime) else query_date,
+            "prompt": environment.opening_messages(task),
+            "task_id": scenario.id,
+            "task": task.model_dump_json(),
+            "inbox": scenario.inbox_id,
+            "answer": scenario.answer,
+            "source_ids": list(scenario.source_ids),
+            "category": str(scenario.category),
+            "query_date": task.metadata["query_date"],
         })
     return rows
