@@ -2,7 +2,8 @@
 whose world comes with it) and its tasks (`tasks`: questions with golden answers). Both ask the environment
 (`World.build`, `World.build_tasks`). Until 2026-12 the two assets were named `inbox` and `scenarios`, the email
 assistant's words: a run configuration saved before then names its ops so (`ops: {inbox: ..., scenarios: ...}`)
-and reads `ops: {world: ..., tasks: ...}` now; the environment's own store and files kept their places."""
+and reads `ops: {world: ..., tasks: ...}` now, and their `n_inboxes` and `n_emails` are `contexts` and
+`documents`; the environment's own store and files kept their places."""
 
 
 from collections import Counter
@@ -22,8 +23,10 @@ class CorpusConfig(dg.Config):
     a seed, so its tasks can be regenerated without reading it back."""
 
     seed: int = Field(default=0, description="seed of the generated demo corpus")
-    n_inboxes: int = Field(default=8, ge=1)
-    n_emails: int = Field(default=4000, ge=10)
+    contexts: int = Field(default=8, ge=1, description="contexts a generated world holds (the email assistant's "
+                                                       "mailboxes)")
+    documents: int = Field(default=4000, ge=10, description="documents a generated world holds in all (the email "
+                                                             "assistant's emails)")
     ingest_path: str = Field(default="", description="ingest a real corpus (maildir, .tar.gz, CSV) instead")
     llm_base_url: str = Field(default="", description="OpenAI-compatible endpoint that writes the tasks for a real corpus")
     llm_model: str = Field(default="", description="model name at llm_base_url")

@@ -25,14 +25,14 @@ from resources.stores import PoolResource, WorldStoreResource
 CURATION_ASSETS = [environment.world, environment.tasks, pool.pool_episodes, curation.validated_episodes,
                    curation.anonymization, curation.balanced_episodes, curation.sft_dataset, curation.grpo_dataset]
 CHECKS = [curation.enough_points, curation.clean_ratio, curation.category_diversity, curation.no_pii_leak]
-SMALL = {"n_inboxes": 3, "n_emails": 600}
+SMALL = {"contexts": 3, "documents": 600}
 
 
 @pytest.fixture
 def seeded(tmp_path):
     """A small demo inbox and a pool holding heuristic-teacher episodes of this week."""
     store = open_inbox_store(settings.store_url())
-    env = build_demo_environment(store, seed=0, **SMALL)
+    env = build_demo_environment(store, seed=0, n_inboxes=SMALL["contexts"], n_emails=SMALL["documents"])
     train = [s for s in env.scenarios if s.split.value == "train"]
     teacher = HeuristicPolicy(HeuristicConfig(scenarios=train, wrong_rate=0.1, idk_rate=0.05), store=store)
     episodes = run_episodes(teacher, [EpisodeTask.from_scenario(s) for s in train], store)

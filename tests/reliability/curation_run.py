@@ -19,7 +19,7 @@ from resources.stores import PoolResource, WorldStoreResource
 CURATION_ASSETS = [environment.world, environment.tasks, pool.pool_episodes, curation.validated_episodes,
                    curation.anonymization, curation.balanced_episodes, curation.sft_dataset, curation.grpo_dataset]
 CHECKS = [curation.enough_points, curation.clean_ratio, curation.category_diversity, curation.no_pii_leak]
-SMALL = {"n_inboxes": 2, "n_emails": 300}
+SMALL = {"contexts": 2, "documents": 300}
 # Downstream of the privacy boundary: everything here must be free of personal data.
 ANONYMIZED_STAGES = ("anonymized_episodes", "anonymized_environment", "balanced_episodes", "sft_dataset", "grpo_dataset")
 
@@ -27,7 +27,7 @@ ANONYMIZED_STAGES = ("anonymized_episodes", "anonymized_environment", "balanced_
 def seed_pool(wrong_rate: float = 0.1) -> tuple[object, list[Episode]]:
     """The demo inbox under AGENT_RL_HOME and heuristic-teacher episodes of this week in the default pool."""
     store = open_inbox_store(settings.store_url())
-    env = build_demo_environment(store, seed=0, **SMALL)
+    env = build_demo_environment(store, seed=0, n_inboxes=SMALL["contexts"], n_emails=SMALL["documents"])
     train = [s for s in env.scenarios if s.split.value == "train"]
     teacher = HeuristicPolicy(HeuristicConfig(scenarios=train, wrong_rate=wrong_rate), store=store)
     episodes = run_episodes(teacher, [EpisodeTask.from_scenario(s) for s in train], store)

@@ -214,11 +214,11 @@ class EmailWorld(World):
         return grpo_rows([scenarios[task.id] for task in tasks], split=None, environment=self.env)
 
     def build(self, **options: Any) -> dict[str, Any]:
-        """The inbox store: a real export ingested (`ingest_path`), else the demo corpus of `seed`, `n_inboxes`,
-        `n_emails` (world.py)."""
+        """The inbox store: a real export ingested (`ingest_path`), else the demo corpus of `seed` with `contexts`
+        inboxes and `documents` emails in all (world.py's `n_inboxes`, `n_emails`)."""
         from agent_rl.environments.email.world import build_inboxes
 
-        return build_inboxes(self.env._inbox_store(), **options)
+        return build_inboxes(self.env._inbox_store(), **_email_options(options))
 
     def build_tasks(self, **options: Any) -> dict[str, Any]:
         """The scenarios about the inboxes `build` built, written where `tasks` reads them (world.py)."""
@@ -226,7 +226,7 @@ class EmailWorld(World):
         from agent_rl.environments.email.world import write_scenarios
 
         path = Path(self.env.scenarios_path) if self.env.scenarios_path else scenarios_path()
-        self.env._scenarios, meta = write_scenarios(self.env._inbox_store(), path, **options)
+        self.env._scenarios, meta = write_scenarios(self.env._inbox_store(), path, **_email_options(options))
         return meta
 
     def rollout_factory(self, max_turns: int) -> Any:
@@ -235,3 +235,9 @@ class EmailWorld(World):
 
         store, config = self.env._inbox_store(), self.env.tool_config
         return lambda: InboxEnvironment(store, config=config, max_turns=max_turns)
+
+
+def _email_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The run's world settings in this world's words: `contexts` are inboxes, `documents` emails."""
+    renamed = {"contexts": "n_inboxes", "documents": "n_emails"}
+    return {renamed.get(key, key): value for key, value in options.items()}
