@@ -12,7 +12,7 @@ import hmac
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from agent_rl.privacy.leak_check import CANARY_INBOX, Finding, LeakAuditor
+from agent_rl.privacy.leak_check import CANARY_ADDRESS, Finding, LeakAuditor
 
 # Where every pass's anonymized episodes are written (assets/curation.py), and the name its planted canary is
 # scanned under; findings name these.
@@ -23,7 +23,7 @@ CANARY_FILE = "planted canary"
 def leak_auditor(key: bytes, public: Iterable[str] = ()) -> LeakAuditor:
     """The independent auditor of one privacy pass, salted from the pseudonym key; `public` are the pass's
     declared public terms: only a whole one is not taken for a person's name."""
-    return LeakAuditor(hmac.new(key, b"leak-check salt", hashlib.sha256).digest(), synthetic=[CANARY_INBOX],
+    return LeakAuditor(hmac.new(key, b"leak-check salt", hashlib.sha256).digest(), synthetic=[CANARY_ADDRESS],
                        public=public)
 
 

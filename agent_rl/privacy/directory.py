@@ -108,21 +108,30 @@ class Directory:
         return sorted(self.addresses | self.full_names | parts)
 
 
+# The fields of a message record that hold people: its From, To, Cc and Bcc, and the mailbox it was found in.
+HEADER_FIELDS = ("sender", "to", "cc", "bcc", "inbox")
+
+
 def _field(record: Any, name: str, default: Any = None) -> Any:
     return record.get(name, default) if isinstance(record, Mapping) else getattr(record, name, default)
+
+
+def header_addresses(record: Any) -> list[tuple[str, str]]:
+    """(display name, address) of everyone in a message record's `HEADER_FIELDS` (a mapping or an object)."""
+    headers: list[str] = []
+    for name in HEADER_FIELDS:
+        value = _field(record, name)
+        if isinstance(value, str):
+            headers.append(value)
+        elif isinstance(value, (list, tuple)):
+            headers.extend(v for v in value if isinstance(v, str))
+    return email.utils.getaddresses(headers)
 
 
 def build_directory(emails: Iterable[Any]) -> Directory:
     """The directory of everyone in From/To/Cc/Bcc (and the mailbox owners) of these emails."""
     directory = Directory()
     for item in emails:
-        headers: list[str] = []
-        for name in ("sender", "to", "cc", "bcc", "inbox"):
-            value = _field(item, name)
-            if isinstance(value, str):
-                headers.append(value)
-            elif isinstance(value, (list, tuple)):
-                headers.extend(v for v in value if isinstance(v, str))
-        for display, address in email.utils.getaddresses(headers):
+        for display, address in header_addresses(item):
             directory.add_address(display, address)
     return directory

@@ -14,7 +14,6 @@ with a salted hash, so that reports, logs and metadata never copy personal data.
 from __future__ import annotations
 
 import bisect
-import email.utils
 import functools
 import hashlib
 import hmac
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent_rl.privacy.directory import header_addresses
 from agent_rl.privacy.patterns import MESSAGE_ID, AddressPattern
 from agent_rl.json_walk import holds_json
 
@@ -115,7 +115,8 @@ class Canaries:
     episode: dict[str, Any]
 
 
-CANARY_INBOX = "privacy-canary@curation.invalid"
+CANARY_ADDRESS = "privacy-canary@curation.invalid"  # the canary's mailbox and recipient: no one's
+CANARY_INBOX = CANARY_ADDRESS  # its name before 2026-12
 CANARY_MESSAGE_ID = "<privacy-canary-0@curation.invalid>"
 CANARY_EPISODE_ID = "privacy-canary-episode"
 
@@ -177,10 +178,10 @@ def plant_canaries(seed: str, avoid: Collection[str] = ()) -> Canaries:
     account = "".join(str(rng.randrange(10)) for _ in range(10))
     body = (f"Hello,\n\nPlease call {people[0]} at {phone} about the lease at {street}.\n"
             f"{people[1]} asked me to keep card {card} and account {account} on file.\n\nThanks,\n{people[2]}")
-    email_record = {"message_id": CANARY_MESSAGE_ID, "inbox": CANARY_INBOX, "subject": "Lease paperwork",
-                    "sender": "", "to": (CANARY_INBOX,), "body": body}
+    email_record = {"message_id": CANARY_MESSAGE_ID, "inbox": CANARY_ADDRESS, "subject": "Lease paperwork",
+                    "sender": "", "to": (CANARY_ADDRESS,), "body": body}
     result = json.dumps({"id": CANARY_MESSAGE_ID, "subject": "Lease paperwork", "body": body}, separators=(",", ":"))
-    episode = {"episode_id": CANARY_EPISODE_ID, "environment": "email", "context": CANARY_INBOX, "question": "Who should I call?",
+    episode = {"episode_id": CANARY_EPISODE_ID, "environment": "email", "context": CANARY_ADDRESS, "question": "Who should I call?",
                "messages": [{"role": "user", "content": "Who should I call?"},
                             {"role": "tool", "content": result},
                             {"role": "assistant", "content": f"Call {people[0]} at {phone}."}],
@@ -192,7 +193,7 @@ class LeakAuditor:
     """Collects original personal values from raw input, then scans output records for any of them."""
 
     def __init__(self, salt: bytes, synthetic: Iterable[str] = (), public: Iterable[str] = ()) -> None:
-        """`synthetic`: addresses that are no one's (the canary inbox); `public`: whole names that are no one's,
+        """`synthetic`: addresses that are no one's (the canary's); `public`: whole names that are no one's,
         as the environment declares them (a site called "Sandy Hook" reads as a census first name and surname)."""
         self._salt = salt
         self._synthetic = {a.lower() for a in synthetic}
@@ -211,15 +212,11 @@ class LeakAuditor:
     # -- what is personal -------------------------------------------------------------------------
 
     def learn_headers(self, emails: Iterable[Any]) -> None:
-        """Everyone in the From/To/Cc/Bcc and inbox of these emails (pass every inbox, not just one)."""
+        """Everyone in the headers of these messages (`HEADER_FIELDS`; pass every mailbox's, not just one)."""
         for item in emails:
-            values: list[str] = []
-            for name in ("sender", "to", "cc", "bcc", "inbox"):
-                value = item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
-                values.extend([value] if isinstance(value, str) else [v for v in value or () if isinstance(v, str)])
             message_id = item.get("message_id") if isinstance(item, Mapping) else getattr(item, "message_id", "")
             self._ignore_ids.add(str(message_id or "").strip("<>").lower())
-            for display, address in email.utils.getaddresses(values):
+            for display, address in header_addresses(item):
                 address = address.strip().lower()
                 if "@" in address and address not in self._synthetic:
                     self.addresses.add(address)
