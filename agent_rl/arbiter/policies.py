@@ -16,6 +16,7 @@ import logging
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -254,8 +255,11 @@ class PolicyCache:
 
     def _move(self, spec: str, cores: tuple[int, ...] | None) -> None:
         with self._lock:
-            old = self._policies.get(spec)
-        _yield_cpu(old, True)  # the start-up below gets the CPU first; the old engine answers meanwhile
+            current = self._policies.get(spec)
+        _yield_cpu(current, True)  # the start-up below gets the CPU first; the old engine answers meanwhile
+        # Held weakly while the new copy loads: a close or a routing change meanwhile lets the old one go at once.
+        old = weakref.ref(current) if current is not None else lambda: None
+        del current
         try:
             log.info("placing policy %s on %s", shown_spec(spec), f"cores {list(cores)}" if cores else "every core")
             policy = self._load(spec, cores)
@@ -263,7 +267,7 @@ class PolicyCache:
             if not self._closed:  # at shutdown the engine being started is stopped with the rest: no news
                 log.warning("could not place policy %s: %s: %s", shown_spec(spec), type(exc).__name__, exc)
             policy = None
-            _yield_cpu(old, False)
+            _yield_cpu(old(), False)
         with self._lock:
             self._moving.pop(spec, None)
             # Closed (or dropped by the routing) while it loaded: the spec is gone, so the new copy is not kept.
