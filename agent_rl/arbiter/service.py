@@ -13,7 +13,6 @@ import logging
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -145,27 +144,31 @@ class ArbiterService:
         started = time.perf_counter()
         episodes = self._play(specs, tasks)
         played = time.perf_counter() - started
-        try:  # an unserved episode (its engine down) is no evidence: not stored; its request is answered 503
-            self.pool.insert_episodes([episode for episode in episodes if episode.unserved is None])
+        # An unserved episode (its engine down) is no evidence: not stored; its request is answered 503.
+        served = [episode for episode in episodes if episode.unserved is None]
+        try:
+            self.pool.insert_episodes(served)
         except Exception as exc:
             log.error("pool write of %d episodes failed: %s: %s", len(episodes), type(exc).__name__, exc)
             raise PoolUnavailable(f"the benchmark pool could not store the episode: {type(exc).__name__}") from exc
-        self._count_unserved(episodes)
+        if len(served) < len(episodes):
+            self._count_unserved(episodes)
         with self._stats_lock:
-            self.episodes_written += sum(episode.unserved is None for episode in episodes)
+            self.episodes_written += len(served)
         return episodes, played
 
     def _count_unserved(self, episodes: list[Episode]) -> None:
         """Record per version the requests it could not serve, for the rollout controller to hold its step on
         (best effort: the requests are answered 503 whether or not the count is written)."""
-        unserved = Counter(e.policy_version for e in episodes if e.unserved is not None)
-        for version, requests in unserved.items():
-            kind = next(type(e.unserved).__name__ for e in episodes
-                        if e.unserved is not None and e.policy_version == version)
+        failures: dict[str, list[Exception]] = {}
+        for episode in episodes:
+            if episode.unserved is not None:
+                failures.setdefault(episode.policy_version, []).append(episode.unserved)
+        for version, seen in failures.items():
             try:
-                self.pool.record_serving_failure(version, requests, kind)
+                self.pool.record_serving_failure(version, len(seen), type(seen[0]).__name__)
             except Exception as exc:
-                log.error("could not count %d unserved requests of %s: %s", requests, version, type(exc).__name__)
+                log.error("could not count %d unserved requests of %s: %s", len(seen), version, type(exc).__name__)
 
     def _run(self, policy: Any, tasks: list[Play]) -> list[Episode]:
         """One runner call: the plays in the served environment."""

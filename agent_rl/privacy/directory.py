@@ -123,7 +123,7 @@ def header_addresses(record: Any) -> list[tuple[str, str]]:
         value = _field(record, name)
         if isinstance(value, str):
             headers.append(value)
-        elif isinstance(value, (list, tuple)):
+        elif isinstance(value, Iterable):  # a list, a tuple, or a set of recipients
             headers.extend(v for v in value if isinstance(v, str))
     return email.utils.getaddresses(headers)
 
